@@ -1,0 +1,79 @@
+//! The CRI client: generated `runtime.v1` messages ([`api`]) and grpcio stubs
+//! ([`grpc`]) behind two small blocking traits, [`RuntimeService`] and
+//! [`ImageService`], and their implementation over a unix socket,
+//! [`RemoteRuntime`]. Every call carries a deadline; every error is a
+//! [`CriError`] naming the call and the endpoint.
+//!
+//! Callers (the runtime manager, PLEG, node status) depend on the traits
+//! only, so that unit tests can put an in-process fake behind them.
+
+pub mod api;
+mod endpoint;
+mod error;
+pub mod grpc;
+mod remote;
+
+use std::time::Duration;
+
+pub use endpoint::Endpoint;
+pub use error::CriError;
+pub use remote::RemoteRuntime;
+
+/// Deadline of one CRI call, like the upstream kubelet's
+/// `--runtime-request-timeout` default.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2 * 60);
+
+/// The CRI version tinylet announces in `Version` requests.
+pub const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
+
+/// Pod sandboxes and containers (CRI `RuntimeService`).
+pub trait RuntimeService: Send + Sync {
+    /// Runtime name and versions.
+    fn version(&self) -> Result<api::VersionResponse, CriError>;
+    /// Runtime conditions (RuntimeReady, NetworkReady).
+    fn status(&self) -> Result<api::StatusResponse, CriError>;
+    /// Creates and starts a sandbox; returns its ID.
+    fn run_pod_sandbox(
+        &self,
+        config: &api::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String, CriError>;
+    fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError>;
+    fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError>;
+    fn pod_sandbox_status(&self, pod_sandbox_id: &str) -> Result<api::PodSandboxStatus, CriError>;
+    fn list_pod_sandbox(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> Result<Vec<api::PodSandbox>, CriError>;
+    /// Creates a container in a sandbox; returns its ID.
+    fn create_container(
+        &self,
+        pod_sandbox_id: &str,
+        config: &api::ContainerConfig,
+        sandbox_config: &api::PodSandboxConfig,
+    ) -> Result<String, CriError>;
+    fn start_container(&self, container_id: &str) -> Result<(), CriError>;
+    /// Stops a container, killing it after `timeout_secs` (0: at once).
+    fn stop_container(&self, container_id: &str, timeout_secs: i64) -> Result<(), CriError>;
+    fn remove_container(&self, container_id: &str) -> Result<(), CriError>;
+    fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> Result<Vec<api::Container>, CriError>;
+    fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus, CriError>;
+}
+
+/// Images (CRI `ImageService`).
+pub trait ImageService: Send + Sync {
+    fn list_images(&self, filter: Option<api::ImageFilter>) -> Result<Vec<api::Image>, CriError>;
+    /// `None` when the image is not present.
+    fn image_status(&self, image: &api::ImageSpec) -> Result<Option<api::Image>, CriError>;
+    /// Pulls an image; returns the image reference the runtime reports.
+    fn pull_image(
+        &self,
+        image: &api::ImageSpec,
+        auth: Option<&api::AuthConfig>,
+        sandbox_config: Option<&api::PodSandboxConfig>,
+    ) -> Result<String, CriError>;
+    fn remove_image(&self, image: &api::ImageSpec) -> Result<(), CriError>;
+}

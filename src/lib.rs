@@ -1,0 +1,14 @@
+//! tinylet: a synchronous, thread-per-pod Kubernetes node agent.
+//!
+//! The binary (`src/main.rs`) parses flags and wires the threads; everything
+//! else lives in these modules, named after their upstream kubelet
+//! counterparts. See ARCHITECTURE.md for the map.
+
+pub mod config;
+pub mod cri;
+pub mod kubelet;
+pub mod options;
+pub mod pleg;
+pub mod pod_workers;
+pub mod runtime;
+pub mod thread;
