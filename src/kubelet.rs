@@ -1,0 +1,469 @@
+//! The sync loop (upstream `kubelet.go` syncLoop): one thread that turns
+//! config updates, PLEG events and tickers into work for the pod workers.
+//!
+//! Architecture invariant: the sync loop never calls the runtime and never
+//! blocks on I/O; it owns the pod manager (the desired pods by UID) and the
+//! pod workers, and only dispatches. A slow turn is logged with its event.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, tick, Receiver};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use log::{debug, info, warn};
+
+use crate::config::{PodOperation, PodUpdate};
+use crate::pleg::{PodCache, PodLifecycleEvent, PodLifecycleEventType};
+use crate::pod_workers::{PodWork, PodWorkers, UpdateType, WorkQueue};
+use crate::runtime::labels::{pod_full_name, pod_uid};
+
+/// How often due resyncs are dispatched (upstream: 1 s).
+pub const SYNC_TICK: Duration = Duration::from_secs(1);
+/// How often housekeeping runs (upstream: 2 s).
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// A loop turn longer than this is logged.
+const SLOW_TURN: Duration = Duration::from_millis(100);
+
+/// Everything the sync loop reacts to.
+#[derive(Debug)]
+pub enum Event {
+    Config(PodUpdate),
+    SyncTick,
+    Housekeeping,
+    Pleg(PodLifecycleEvent),
+    WorkerDone(String),
+}
+
+impl Event {
+    /// A payload-free description for logs.
+    fn kind(&self) -> String {
+        match self {
+            Event::Config(u) => format!(
+                "Config({:?} from {:?}, {} pods)",
+                u.op,
+                u.source,
+                u.pods.len()
+            ),
+            Event::SyncTick => "SyncTick".into(),
+            Event::Housekeeping => "Housekeeping".into(),
+            Event::Pleg(e) => format!("Pleg({:?})", e.kind),
+            Event::WorkerDone(_) => "WorkerDone".into(),
+        }
+    }
+}
+
+/// The channels the loop selects over.
+pub struct Inputs {
+    pub updates: Receiver<PodUpdate>,
+    pub pleg: Receiver<PodLifecycleEvent>,
+    pub worker_done: Receiver<String>,
+    /// Any message or disconnection stops the loop.
+    pub stop: Receiver<()>,
+}
+
+pub struct Kubelet {
+    /// The pod manager: desired pods by UID.
+    pods: HashMap<String, Arc<Pod>>,
+    workers: PodWorkers,
+    cache: Arc<PodCache>,
+    queue: Arc<WorkQueue>,
+    /// Whether every configured source has been heard from.
+    sources_ready: Box<dyn Fn() -> bool + Send>,
+    /// When each finished worker's pod was removed, so housekeeping does not
+    /// mistake a relist taken before that for a pod still running.
+    finished: HashMap<String, Instant>,
+    inputs: Inputs,
+    sync_tick: Receiver<Instant>,
+    housekeeping: Receiver<Instant>,
+}
+
+impl Kubelet {
+    pub fn new(
+        workers: PodWorkers,
+        cache: Arc<PodCache>,
+        queue: Arc<WorkQueue>,
+        sources_ready: Box<dyn Fn() -> bool + Send>,
+        inputs: Inputs,
+    ) -> Self {
+        Kubelet {
+            pods: HashMap::new(),
+            workers,
+            cache,
+            queue,
+            sources_ready,
+            finished: HashMap::new(),
+            inputs,
+            sync_tick: tick(SYNC_TICK),
+            housekeeping: tick(HOUSEKEEPING_PERIOD),
+        }
+    }
+
+    /// Runs until stopped, then stops the pod workers (containers keep running).
+    pub fn run(mut self) {
+        info!("sync loop started");
+        while let Some(event) = self.next_event() {
+            let start = Instant::now();
+            let kind = event.kind();
+            self.handle_event(event);
+            let took = start.elapsed();
+            if took > SLOW_TURN {
+                warn!("sync loop turn took {} ms: {kind}", took.as_millis());
+            }
+        }
+        info!("sync loop stopping");
+        self.cache.close();
+        self.workers.shutdown(Duration::from_secs(5));
+    }
+
+    fn next_event(&self) -> Option<Event> {
+        let updates = &self.inputs.updates;
+        select! {
+            recv(self.inputs.stop) -> _ => None,
+            recv(updates) -> u => match u {
+                Ok(u) => Some(Event::Config(u)),
+                Err(_) => {
+                    warn!("config updates channel closed");
+                    None
+                }
+            },
+            recv(self.inputs.pleg) -> e => e.ok().map(Event::Pleg).or(Some(Event::SyncTick)),
+            recv(self.inputs.worker_done) -> d => d.ok().map(Event::WorkerDone).or(Some(Event::SyncTick)),
+            recv(self.sync_tick) -> _ => Some(Event::SyncTick),
+            recv(self.housekeeping) -> _ => Some(Event::Housekeeping),
+        }
+    }
+
+    pub fn handle_event(&mut self, event: Event) {
+        match event {
+            Event::Config(u) => self.handle_config(u),
+            Event::SyncTick => {
+                for uid in self.queue.take_ready(Instant::now()) {
+                    if let Some(pod) = self.pods.get(&uid).cloned() {
+                        self.dispatch(pod, UpdateType::Sync, None);
+                    }
+                }
+            }
+            Event::Pleg(e) => {
+                if let Some(pod) = self.pods.get(&e.uid).cloned() {
+                    debug!("pod {}: {:?} {:.12}", pod_full_name(&pod), e.kind, e.data);
+                    self.dispatch(pod, UpdateType::Sync, None);
+                } else if e.kind == PodLifecycleEventType::ContainerStarted {
+                    debug!("pleg: container started in unknown pod {}", e.uid);
+                }
+            }
+            Event::WorkerDone(uid) => {
+                self.workers.forget(&uid);
+                self.finished.insert(uid, Instant::now());
+            }
+            Event::Housekeeping => self.housekeeping(),
+        }
+    }
+
+    fn handle_config(&mut self, u: PodUpdate) {
+        let names = || {
+            u.pods
+                .iter()
+                .map(pod_full_name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match u.op {
+            PodOperation::Add | PodOperation::Restore => {
+                if !u.pods.is_empty() {
+                    info!("SyncLoop ADD ({}): {}", u.source, names());
+                }
+                for p in u.pods {
+                    let p = Arc::new(p);
+                    self.pods.insert(pod_uid(&p).to_string(), p.clone());
+                    self.dispatch(p, UpdateType::Create, None);
+                }
+            }
+            PodOperation::Update => {
+                info!("SyncLoop UPDATE ({}): {}", u.source, names());
+                for p in u.pods {
+                    let p = Arc::new(p);
+                    self.pods.insert(pod_uid(&p).to_string(), p.clone());
+                    self.dispatch(p, UpdateType::Update, None);
+                }
+            }
+            PodOperation::Reconcile => {
+                for p in u.pods {
+                    self.pods.insert(pod_uid(&p).to_string(), Arc::new(p));
+                }
+            }
+            PodOperation::Delete => {
+                info!("SyncLoop DELETE ({}): {}", u.source, names());
+                for p in u.pods {
+                    let grace = p.metadata.deletion_grace_period_seconds;
+                    let p = Arc::new(p);
+                    self.pods.insert(pod_uid(&p).to_string(), p.clone());
+                    self.dispatch(p, UpdateType::Kill, grace);
+                }
+            }
+            PodOperation::Remove => {
+                info!("SyncLoop REMOVE ({}): {}", u.source, names());
+                for p in u.pods {
+                    let p = self.pods.remove(pod_uid(&p)).unwrap_or_else(|| Arc::new(p));
+                    self.dispatch(p, UpdateType::Kill, None);
+                }
+            }
+            PodOperation::Set => {
+                // Snapshot modes only; the kubelet runs in incremental mode.
+                let keep: HashMap<String, Pod> = u
+                    .pods
+                    .into_iter()
+                    .map(|p| (pod_uid(&p).to_string(), p))
+                    .collect();
+                let gone: Vec<Arc<Pod>> = self
+                    .pods
+                    .values()
+                    .filter(|p| !keep.contains_key(pod_uid(p)) && source_of(p) == u.source)
+                    .cloned()
+                    .collect();
+                for p in gone {
+                    self.pods.remove(pod_uid(&p));
+                    self.dispatch(p, UpdateType::Kill, None);
+                }
+                for (uid, p) in keep {
+                    let t = if self.pods.contains_key(&uid) {
+                        UpdateType::Update
+                    } else {
+                        UpdateType::Create
+                    };
+                    let p = Arc::new(p);
+                    self.pods.insert(uid, p.clone());
+                    self.dispatch(p, t, None);
+                }
+            }
+        }
+    }
+
+    fn dispatch(&mut self, pod: Arc<Pod>, update_type: UpdateType, grace_period: Option<i64>) {
+        self.workers.update_pod(PodWork {
+            pod,
+            update_type,
+            grace_period,
+        });
+    }
+
+    /// Stops pods that run in the runtime but no source wants (for example a
+    /// manifest deleted while tinylet was down), once every source has been
+    /// heard from.
+    fn housekeeping(&mut self) {
+        if !(self.sources_ready)() {
+            debug!("housekeeping: waiting for all sources");
+            return;
+        }
+        let (relisted, runtime_pods) = self.cache.runtime_pods();
+        let Some(relisted) = relisted else { return };
+        self.finished.retain(|_, t| *t > relisted);
+        for rp in runtime_pods.iter() {
+            if self.pods.contains_key(&rp.uid)
+                || self.workers.is_known(&rp.uid)
+                || self.finished.contains_key(&rp.uid)
+            {
+                continue;
+            }
+            info!(
+                "housekeeping: pod {}/{} ({}) runs but no source has it; stopping it",
+                rp.namespace, rp.name, rp.uid
+            );
+            let pod = Arc::new(Pod {
+                metadata: ObjectMeta {
+                    name: Some(rp.name.clone()),
+                    namespace: Some(rp.namespace.clone()),
+                    uid: Some(rp.uid.clone()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+            self.dispatch(pod, UpdateType::Kill, None);
+        }
+    }
+}
+
+fn source_of(pod: &Pod) -> &str {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kubernetes.io/config.source"))
+        .map(String::as_str)
+        .unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PodUpdate;
+    use crate::cri::RuntimeService;
+    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::RuntimeManager;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    const IMAGE: &str = "docker.io/tinylet/busybox:1";
+
+    fn pod(uid: &str, name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    image: Some(IMAGE.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    struct Rig {
+        kubelet: Kubelet,
+        fake: Arc<FakeRuntime>,
+        rm: Arc<RuntimeManager>,
+        cache: Arc<PodCache>,
+        ready: Arc<AtomicBool>,
+        done: Receiver<String>,
+        _keep: Vec<crossbeam_channel::Sender<PodUpdate>>,
+    }
+
+    fn rig() -> Rig {
+        let fake = Arc::new(FakeRuntime::with_images(&[IMAGE]));
+        let dir = std::env::temp_dir().join(format!(
+            "tinylet-kl-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let rm = Arc::new(RuntimeManager::new(
+            fake.clone(),
+            fake.clone(),
+            dir.clone(),
+            dir.join("logs"),
+        ));
+        let cache = PodCache::new();
+        cache.update_time(Instant::now(), Arc::new(vec![]));
+        let queue = Arc::new(WorkQueue::default());
+        let (done_tx, done_rx) = crossbeam_channel::bounded(16);
+        let workers = PodWorkers::new(
+            rm.clone(),
+            cache.clone(),
+            queue.clone(),
+            Duration::from_secs(60),
+            done_tx,
+        );
+        let ready = Arc::new(AtomicBool::new(false));
+        let r = ready.clone();
+        let (utx, urx) = crossbeam_channel::bounded(1);
+        let kubelet = Kubelet::new(
+            workers,
+            cache.clone(),
+            queue,
+            Box::new(move || r.load(Ordering::SeqCst)),
+            Inputs {
+                updates: urx,
+                pleg: crossbeam_channel::never(),
+                worker_done: crossbeam_channel::never(),
+                stop: crossbeam_channel::never(),
+            },
+        );
+        Rig {
+            kubelet,
+            fake,
+            rm,
+            cache,
+            ready,
+            done: done_rx,
+            _keep: vec![utx],
+        }
+    }
+
+    fn wait(what: &str, f: impl Fn() -> bool) {
+        let end = Instant::now() + Duration::from_secs(5);
+        while !f() {
+            assert!(Instant::now() < end, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn update(op: PodOperation, pods: Vec<Pod>) -> Event {
+        Event::Config(PodUpdate {
+            pods,
+            op,
+            source: "file".into(),
+        })
+    }
+
+    #[test]
+    fn add_runs_the_pod_and_remove_tears_it_down() {
+        let mut r = rig();
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
+        wait("container started", || r.fake.count("StartContainer") == 1);
+        // As the PLEG would: a relist after the sync inspects the pod.
+        std::thread::sleep(Duration::from_millis(20));
+        let status = r.rm.get_pod_status("u1", "web", "default").unwrap();
+        r.cache.set("u1", status, None, Instant::now());
+        // A PLEG event for a known pod syncs it; nothing needs doing.
+        r.kubelet.handle_event(Event::Pleg(PodLifecycleEvent {
+            uid: "u1".into(),
+            kind: PodLifecycleEventType::ContainerStarted,
+            data: "x".into(),
+        }));
+        std::thread::sleep(Duration::from_millis(50));
+        r.kubelet
+            .handle_event(update(PodOperation::Remove, vec![pod("u1", "web")]));
+        let uid = r
+            .done
+            .recv_timeout(Duration::from_secs(5))
+            .expect("worker finished");
+        r.kubelet.handle_event(Event::WorkerDone(uid));
+        assert!(r.fake.sandboxes().is_empty());
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+        assert!(r.kubelet.workers.is_empty());
+        assert!(r.kubelet.pods.is_empty());
+    }
+
+    #[test]
+    fn housekeeping_stops_unwanted_runtime_pods_only_once_sources_are_ready() {
+        let mut r = rig();
+        // A pod left in the runtime by an earlier run whose manifest is gone.
+        let mut cfg = crate::runtime::config::sandbox_config(
+            &pod("gone", "old"),
+            0,
+            std::path::Path::new("/tmp"),
+        );
+        cfg.log_directory.clear();
+        r.fake.run_pod_sandbox(&cfg, "").unwrap();
+        r.cache
+            .update_time(Instant::now(), Arc::new(r.rm.get_pods().unwrap()));
+
+        r.kubelet.handle_event(Event::Housekeeping);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            r.fake.sandboxes().len(),
+            1,
+            "must wait until all sources are seen"
+        );
+
+        r.ready.store(true, Ordering::SeqCst);
+        r.kubelet.handle_event(Event::Housekeeping);
+        let uid = r
+            .done
+            .recv_timeout(Duration::from_secs(5))
+            .expect("orphan removed");
+        assert_eq!(uid, "gone");
+        r.kubelet.handle_event(Event::WorkerDone(uid));
+        assert!(r.fake.sandboxes().is_empty());
+        // The relist from before the removal does not start a second kill.
+        r.kubelet.handle_event(Event::Housekeeping);
+        assert!(r.kubelet.workers.is_empty());
+    }
+}

@@ -1,0 +1,456 @@
+//! The pod lifecycle event generator (upstream `pleg/generic.go`) and the pod
+//! status cache the pod workers read from.
+//!
+//! A relist thread lists all sandboxes and containers every second, diffs
+//! each container's state against the previous relist, and for every pod
+//! that changed re-inspects it into the cache and sends lifecycle events to
+//! the sync loop.
+//!
+//! Assumption, as upstream: a container is not created, exited and removed
+//! all within one relist period; if it is, that change is missed here and the
+//! periodic resync of the pod workers is the safety net.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, tick, Receiver, Sender, TrySendError};
+use log::{debug, warn};
+use parking_lot::{Condvar, Mutex};
+
+use crate::runtime::{ContainerState, PodStatus, RuntimeManager, RuntimePod};
+use crate::thread::{spawn_named, JoinOnDrop};
+
+/// How often the runtime is listed (upstream: 1 s).
+pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// Capacity of the events channel (upstream: 1000). When it is full, a
+/// relist's events are dropped with a log line; the resync catches up.
+pub const EVENTS_CAPACITY: usize = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodLifecycleEventType {
+    ContainerStarted,
+    ContainerDied,
+    ContainerRemoved,
+    ContainerChanged,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLifecycleEvent {
+    pub uid: String,
+    pub kind: PodLifecycleEventType,
+    /// The container (or sandbox) the event is about.
+    pub data: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PlegState {
+    Running,
+    Exited,
+    Unknown,
+    Absent,
+}
+
+fn pleg_state(s: ContainerState) -> PlegState {
+    match s {
+        ContainerState::Running => PlegState::Running,
+        ContainerState::Exited => PlegState::Exited,
+        // Created containers are not acted on yet: treat them as unknown.
+        ContainerState::Created | ContainerState::Unknown => PlegState::Unknown,
+    }
+}
+
+fn state_of(pod: Option<&RuntimePod>, id: &str) -> PlegState {
+    pod.into_iter()
+        .flat_map(|p| p.containers.iter().chain(&p.sandboxes))
+        .find(|c| c.id == id)
+        .map(|c| pleg_state(c.state))
+        .unwrap_or(PlegState::Absent)
+}
+
+/// The events between two relists of one pod.
+pub fn compute_events(
+    uid: &str,
+    old: Option<&RuntimePod>,
+    new: Option<&RuntimePod>,
+) -> Vec<PodLifecycleEvent> {
+    let mut ids: Vec<&str> = Vec::new();
+    for p in [old, new].into_iter().flatten() {
+        for c in p.containers.iter().chain(&p.sandboxes) {
+            if !ids.contains(&c.id.as_str()) {
+                ids.push(&c.id);
+            }
+        }
+    }
+    let mut events = Vec::new();
+    let mut ev = |kind, id: &str| {
+        events.push(PodLifecycleEvent {
+            uid: uid.to_string(),
+            kind,
+            data: id.to_string(),
+        })
+    };
+    for id in ids {
+        let (before, after) = (state_of(old, id), state_of(new, id));
+        if before == after {
+            continue;
+        }
+        use PodLifecycleEventType::*;
+        match after {
+            PlegState::Running => ev(ContainerStarted, id),
+            PlegState::Exited => ev(ContainerDied, id),
+            PlegState::Unknown => ev(ContainerChanged, id),
+            PlegState::Absent => {
+                if before != PlegState::Exited {
+                    ev(ContainerDied, id);
+                }
+                ev(ContainerRemoved, id);
+            }
+        }
+    }
+    events
+}
+
+struct CacheEntry {
+    status: Arc<PodStatus>,
+    error: Option<String>,
+    modified: Instant,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    pods: HashMap<String, CacheEntry>,
+    /// Every entry is at least this fresh (the start of the last relist).
+    timestamp: Option<Instant>,
+    /// The pods found by the last relist, for housekeeping.
+    runtime_pods: Arc<Vec<RuntimePod>>,
+    closed: bool,
+}
+
+/// The pod status cache (upstream `kubecontainer.Cache`). Written by the
+/// relist thread, read by pod workers; `get_newer_than` blocks a worker
+/// until the cache holds a status at least as new as its last sync.
+#[derive(Default)]
+pub struct PodCache {
+    inner: Mutex<CacheInner>,
+    changed: Condvar,
+}
+
+/// A status read from the cache: the status, or why it could not be read.
+pub type CachedStatus = (Arc<PodStatus>, Option<String>);
+
+impl PodCache {
+    pub fn new() -> Arc<Self> {
+        Arc::new(PodCache::default())
+    }
+
+    pub fn get(&self, uid: &str) -> CachedStatus {
+        let inner = self.inner.lock();
+        Self::read(&inner, uid)
+    }
+
+    fn read(inner: &CacheInner, uid: &str) -> CachedStatus {
+        match inner.pods.get(uid) {
+            Some(e) => (e.status.clone(), e.error.clone()),
+            None => (
+                Arc::new(PodStatus {
+                    uid: uid.to_string(),
+                    ..Default::default()
+                }),
+                None,
+            ),
+        }
+    }
+
+    /// Waits until the cache's view of `uid` is newer than `min` (any view
+    /// when `min` is `None` once the first relist finished). `None` once the
+    /// cache is closed.
+    pub fn get_newer_than(&self, uid: &str, min: Option<Instant>) -> Option<CachedStatus> {
+        let mut inner = self.inner.lock();
+        loop {
+            if inner.closed {
+                return None;
+            }
+            let fresh = |t: Instant| min.is_none_or(|m| t >= m);
+            let entry_fresh = inner.pods.get(uid).is_some_and(|e| fresh(e.modified));
+            let global_fresh = inner.timestamp.is_some_and(fresh);
+            if entry_fresh || global_fresh {
+                return Some(Self::read(&inner, uid));
+            }
+            self.changed.wait(&mut inner);
+        }
+    }
+
+    pub fn set(&self, uid: &str, status: PodStatus, error: Option<String>, at: Instant) {
+        let mut inner = self.inner.lock();
+        inner.pods.insert(
+            uid.to_string(),
+            CacheEntry {
+                status: Arc::new(status),
+                error,
+                modified: at,
+            },
+        );
+        drop(inner);
+        self.changed.notify_all();
+    }
+
+    pub fn delete(&self, uid: &str) {
+        self.inner.lock().pods.remove(uid);
+    }
+
+    /// Marks every entry as fresh as of `at` and publishes the relist.
+    pub fn update_time(&self, at: Instant, runtime_pods: Arc<Vec<RuntimePod>>) {
+        let mut inner = self.inner.lock();
+        inner.timestamp = Some(at);
+        inner.runtime_pods = runtime_pods;
+        drop(inner);
+        self.changed.notify_all();
+    }
+
+    /// The pods found by the last relist and when it started.
+    pub fn runtime_pods(&self) -> (Option<Instant>, Arc<Vec<RuntimePod>>) {
+        let inner = self.inner.lock();
+        (inner.timestamp, inner.runtime_pods.clone())
+    }
+
+    /// Wakes every waiter for good (shutdown).
+    pub fn close(&self) {
+        self.inner.lock().closed = true;
+        self.changed.notify_all();
+    }
+}
+
+/// Handle of the relist thread; dropping it stops the thread.
+pub struct Pleg {
+    stop: Option<Sender<()>>,
+    _thread: JoinOnDrop<()>,
+}
+
+impl Pleg {
+    pub fn start(
+        runtime: Arc<RuntimeManager>,
+        cache: Arc<PodCache>,
+        period: Duration,
+        events: Sender<PodLifecycleEvent>,
+    ) -> std::io::Result<Pleg> {
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
+        let actor = Relister {
+            runtime,
+            cache,
+            events,
+            records: HashMap::new(),
+            reinspect: HashSet::new(),
+        };
+        let thread = spawn_named("pleg", move || actor.run(period, stop_rx))?;
+        Ok(Pleg {
+            stop: Some(stop_tx),
+            _thread: thread,
+        })
+    }
+}
+
+impl Drop for Pleg {
+    fn drop(&mut self) {
+        self.stop.take();
+    }
+}
+
+struct Relister {
+    runtime: Arc<RuntimeManager>,
+    cache: Arc<PodCache>,
+    events: Sender<PodLifecycleEvent>,
+    /// The previous relist's view of each pod.
+    records: HashMap<String, RuntimePod>,
+    /// Pods whose inspection failed; tried again on the next relist.
+    reinspect: HashSet<String>,
+}
+
+impl Relister {
+    fn run(mut self, period: Duration, stop: Receiver<()>) {
+        self.relist();
+        let ticker = tick(period);
+        loop {
+            select! {
+                recv(stop) -> _ => return,
+                recv(ticker) -> _ => self.relist(),
+            }
+        }
+    }
+
+    fn relist(&mut self) {
+        let started = Instant::now();
+        let pods = match self.runtime.get_pods() {
+            Ok(p) => p,
+            Err(e) => {
+                warn!("relist: {e}");
+                return;
+            }
+        };
+        let mut current: HashMap<String, RuntimePod> =
+            pods.iter().map(|p| (p.uid.clone(), p.clone())).collect();
+        let mut uids: Vec<String> = current.keys().cloned().collect();
+        uids.extend(
+            self.records
+                .keys()
+                .filter(|u| !current.contains_key(*u))
+                .cloned(),
+        );
+
+        let mut all_events = Vec::new();
+        for uid in &uids {
+            let old = self.records.get(uid);
+            let new = current.get(uid);
+            let events = compute_events(uid, old, new);
+            let changed = !events.is_empty() || self.reinspect.contains(uid);
+            if new.is_none() {
+                // Gone from the runtime: an absent entry reads as an empty status.
+                self.reinspect.remove(uid);
+                self.cache.delete(uid);
+            } else if changed {
+                let (name, namespace) = new
+                    .or(old)
+                    .map(|p| (p.name.clone(), p.namespace.clone()))
+                    .unwrap_or_default();
+                match self.runtime.get_pod_status(uid, &name, &namespace) {
+                    Ok(st) => {
+                        self.reinspect.remove(uid);
+                        self.cache.set(uid, st, None, started);
+                    }
+                    Err(e) => {
+                        warn!("relist: inspect pod {namespace}/{name} ({uid}): {e}");
+                        self.reinspect.insert(uid.clone());
+                        let keep = self.cache.get(uid).0;
+                        self.cache
+                            .set(uid, (*keep).clone(), Some(e.to_string()), started);
+                    }
+                }
+            }
+            all_events.extend(
+                events
+                    .into_iter()
+                    .filter(|e| e.kind != PodLifecycleEventType::ContainerChanged),
+            );
+        }
+        self.records.clear();
+        for uid in uids {
+            if let Some(p) = current.remove(&uid) {
+                self.records.insert(uid, p);
+            }
+        }
+        self.cache.update_time(started, Arc::new(pods));
+
+        for e in all_events {
+            debug!("pleg: {e:?}");
+            match self.events.try_send(e) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    warn!("pleg: event channel full, dropping the rest of this relist's events");
+                    break;
+                }
+                Err(TrySendError::Disconnected(_)) => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::RuntimeContainer;
+    use PodLifecycleEventType::*;
+
+    fn pod(cs: &[(&str, ContainerState)]) -> RuntimePod {
+        RuntimePod {
+            uid: "u".into(),
+            containers: cs
+                .iter()
+                .map(|(id, s)| RuntimeContainer {
+                    id: id.to_string(),
+                    name: id.to_string(),
+                    state: *s,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn kinds(ev: Vec<PodLifecycleEvent>) -> Vec<(PodLifecycleEventType, String)> {
+        ev.into_iter().map(|e| (e.kind, e.data)).collect()
+    }
+
+    #[test]
+    fn diffing_relists() {
+        use ContainerState::*;
+        let a = pod(&[("c1", Running)]);
+        assert_eq!(
+            kinds(compute_events("u", None, Some(&a))),
+            vec![(ContainerStarted, "c1".into())]
+        );
+        assert!(compute_events("u", Some(&a), Some(&a)).is_empty());
+        let b = pod(&[("c1", Exited)]);
+        assert_eq!(
+            kinds(compute_events("u", Some(&a), Some(&b))),
+            vec![(ContainerDied, "c1".into())]
+        );
+        assert_eq!(
+            kinds(compute_events("u", Some(&b), None)),
+            vec![(ContainerRemoved, "c1".into())]
+        );
+        assert_eq!(
+            kinds(compute_events("u", Some(&a), None)),
+            vec![
+                (ContainerDied, "c1".into()),
+                (ContainerRemoved, "c1".into())
+            ]
+        );
+        let c = pod(&[("c1", Exited), ("c2", Created)]);
+        assert_eq!(
+            kinds(compute_events("u", Some(&b), Some(&c))),
+            vec![(ContainerChanged, "c2".into())]
+        );
+        let d = pod(&[("c1", Exited), ("c2", Running)]);
+        assert_eq!(
+            kinds(compute_events("u", Some(&c), Some(&d))),
+            vec![(ContainerStarted, "c2".into())]
+        );
+    }
+
+    #[test]
+    fn cache_blocks_until_newer() {
+        let cache = PodCache::new();
+        let t0 = Instant::now();
+        let c = cache.clone();
+        let waiter = spawn_named("cache-waiter", move || {
+            c.get_newer_than("u", Some(t0)).map(|s| s.0.name.clone())
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!waiter.is_finished());
+        cache.set(
+            "u",
+            PodStatus {
+                name: "p".into(),
+                ..Default::default()
+            },
+            None,
+            Instant::now(),
+        );
+        assert_eq!(waiter.join().unwrap(), Some("p".to_string()));
+
+        // A global timestamp newer than `min` satisfies any pod.
+        let t1 = Instant::now();
+        cache.update_time(Instant::now(), Arc::new(vec![]));
+        assert!(cache.get_newer_than("other", Some(t1)).is_some());
+        // Closing wakes waiters with None.
+        let c = cache.clone();
+        let later = Instant::now() + Duration::from_secs(3600);
+        let waiter = spawn_named("cache-waiter", move || {
+            c.get_newer_than("u", Some(later)).is_none()
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        cache.close();
+        assert!(waiter.join().unwrap());
+    }
+}

@@ -1,0 +1,657 @@
+//! Pod workers (upstream `pod_workers.go`): one named OS thread per pod, the
+//! only place a pod's runtime actions happen.
+//!
+//! The sync loop owns [`PodWorkers`] and hands each pod's worker the latest
+//! desired state through a one-slot mailbox: a new update for a busy worker
+//! replaces the pending one (latest wins), so a worker never replays stale
+//! specs. The worker reads the pod's runtime status from the PLEG cache,
+//! newer than its own last sync, and runs SyncPod.
+//!
+//! A pod's life on its worker:
+//!
+//! ```text
+//!   syncing ──kill──► terminating ──containers and sandbox stopped──►
+//!   terminated ──removed from the runtime──► finished (thread exits)
+//! ```
+//!
+//! Once terminating, a worker takes no more syncs: a UID that was torn down
+//! never starts again. A static pod whose file changed gets a new UID; the
+//! new pod's worker waits until the old one with the same full name has
+//! finished, so two copies of one static pod never run side by side.
+//!
+//! After each sync the worker asks for its next resync through the work
+//! queue: after `sync-frequency` on success, after the remaining back-off
+//! for a crash-looping container, and after 10 s for other errors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use k8s_openapi::api::core::v1::Pod;
+use log::{debug, error, info, warn};
+use parking_lot::{Condvar, Mutex};
+
+use crate::pleg::PodCache;
+use crate::runtime::labels::{pod_full_name, pod_uid};
+use crate::runtime::{RuntimeManager, SyncError};
+use crate::thread::{spawn_named, JoinOnDrop};
+
+/// Delay before retrying a pod whose sync failed (upstream backOffPeriod).
+pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateType {
+    Create,
+    Update,
+    Sync,
+    Kill,
+}
+
+#[derive(Debug, Clone)]
+pub struct PodWork {
+    pub pod: Arc<Pod>,
+    pub update_type: UpdateType,
+    /// Grace period for a kill, overriding the pod's.
+    pub grace_period: Option<i64>,
+}
+
+/// Resync requests from workers, drained by the sync loop's ticker.
+#[derive(Default)]
+pub struct WorkQueue {
+    due: Mutex<HashMap<String, Instant>>,
+}
+
+impl WorkQueue {
+    pub fn enqueue(&self, uid: &str, after: Duration) {
+        self.due
+            .lock()
+            .insert(uid.to_string(), Instant::now() + after);
+    }
+
+    /// The pods whose resync is due now, removed from the queue.
+    pub fn take_ready(&self, now: Instant) -> Vec<String> {
+        let mut due = self.due.lock();
+        let ready: Vec<String> = due
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in &ready {
+            due.remove(u);
+        }
+        ready
+    }
+
+    pub fn forget(&self, uid: &str) {
+        self.due.lock().remove(uid);
+    }
+}
+
+/// Which UID holds each pod full name; a worker waits here for its turn.
+#[derive(Default)]
+struct FullNames {
+    held: Mutex<HashMap<String, String>>,
+    released: Condvar,
+}
+
+impl FullNames {
+    /// Claims `name` for `uid`, waiting while another UID holds it. Returns
+    /// false if `stop` says to give up.
+    fn claim(&self, name: &str, uid: &str, mailbox: &Mailbox) -> bool {
+        let mut held = self.held.lock();
+        loop {
+            match held.get(name) {
+                Some(holder) if holder != uid => {
+                    if mailbox.is_closed() || mailbox.kill_pending() {
+                        return false;
+                    }
+                    self.released
+                        .wait_for(&mut held, Duration::from_millis(200));
+                }
+                _ => {
+                    held.insert(name.to_string(), uid.to_string());
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn release(&self, name: &str, uid: &str) {
+        let mut held = self.held.lock();
+        if held.get(name).is_some_and(|h| h == uid) {
+            held.remove(name);
+        }
+        drop(held);
+        self.released.notify_all();
+    }
+}
+
+/// The one-slot mailbox between the sync loop and a worker.
+struct Mailbox {
+    pending: Mutex<Option<PodWork>>,
+    closed: Mutex<bool>,
+    /// Capacity 1: a full channel means the worker is already woken, and
+    /// the new work simply replaced the pending one.
+    wake: Sender<()>,
+}
+
+impl Mailbox {
+    fn put(&self, work: PodWork) {
+        {
+            let mut p = self.pending.lock();
+            // A kill is never replaced by a sync.
+            if p.as_ref()
+                .is_some_and(|w| w.update_type == UpdateType::Kill)
+                && work.update_type != UpdateType::Kill
+            {
+                return;
+            }
+            *p = Some(work);
+        }
+        match self.wake.try_send(()) {
+            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+        }
+    }
+
+    fn take(&self) -> Option<PodWork> {
+        self.pending.lock().take()
+    }
+
+    fn kill_pending(&self) -> bool {
+        self.pending
+            .lock()
+            .as_ref()
+            .is_some_and(|w| w.update_type == UpdateType::Kill)
+    }
+
+    fn close(&self) {
+        *self.closed.lock() = true;
+        let _ = self.wake.try_send(());
+    }
+
+    fn is_closed(&self) -> bool {
+        *self.closed.lock()
+    }
+}
+
+/// What workers share: the runtime, the cache, the queue and the name registry.
+pub struct Shared {
+    pub runtime: Arc<RuntimeManager>,
+    pub cache: Arc<PodCache>,
+    pub queue: Arc<WorkQueue>,
+    pub resync_interval: Duration,
+    /// A worker sends its pod's UID here when it has finished for good.
+    pub done: Sender<String>,
+    full_names: FullNames,
+}
+
+struct Worker {
+    mailbox: Arc<Mailbox>,
+    terminating: bool,
+    thread: Option<JoinOnDrop<()>>,
+}
+
+/// Owned by the sync loop thread.
+pub struct PodWorkers {
+    shared: Arc<Shared>,
+    workers: HashMap<String, Worker>,
+}
+
+impl PodWorkers {
+    pub fn new(
+        runtime: Arc<RuntimeManager>,
+        cache: Arc<PodCache>,
+        queue: Arc<WorkQueue>,
+        resync_interval: Duration,
+        done: Sender<String>,
+    ) -> Self {
+        PodWorkers {
+            shared: Arc::new(Shared {
+                runtime,
+                cache,
+                queue,
+                resync_interval,
+                done,
+                full_names: FullNames::default(),
+            }),
+            workers: HashMap::new(),
+        }
+    }
+
+    /// Hands `work` to the pod's worker, starting one for a new pod.
+    pub fn update_pod(&mut self, work: PodWork) {
+        let uid = pod_uid(&work.pod).to_string();
+        if let Some(w) = self.workers.get_mut(&uid) {
+            if w.terminating && work.update_type != UpdateType::Kill {
+                debug!(
+                    "pod {}: terminating, update ignored",
+                    pod_full_name(&work.pod)
+                );
+                return;
+            }
+            if work.update_type == UpdateType::Kill {
+                w.terminating = true;
+            }
+            w.mailbox.put(work);
+            return;
+        }
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+        let mailbox = Arc::new(Mailbox {
+            pending: Mutex::new(None),
+            closed: Mutex::new(false),
+            wake: wake_tx,
+        });
+        let terminating = work.update_type == UpdateType::Kill;
+        let name = format!("pod-worker/{}", pod_full_name(&work.pod));
+        mailbox.put(work);
+        let shared = self.shared.clone();
+        let mb = mailbox.clone();
+        let uid2 = uid.clone();
+        let thread = match spawn_named(name, move || run_worker(shared, mb, wake_rx, uid2)) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                error!(
+                    "pod {uid}: cannot start its worker thread: {e}; will retry on the next sync"
+                );
+                self.shared.queue.enqueue(&uid, ERROR_BACKOFF);
+                return;
+            }
+        };
+        self.workers.insert(
+            uid,
+            Worker {
+                mailbox,
+                terminating,
+                thread,
+            },
+        );
+    }
+
+    pub fn is_known(&self, uid: &str) -> bool {
+        self.workers.contains_key(uid)
+    }
+
+    pub fn is_terminating(&self, uid: &str) -> bool {
+        self.workers.get(uid).is_some_and(|w| w.terminating)
+    }
+
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    /// Called by the sync loop when a worker reported that it has finished.
+    pub fn forget(&mut self, uid: &str) {
+        if let Some(mut w) = self.workers.remove(uid) {
+            if let Some(t) = w.thread.take() {
+                // It has sent its last message and is about to return.
+                drop(t);
+            }
+        }
+        self.shared.queue.forget(uid);
+    }
+
+    /// Stops every worker after its current step, waiting up to `within`.
+    /// Containers keep running.
+    pub fn shutdown(&mut self, within: Duration) {
+        for w in self.workers.values() {
+            w.mailbox.close();
+        }
+        let deadline = Instant::now() + within;
+        for (uid, mut w) in self.workers.drain() {
+            if let Some(t) = w.thread.take() {
+                while !t.is_finished() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if t.is_finished() {
+                    drop(t);
+                } else {
+                    warn!("pod {uid}: worker still busy at shutdown, leaving it");
+                    t.detach();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PodWorkers {
+    /// Tells every worker to stop after its current step without waiting:
+    /// a worker may be blocked on the status cache, which only the owner of
+    /// the cache can close (`Kubelet::run` closes it, then calls `shutdown`).
+    fn drop(&mut self) {
+        for (_, mut w) in self.workers.drain() {
+            w.mailbox.close();
+            if let Some(t) = w.thread.take() {
+                t.detach();
+            }
+        }
+    }
+}
+
+fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, uid: String) {
+    let mut last_sync: Option<Instant> = None;
+    let mut claimed: Option<String> = None;
+    let mut last_pod: Option<Arc<Pod>> = None;
+    loop {
+        if wake.recv().is_err() || mailbox.is_closed() {
+            break;
+        }
+        let Some(work) = mailbox.take() else { continue };
+        let full_name = pod_full_name(&work.pod);
+        last_pod = Some(work.pod.clone());
+
+        if work.update_type == UpdateType::Kill {
+            if !terminate(&shared, &mailbox, &work, &uid, &full_name) {
+                break;
+            }
+            if let Some(name) = claimed.take() {
+                shared.full_names.release(&name, &uid);
+            }
+            shared.cache.delete(&uid);
+            let _ = shared.done.send(uid.clone());
+            return;
+        }
+
+        if claimed.is_none() {
+            if !shared.full_names.claim(&full_name, &uid, &mailbox) {
+                // Killed (or shut down) before it ever started: put the kill back.
+                if mailbox.is_closed() {
+                    break;
+                }
+                let _ = mailbox.wake.try_send(());
+                continue;
+            }
+            claimed = Some(full_name.clone());
+        }
+
+        let Some((status, err)) = shared.cache.get_newer_than(&uid, last_sync) else {
+            break;
+        };
+        if let Some(e) = err {
+            warn!("pod {full_name}: status unknown ({e}), will retry");
+            last_sync = Some(Instant::now());
+            shared.queue.enqueue(&uid, ERROR_BACKOFF);
+            continue;
+        }
+        debug!("pod {full_name}: sync ({:?})", work.update_type);
+        let result = shared.runtime.sync_pod(&work.pod, &status);
+        last_sync = Some(Instant::now());
+        match result {
+            Ok(()) => {
+                shared.runtime.prune_dead(&status);
+                shared.queue.enqueue(&uid, shared.resync_interval);
+            }
+            Err(SyncError::BackOff(msg, left)) => {
+                info!("{msg}: next try in {}s", left.as_secs().max(1));
+                shared.queue.enqueue(&uid, left);
+            }
+            Err(e) => {
+                warn!("sync failed: {e}");
+                shared.queue.enqueue(&uid, ERROR_BACKOFF);
+            }
+        }
+    }
+    if let Some(name) = claimed {
+        shared.full_names.release(&name, &uid);
+    }
+    debug!(
+        "pod {}: worker stopped",
+        last_pod.map(|p| pod_full_name(&p)).unwrap_or(uid)
+    );
+}
+
+/// Stops the pod's containers and sandbox and removes them, retrying until it
+/// succeeds (true) or tinylet shuts down (false).
+fn terminate(
+    shared: &Shared,
+    mailbox: &Mailbox,
+    work: &PodWork,
+    uid: &str,
+    full_name: &str,
+) -> bool {
+    info!("pod {full_name}: terminating");
+    let mut delay = Duration::from_millis(500);
+    loop {
+        let pod = &work.pod;
+        let result = shared
+            .runtime
+            .get_pod_status(
+                uid,
+                crate::runtime::labels::pod_name(pod),
+                crate::runtime::labels::pod_namespace(pod),
+            )
+            .and_then(|st| {
+                shared.runtime.kill_pod(pod, &st, work.grace_period)?;
+                Ok(st)
+            })
+            .and_then(|_| {
+                // Inspect again: stopping may have changed what is there.
+                let st = shared.runtime.get_pod_status(
+                    uid,
+                    crate::runtime::labels::pod_name(pod),
+                    crate::runtime::labels::pod_namespace(pod),
+                )?;
+                shared.runtime.remove_pod(uid, &st)
+            });
+        match result {
+            Ok(()) => {
+                info!("pod {full_name}: terminated and removed");
+                return true;
+            }
+            Err(_) if mailbox.is_closed() => return false,
+            Err(e) => {
+                warn!(
+                    "pod {full_name}: terminate: {e}; retrying in {}s",
+                    delay.as_secs_f32()
+                );
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::fake::FakeRuntime;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    const IMAGE: &str = "docker.io/tinylet/busybox:1";
+
+    fn pod(uid: &str, name: &str) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    image: Some(IMAGE.into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+
+    struct Rig {
+        fake: Arc<FakeRuntime>,
+        cache: Arc<PodCache>,
+        workers: PodWorkers,
+        done: Receiver<String>,
+        queue: Arc<WorkQueue>,
+    }
+
+    fn rig() -> Rig {
+        let fake = Arc::new(FakeRuntime::with_images(&[IMAGE]));
+        let dir = std::env::temp_dir().join(format!(
+            "tinylet-pw-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let rm = Arc::new(RuntimeManager::new(
+            fake.clone(),
+            fake.clone(),
+            dir.clone(),
+            dir.join("logs"),
+        ));
+        let cache = PodCache::new();
+        cache.update_time(Instant::now(), Arc::new(vec![]));
+        let queue = Arc::new(WorkQueue::default());
+        let (done_tx, done) = crossbeam_channel::bounded(16);
+        let workers = PodWorkers::new(
+            rm,
+            cache.clone(),
+            queue.clone(),
+            Duration::from_secs(60),
+            done_tx,
+        );
+        Rig {
+            fake,
+            cache,
+            workers,
+            done,
+            queue,
+        }
+    }
+
+    fn wait(what: &str, f: impl Fn() -> bool) {
+        let end = Instant::now() + Duration::from_secs(5);
+        while !f() {
+            assert!(Instant::now() < end, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn create_runs_sandbox_and_container_then_kill_removes_them() {
+        let mut r = rig();
+        let p = pod("u1", "web");
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait("container start", || r.fake.count("StartContainer") == 1);
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+        assert!(r.workers.is_known("u1"));
+
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Kill,
+            grace_period: Some(0),
+        });
+        assert!(r.workers.is_terminating("u1"));
+        // Syncs after a kill are ignored.
+        r.workers.update_pod(PodWork {
+            pod: p,
+            update_type: UpdateType::Sync,
+            grace_period: None,
+        });
+        let uid = r.done.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(uid, "u1");
+        r.workers.forget(&uid);
+        assert!(r.fake.sandboxes().is_empty());
+        assert!(r.fake.containers().is_empty());
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+        assert!(r.workers.is_empty());
+    }
+
+    #[test]
+    fn a_new_uid_with_the_same_name_waits_for_the_old_one() {
+        let mut r = rig();
+        let old = pod("old", "web");
+        r.workers.update_pod(PodWork {
+            pod: old.clone(),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait("old start", || r.fake.count("StartContainer") == 1);
+        // Stopping fails for a while, so the old pod stays terminating.
+        r.fake.fail_next("StopContainer", 2);
+        r.workers.update_pod(PodWork {
+            pod: old,
+            update_type: UpdateType::Kill,
+            grace_period: Some(0),
+        });
+        r.workers.update_pod(PodWork {
+            pod: pod("new", "web"),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            r.fake.count("RunPodSandbox"),
+            1,
+            "new pod must wait for the old one"
+        );
+        assert_eq!(r.done.recv_timeout(Duration::from_secs(10)).unwrap(), "old");
+        r.workers.forget("old");
+        r.cache.update_time(Instant::now(), Arc::new(vec![]));
+        wait("new start", || r.fake.count("RunPodSandbox") == 2);
+        wait("new container", || r.fake.count("StartContainer") == 2);
+        let live: Vec<_> = r
+            .fake
+            .sandboxes()
+            .into_iter()
+            .map(|s| s.metadata.uid.clone())
+            .collect();
+        assert_eq!(live, vec!["new".to_string()]);
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn failed_sync_is_requeued_and_resync_scheduled() {
+        let mut r = rig();
+        r.fake.fail_next("RunPodSandbox", 1);
+        r.workers.update_pod(PodWork {
+            pod: pod("u2", "db"),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait("requeue after error", || !r.queue.due.lock().is_empty());
+        let due = *r.queue.due.lock().get("u2").unwrap();
+        assert!(due > Instant::now() + Duration::from_secs(5));
+        assert!(r.queue.take_ready(Instant::now()).is_empty());
+        assert_eq!(r.queue.take_ready(due), vec!["u2".to_string()]);
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn latest_update_wins() {
+        let mb = Mailbox {
+            pending: Mutex::new(None),
+            closed: Mutex::new(false),
+            wake: crossbeam_channel::bounded(1).0,
+        };
+        for t in [UpdateType::Create, UpdateType::Update, UpdateType::Sync] {
+            mb.put(PodWork {
+                pod: pod("u", "a"),
+                update_type: t,
+                grace_period: None,
+            });
+        }
+        assert_eq!(mb.take().unwrap().update_type, UpdateType::Sync);
+        mb.put(PodWork {
+            pod: pod("u", "a"),
+            update_type: UpdateType::Kill,
+            grace_period: None,
+        });
+        mb.put(PodWork {
+            pod: pod("u", "a"),
+            update_type: UpdateType::Update,
+            grace_period: None,
+        });
+        assert_eq!(mb.take().unwrap().update_type, UpdateType::Kill);
+    }
+}

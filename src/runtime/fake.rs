@@ -1,0 +1,373 @@
+//! An in-process fake of the CRI services for unit tests: keeps sandboxes,
+//! containers and images in memory with the runtime's semantics, records
+//! every call, and can fail the next calls of a method.
+
+use std::collections::HashMap;
+
+use grpcio::RpcStatusCode;
+use parking_lot::Mutex;
+use protobuf::{EnumOrUnknown, MessageField};
+
+use crate::cri::{api, CriError, ImageService, RuntimeService};
+
+#[derive(Default)]
+struct State {
+    next_id: u64,
+    clock: i64,
+    sandboxes: Vec<(api::PodSandboxConfig, api::PodSandboxStatus)>,
+    containers: Vec<(String, api::ContainerStatus)>,
+    images: Vec<String>,
+    calls: Vec<String>,
+    fail: HashMap<String, usize>,
+}
+
+#[derive(Default)]
+pub struct FakeRuntime {
+    state: Mutex<State>,
+}
+
+fn not_found(method: &'static str, what: &str) -> CriError {
+    CriError::status(
+        method,
+        "fake",
+        RpcStatusCode::NOT_FOUND,
+        format!("{what} not found"),
+    )
+}
+
+fn selected(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+impl FakeRuntime {
+    pub fn with_images(images: &[&str]) -> Self {
+        let f = FakeRuntime::default();
+        f.state.lock().images = images.iter().map(|s| s.to_string()).collect();
+        f
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.state.lock().calls.clone()
+    }
+
+    pub fn count(&self, method: &str) -> usize {
+        self.state
+            .lock()
+            .calls
+            .iter()
+            .filter(|c| c.as_str() == method)
+            .count()
+    }
+
+    pub fn clear_calls(&self) {
+        self.state.lock().calls.clear();
+    }
+
+    /// The next `n` calls of `method` fail with UNAVAILABLE.
+    pub fn fail_next(&self, method: &str, n: usize) {
+        self.state.lock().fail.insert(method.into(), n);
+    }
+
+    /// Makes a running container exit with `code`.
+    pub fn exit_container(&self, id: &str, code: i32) {
+        let mut s = self.state.lock();
+        s.clock += 1_000_000_000;
+        let now = s.clock;
+        if let Some((_, c)) = s.containers.iter_mut().find(|(_, c)| c.id == id) {
+            c.state = EnumOrUnknown::new(api::ContainerState::CONTAINER_EXITED);
+            c.exit_code = code;
+            c.finished_at = now;
+        }
+    }
+
+    pub fn containers(&self) -> Vec<api::ContainerStatus> {
+        self.state
+            .lock()
+            .containers
+            .iter()
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+
+    pub fn sandboxes(&self) -> Vec<api::PodSandboxStatus> {
+        self.state
+            .lock()
+            .sandboxes
+            .iter()
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+
+    fn begin(&self, method: &'static str) -> Result<parking_lot::MutexGuard<'_, State>, CriError> {
+        let mut s = self.state.lock();
+        s.calls.push(method.to_string());
+        s.clock += 1_000_000;
+        if let Some(n) = s.fail.get_mut(method) {
+            if *n > 0 {
+                *n -= 1;
+                return Err(CriError::status(
+                    method,
+                    "fake",
+                    RpcStatusCode::UNAVAILABLE,
+                    "injected failure",
+                ));
+            }
+        }
+        Ok(s)
+    }
+}
+
+impl RuntimeService for FakeRuntime {
+    fn version(&self) -> Result<api::VersionResponse, CriError> {
+        drop(self.begin("Version")?);
+        let mut v = api::VersionResponse::new();
+        v.runtime_name = "fake".into();
+        Ok(v)
+    }
+
+    fn status(&self) -> Result<api::StatusResponse, CriError> {
+        drop(self.begin("Status")?);
+        Ok(api::StatusResponse::new())
+    }
+
+    fn run_pod_sandbox(
+        &self,
+        config: &api::PodSandboxConfig,
+        _h: &str,
+    ) -> Result<String, CriError> {
+        let mut s = self.begin("RunPodSandbox")?;
+        s.next_id += 1;
+        let id = format!("sandbox-{}", s.next_id);
+        let mut st = api::PodSandboxStatus::new();
+        st.id = id.clone();
+        st.metadata = config.metadata.clone();
+        st.state = EnumOrUnknown::new(api::PodSandboxState::SANDBOX_READY);
+        st.created_at = s.clock;
+        st.labels = config.labels.clone();
+        st.annotations = config.annotations.clone();
+        let mut net = api::PodSandboxNetworkStatus::new();
+        net.ip = format!("10.88.0.{}", s.next_id);
+        st.network = MessageField::some(net);
+        let mut linux = api::LinuxPodSandboxStatus::new();
+        let mut ns = api::Namespace::new();
+        ns.options = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|sc| sc.namespace_options.as_ref())
+            .cloned()
+            .into();
+        linux.namespaces = MessageField::some(ns);
+        st.linux = MessageField::some(linux);
+        s.sandboxes.push((config.clone(), st));
+        Ok(id)
+    }
+
+    fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut s = self.begin("StopPodSandbox")?;
+        let now = s.clock;
+        if !s.sandboxes.iter().any(|(_, st)| st.id == id) {
+            return Err(not_found("StopPodSandbox", id));
+        }
+        for (_, st) in s.sandboxes.iter_mut().filter(|(_, st)| st.id == id) {
+            st.state = EnumOrUnknown::new(api::PodSandboxState::SANDBOX_NOTREADY);
+        }
+        for (_, c) in s.containers.iter_mut().filter(|(sb, _)| sb == id) {
+            if c.state.enum_value() == Ok(api::ContainerState::CONTAINER_RUNNING) {
+                c.state = EnumOrUnknown::new(api::ContainerState::CONTAINER_EXITED);
+                c.exit_code = 137;
+                c.finished_at = now;
+            }
+        }
+        Ok(())
+    }
+
+    fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut s = self.begin("RemovePodSandbox")?;
+        s.sandboxes.retain(|(_, st)| st.id != id);
+        s.containers.retain(|(sb, _)| sb != id);
+        Ok(())
+    }
+
+    fn pod_sandbox_status(&self, id: &str) -> Result<api::PodSandboxStatus, CriError> {
+        let s = self.begin("PodSandboxStatus")?;
+        s.sandboxes
+            .iter()
+            .find(|(_, st)| st.id == id)
+            .map(|(_, st)| st.clone())
+            .ok_or_else(|| not_found("PodSandboxStatus", id))
+    }
+
+    fn list_pod_sandbox(
+        &self,
+        filter: Option<api::PodSandboxFilter>,
+    ) -> Result<Vec<api::PodSandbox>, CriError> {
+        let s = self.begin("ListPodSandbox")?;
+        let sel = filter.map(|f| f.label_selector).unwrap_or_default();
+        Ok(s.sandboxes
+            .iter()
+            .filter(|(_, st)| selected(&st.labels, &sel))
+            .map(|(_, st)| {
+                let mut p = api::PodSandbox::new();
+                p.id = st.id.clone();
+                p.metadata = st.metadata.clone();
+                p.state = st.state;
+                p.created_at = st.created_at;
+                p.labels = st.labels.clone();
+                p.annotations = st.annotations.clone();
+                p
+            })
+            .collect())
+    }
+
+    fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: &api::ContainerConfig,
+        _sc: &api::PodSandboxConfig,
+    ) -> Result<String, CriError> {
+        let mut s = self.begin("CreateContainer")?;
+        if !s.sandboxes.iter().any(|(_, st)| st.id == sandbox_id) {
+            return Err(not_found("CreateContainer", sandbox_id));
+        }
+        let image = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        if !s.images.contains(&image) {
+            return Err(CriError::status(
+                "CreateContainer",
+                "fake",
+                RpcStatusCode::NOT_FOUND,
+                format!("image {image} not found"),
+            ));
+        }
+        s.next_id += 1;
+        let id = format!("container-{}", s.next_id);
+        let mut st = api::ContainerStatus::new();
+        st.id = id.clone();
+        st.metadata = config.metadata.clone();
+        st.state = EnumOrUnknown::new(api::ContainerState::CONTAINER_CREATED);
+        st.created_at = s.clock;
+        st.image = config.image.clone();
+        st.labels = config.labels.clone();
+        st.annotations = config.annotations.clone();
+        s.containers.push((sandbox_id.to_string(), st));
+        Ok(id)
+    }
+
+    fn start_container(&self, id: &str) -> Result<(), CriError> {
+        let mut s = self.begin("StartContainer")?;
+        let now = s.clock;
+        let c = s
+            .containers
+            .iter_mut()
+            .find(|(_, c)| c.id == id)
+            .ok_or_else(|| not_found("StartContainer", id))?;
+        c.1.state = EnumOrUnknown::new(api::ContainerState::CONTAINER_RUNNING);
+        c.1.started_at = now;
+        Ok(())
+    }
+
+    fn stop_container(&self, id: &str, _t: i64) -> Result<(), CriError> {
+        let mut s = self.begin("StopContainer")?;
+        let now = s.clock;
+        let c = s
+            .containers
+            .iter_mut()
+            .find(|(_, c)| c.id == id)
+            .ok_or_else(|| not_found("StopContainer", id))?;
+        if c.1.state.enum_value() == Ok(api::ContainerState::CONTAINER_RUNNING) {
+            c.1.state = EnumOrUnknown::new(api::ContainerState::CONTAINER_EXITED);
+            c.1.exit_code = 143;
+            c.1.finished_at = now;
+        }
+        Ok(())
+    }
+
+    fn remove_container(&self, id: &str) -> Result<(), CriError> {
+        let mut s = self.begin("RemoveContainer")?;
+        s.containers.retain(|(_, c)| c.id != id);
+        Ok(())
+    }
+
+    fn list_containers(
+        &self,
+        filter: Option<api::ContainerFilter>,
+    ) -> Result<Vec<api::Container>, CriError> {
+        let s = self.begin("ListContainers")?;
+        let sel = filter.map(|f| f.label_selector).unwrap_or_default();
+        Ok(s.containers
+            .iter()
+            .filter(|(_, c)| selected(&c.labels, &sel))
+            .map(|(sb, c)| {
+                let mut x = api::Container::new();
+                x.id = c.id.clone();
+                x.pod_sandbox_id = sb.clone();
+                x.metadata = c.metadata.clone();
+                x.state = c.state;
+                x.created_at = c.created_at;
+                x.labels = c.labels.clone();
+                x.annotations = c.annotations.clone();
+                x
+            })
+            .collect())
+    }
+
+    fn container_status(&self, id: &str) -> Result<api::ContainerStatus, CriError> {
+        let s = self.begin("ContainerStatus")?;
+        s.containers
+            .iter()
+            .find(|(_, c)| c.id == id)
+            .map(|(_, c)| c.clone())
+            .ok_or_else(|| not_found("ContainerStatus", id))
+    }
+}
+
+impl ImageService for FakeRuntime {
+    fn list_images(&self, _f: Option<api::ImageFilter>) -> Result<Vec<api::Image>, CriError> {
+        let s = self.begin("ListImages")?;
+        Ok(s.images
+            .iter()
+            .map(|i| {
+                let mut img = api::Image::new();
+                img.id = i.clone();
+                img
+            })
+            .collect())
+    }
+
+    fn image_status(&self, image: &api::ImageSpec) -> Result<Option<api::Image>, CriError> {
+        let s = self.begin("ImageStatus")?;
+        Ok(s.images.iter().find(|i| **i == image.image).map(|i| {
+            let mut img = api::Image::new();
+            img.id = i.clone();
+            img
+        }))
+    }
+
+    fn pull_image(
+        &self,
+        image: &api::ImageSpec,
+        _a: Option<&api::AuthConfig>,
+        _s: Option<&api::PodSandboxConfig>,
+    ) -> Result<String, CriError> {
+        let _s = self.begin("PullImage")?;
+        Err(CriError::status(
+            "PullImage",
+            "fake",
+            RpcStatusCode::UNKNOWN,
+            format!(
+                "failed to resolve reference {:?}: no registry reachable",
+                image.image
+            ),
+        ))
+    }
+
+    fn remove_image(&self, image: &api::ImageSpec) -> Result<(), CriError> {
+        let mut s = self.begin("RemoveImage")?;
+        s.images.retain(|i| *i != image.image);
+        Ok(())
+    }
+}
