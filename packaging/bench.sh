@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds tinylet for release and runs the pod start benchmark
+# (benches/pod_start.rs) against a private containerd, printing a table of
+# pod start and removal times beside containerd's own floor and the upstream
+# kubelet's numbers, tinylet's footprint, and the targets. Needs root.
+#
+#   bash packaging/bench.sh                  # the full run, about 6-8 minutes
+#   bash packaging/bench.sh --quick          # a smoke run, about 2 minutes
+#   bash packaging/bench.sh --host-network   # also the host-network cases
+#   bash packaging/bench.sh --max-pods 0     # skip the RSS point at 110 pods
+#
+# Other options are passed to the benchmark (see its header). The machine
+# should be otherwise idle: pod starts are CPU-bound, so anything else
+# running shows up in the numbers (the table prints the load average).
+#
+# Environment: CARGO_TARGET_DIR (default /var/cache/tinylet/target),
+# TINYLET_BIN (default $CARGO_TARGET_DIR/release/tinylet).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+die() { echo "bench.sh: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (it runs a private containerd)"
+bash packaging/deps.sh
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/tinylet/target}
+mkdir -p "$CARGO_TARGET_DIR"
+echo "bench.sh: cargo build --release (target dir $CARGO_TARGET_DIR)" >&2
+cargo build --release
+export TINYLET_BIN=${TINYLET_BIN:-$CARGO_TARGET_DIR/release/tinylet}
+[ -x "$TINYLET_BIN" ] || die "no tinylet binary at $TINYLET_BIN"
+
+# The benchmark starts and stops this containerd itself; the trap only
+# cleans up after an interrupted run. Unix socket paths must stay short.
+ctd_dir=/tmp/tl-bench.$$
+cleanup() {
+    if [ -e "$ctd_dir/containerd.pid" ]; then
+        bash packaging/containerd-private.sh stop "$ctd_dir" >&2 || true
+    fi
+    if [ -d "$ctd_dir" ] && ! grep -qF " $ctd_dir" /proc/self/mountinfo; then
+        rm -rf "$ctd_dir"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "bench.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) before the run" >&2
+cargo bench --bench pod_start -- --containerd-dir "$ctd_dir" "$@"

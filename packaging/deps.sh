@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs what building and testing tinylet needs on Debian (bookworm), as
+# root. Idempotent: when everything is present it only checks, and it runs
+# `apt-get update` only when a package is missing.
+#
+#   build:  cmake g++ make pkg-config (grpcio-sys builds gRPC's C core)
+#   tests:  containerd runc containernetworking-plugins busybox-static
+#           iproute2 iptables util-linux (a private containerd with CNI and
+#           locally built busybox images; see containerd-private.sh)
+# The Rust toolchain itself is expected from rustup.
+set -euo pipefail
+
+die() { echo "deps.sh: $*" >&2; exit 1; }
+
+packages=(
+    ca-certificates
+    cmake g++ make pkg-config
+    containerd runc containernetworking-plugins busybox-static
+    iproute2 iptables util-linux tar coreutils
+)
+
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+missing=()
+for p in "${packages[@]}"; do
+    installed "$p" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || die "missing packages ${missing[*]}; run this script as root to install them"
+    command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get: install them by hand"
+    echo "deps.sh: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# rustup installs into ~/.cargo/bin, which a non-login shell may not have.
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+command -v cargo >/dev/null ||
+    die "cargo not found: install the Rust toolchain with rustup (https://rustup.rs) and put ~/.cargo/bin on PATH"
+
+# grpcio-sys does not build with GCC 14 or newer (tikv/grpc-rs#666).
+gcc_major=$(g++ -dumpversion 2>/dev/null | cut -d. -f1)
+if [ -n "$gcc_major" ] && [ "$gcc_major" -ge 14 ]; then
+    echo "deps.sh: warning: g++ $gcc_major found; grpcio-sys 0.13 is known to fail with GCC >= 14" >&2
+fi
+echo "deps.sh: dependencies present" >&2

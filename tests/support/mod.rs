@@ -1,0 +1,4 @@
+//! Helpers shared by the integration tests.
+
+pub mod containerd;
+pub mod fake_cri;
