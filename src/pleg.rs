@@ -139,6 +139,15 @@ pub struct PodCache {
 /// A status read from the cache: the status, or why it could not be read.
 pub type CachedStatus = (Arc<PodStatus>, Option<String>);
 
+/// How a wait for a fresh status ended.
+pub enum Wait {
+    Fresh(CachedStatus),
+    /// The caller's abort condition held (e.g. a kill arrived).
+    Aborted,
+    /// The cache was closed (shutdown).
+    Closed,
+}
+
 impl PodCache {
     pub fn new() -> Arc<Self> {
         Arc::new(PodCache::default())
@@ -166,19 +175,42 @@ impl PodCache {
     /// when `min` is `None` once the first relist finished). `None` once the
     /// cache is closed.
     pub fn get_newer_than(&self, uid: &str, min: Option<Instant>) -> Option<CachedStatus> {
+        match self.wait_newer_than(uid, min, &|| false) {
+            Wait::Fresh(s) => Some(s),
+            Wait::Aborted | Wait::Closed => None,
+        }
+    }
+
+    /// Like `get_newer_than`, but gives up when `abort` says so; `abort` is
+    /// checked whenever the cache changes or [`PodCache::interrupt`] is called.
+    pub fn wait_newer_than(
+        &self,
+        uid: &str,
+        min: Option<Instant>,
+        abort: &dyn Fn() -> bool,
+    ) -> Wait {
         let mut inner = self.inner.lock();
         loop {
             if inner.closed {
-                return None;
+                return Wait::Closed;
             }
             let fresh = |t: Instant| min.is_none_or(|m| t >= m);
             let entry_fresh = inner.pods.get(uid).is_some_and(|e| fresh(e.modified));
             let global_fresh = inner.timestamp.is_some_and(fresh);
             if entry_fresh || global_fresh {
-                return Some(Self::read(&inner, uid));
+                return Wait::Fresh(Self::read(&inner, uid));
+            }
+            if abort() {
+                return Wait::Aborted;
             }
             self.changed.wait(&mut inner);
         }
+    }
+
+    /// Wakes every waiter to re-check its abort condition.
+    pub fn interrupt(&self) {
+        let _guard = self.inner.lock();
+        self.changed.notify_all();
     }
 
     pub fn set(&self, uid: &str, status: PodStatus, error: Option<String>, at: Instant) {
@@ -442,6 +474,23 @@ mod tests {
         let t1 = Instant::now();
         cache.update_time(Instant::now(), Arc::new(vec![]));
         assert!(cache.get_newer_than("other", Some(t1)).is_some());
+        // An interrupt wakes a waiter whose abort condition now holds.
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (c, f) = (cache.clone(), flag.clone());
+        let later = Instant::now() + Duration::from_secs(3600);
+        let waiter = spawn_named("cache-waiter", move || {
+            matches!(
+                c.wait_newer_than("u", Some(later), &|| f
+                    .load(std::sync::atomic::Ordering::SeqCst)),
+                Wait::Aborted
+            )
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!waiter.is_finished());
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        cache.interrupt();
+        assert!(waiter.join().unwrap());
         // Closing wakes waiters with None.
         let c = cache.clone();
         let later = Instant::now() + Duration::from_secs(3600);

@@ -32,7 +32,7 @@ use k8s_openapi::api::core::v1::Pod;
 use log::{debug, error, info, warn};
 use parking_lot::{Condvar, Mutex};
 
-use crate::pleg::PodCache;
+use crate::pleg::{PodCache, Wait};
 use crate::runtime::labels::{pod_full_name, pod_uid};
 use crate::runtime::{RuntimeManager, SyncError};
 use crate::thread::{spawn_named, JoinOnDrop};
@@ -230,10 +230,13 @@ impl PodWorkers {
                 );
                 return;
             }
-            if work.update_type == UpdateType::Kill {
-                w.terminating = true;
-            }
+            let kill = work.update_type == UpdateType::Kill;
+            w.terminating |= kill;
             w.mailbox.put(work);
+            if kill {
+                // The worker may be waiting for a fresh status; let it see the kill.
+                self.shared.cache.interrupt();
+            }
             return;
         }
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
@@ -368,8 +371,17 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             claimed = Some(full_name.clone());
         }
 
-        let Some((status, err)) = shared.cache.get_newer_than(&uid, last_sync) else {
-            break;
+        // A kill that arrives meanwhile must not wait for the next relist.
+        let (status, err) = match shared
+            .cache
+            .wait_newer_than(&uid, last_sync, &|| mailbox.kill_pending())
+        {
+            Wait::Fresh(s) => s,
+            Wait::Aborted => {
+                let _ = mailbox.wake.try_send(());
+                continue;
+            }
+            Wait::Closed => break,
         };
         if let Some(e) = err {
             warn!("pod {full_name}: status unknown ({e}), will retry");
@@ -565,6 +577,33 @@ mod tests {
         assert!(r.fake.containers().is_empty());
         assert_eq!(r.fake.count("RunPodSandbox"), 1);
         assert!(r.workers.is_empty());
+    }
+
+    #[test]
+    fn a_kill_does_not_wait_for_the_next_relist() {
+        let mut r = rig();
+        let p = pod("u3", "web");
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait("container start", || r.fake.count("StartContainer") == 1);
+        // This sync waits for a status newer than the first sync, which
+        // never comes: there is no relist in this test.
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Sync,
+            grace_period: None,
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        r.workers.update_pod(PodWork {
+            pod: p,
+            update_type: UpdateType::Kill,
+            grace_period: Some(0),
+        });
+        assert_eq!(r.done.recv_timeout(Duration::from_secs(2)).unwrap(), "u3");
+        assert!(r.fake.sandboxes().is_empty());
     }
 
     #[test]
