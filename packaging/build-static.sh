@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds tinylet as one static, stripped binary for copying onto an
+# appliance: glibc linked statically (static-pie), gRPC's C core and the C++
+# runtime included. Prints its path and size.
+#
+#   bash packaging/build-static.sh        # -> $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/tinylet
+#
+# RUSTFLAGS differ from a normal build, so the first run rebuilds gRPC's C
+# core (several minutes); later runs reuse the target dir.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash packaging/deps.sh
+if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/tinylet/target}
+target=$(rustc -vV | sed -n 's/^host: //p')
+RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" cargo build --release --target "$target"
+bin="$CARGO_TARGET_DIR/$target/release/tinylet"
+file "$bin" 2>/dev/null || true
+if ldd "$bin" >/dev/null 2>&1; then
+    echo "build-static.sh: $bin is dynamically linked" >&2
+    exit 1
+fi
+size=$(stat -c %s "$bin")
+awk -v b="$bin" -v s="$size" 'BEGIN { printf "build-static.sh: %s: %d bytes (%.1f MiB), statically linked\n", b, s, s / 1048576 }'
