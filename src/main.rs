@@ -9,7 +9,10 @@ use anyhow::{bail, Context};
 use crossbeam_channel::{bounded, Receiver};
 use log::{error, info, warn};
 
-use tinylet::config::{FileSource, NotificationMode, PodConfig, FILE_SOURCE};
+use tinylet::config::{
+    load_checkpoints, FileSource, HttpSource, NotificationMode, PodConfig, API_SOURCE, FILE_SOURCE,
+    HTTP_SOURCE,
+};
 use tinylet::cri::RemoteRuntime;
 use tinylet::kubelet::{Inputs, Kubelet};
 use tinylet::options::{parse_args, Command, Options, USAGE};
@@ -20,7 +23,7 @@ use tinylet::thread::spawn_named;
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
-        Ok(Command::Run(o)) => o,
+        Ok(Command::Run(o)) => *o,
         Ok(Command::Help) => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -52,8 +55,11 @@ fn init_logging(verbosity: u8) {
     };
     env_logger::Builder::new()
         .filter_level(level)
-        // Keep gRPC's own chatter out unless asked for.
+        // Keep gRPC's and the HTTP client's own chatter out unless asked for.
         .filter_module("grpcio", log::LevelFilter::Warn)
+        .filter_module("ureq", log::LevelFilter::Warn)
+        .filter_module("ureq_proto", log::LevelFilter::Warn)
+        .filter_module("rustls", log::LevelFilter::Warn)
         .parse_env("RUST_LOG")
         .format_timestamp_millis()
         .init();
@@ -175,6 +181,12 @@ fn connect_runtime(opts: &Options, stop: &Receiver<()>) -> anyhow::Result<Option
 
 fn run(opts: Options) -> anyhow::Result<()> {
     let started = Instant::now();
+    if let Some(file) = &opts.config_file {
+        info!("configuration file {}", file.display());
+        for field in &opts.ignored_config_fields {
+            log::debug!("--config {}: ignoring field {field}", file.display());
+        }
+    }
     let node = node_name(&opts)?;
     if let Some(p) = &opts.pod_manifest_path {
         check_manifest_path(p)?;
@@ -202,6 +214,29 @@ fn run(opts: Options) -> anyhow::Result<()> {
     let cache = PodCache::new();
     let (pleg_tx, pleg_rx) = bounded(EVENTS_CAPACITY);
     let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+    // Checkpointed API pods come first, before any source can speak. They
+    // neither register nor mark the API source: housekeeping waits for the
+    // sources configured below, and the API source (once there is one)
+    // decides about them with its first SET.
+    if let Some(dir) = &opts.bootstrap_checkpoint_path {
+        match load_checkpoints(dir) {
+            Ok(found) if !found.pods.is_empty() => {
+                warn!(
+                    "restoring {} pod(s) from checkpoints in {}; no API source is configured, \
+                     so nothing will update or remove them",
+                    found.pods.len(),
+                    dir.display()
+                );
+                config.restore(API_SOURCE, found.pods);
+            }
+            Ok(_) => {}
+            Err(e) => error!(
+                "--bootstrap-checkpoint-path {}: cannot list checkpoints: {e}; none restored",
+                dir.display()
+            ),
+        }
+    }
+    // The sources housekeeping waits for: every one configured here.
     let mut sources: Vec<&'static str> = Vec::new();
     let _file_source = match &opts.pod_manifest_path {
         Some(path) => {
@@ -214,6 +249,22 @@ fn run(opts: Options) -> anyhow::Result<()> {
                     config.channel(FILE_SOURCE),
                 )
                 .with_context(|| format!("starting the file source for {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    let _http_source = match &opts.manifest_url {
+        Some(url) => {
+            sources.push(HTTP_SOURCE);
+            Some(
+                HttpSource::start(
+                    url.clone(),
+                    opts.manifest_url_headers.clone(),
+                    node.clone(),
+                    opts.http_check_frequency,
+                    config.channel(HTTP_SOURCE),
+                )
+                .with_context(|| format!("--manifest-url {url}"))?,
             )
         }
         None => None,

@@ -1,10 +1,17 @@
-//! Command-line flags, named like the upstream kubelet's, and their parsing.
+//! Command-line flags, named like the upstream kubelet's, and their parsing,
+//! plus the subset of the kubelet's configuration file (`--config`) that
+//! tinylet understands.
 //!
 //! Accepts `--flag value`, `--flag=value` and, as the kubelet does, a single
-//! dash (`-v 4`). Durations use Go's syntax (`20s`, `1m30s`, `500ms`).
+//! dash (`-v 4`). Durations use Go's syntax (`20s`, `1m30s`, `500ms`). Flags
+//! given on the command line override the configuration file, as upstream.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::config::decode::parse_object;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
@@ -14,6 +21,17 @@ pub struct Options {
     pub root_dir: PathBuf,
     pub pod_logs_dir: PathBuf,
     pub file_check_frequency: Duration,
+    /// Where pods are polled from (`--manifest-url`).
+    pub manifest_url: Option<String>,
+    /// Headers sent with every manifest URL request, in order.
+    pub manifest_url_headers: Vec<(String, String)>,
+    pub http_check_frequency: Duration,
+    /// Checkpointed API pods restored at start (`--bootstrap-checkpoint-path`).
+    pub bootstrap_checkpoint_path: Option<PathBuf>,
+    /// The configuration file read (`--config`).
+    pub config_file: Option<PathBuf>,
+    /// Fields of the configuration file that tinylet does not use.
+    pub ignored_config_fields: Vec<String>,
     pub sync_frequency: Duration,
     pub runtime_request_timeout: Duration,
     pub verbosity: u8,
@@ -28,6 +46,12 @@ impl Default for Options {
             root_dir: PathBuf::from("/var/lib/tinylet"),
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             file_check_frequency: Duration::from_secs(20),
+            manifest_url: None,
+            manifest_url_headers: Vec::new(),
+            http_check_frequency: Duration::from_secs(20),
+            bootstrap_checkpoint_path: None,
+            config_file: None,
+            ignored_config_fields: Vec::new(),
             sync_frequency: Duration::from_secs(60),
             runtime_request_timeout: Duration::from_secs(120),
             verbosity: 0,
@@ -38,7 +62,7 @@ impl Default for Options {
 /// What the command line asks for.
 #[derive(Debug, PartialEq)]
 pub enum Command {
-    Run(Options),
+    Run(Box<Options>),
     Help,
     Version,
 }
@@ -49,8 +73,15 @@ tinylet: a small Kubernetes node agent
 Usage: tinylet [flags]
 
 Flags:
+  --config file                        kubelet configuration file (KubeletConfiguration
+                                       v1beta1; flags override it)
   --container-runtime-endpoint string  CRI endpoint (default unix:///run/containerd/containerd.sock)
   --pod-manifest-path string           directory (or file) of static pod manifests
+  --manifest-url string                URL to poll for static pods (one Pod or a PodList)
+  --manifest-url-header 'Name:value'   header for --manifest-url requests; repeatable,
+                                       or comma-separated pairs
+  --http-check-frequency duration      how often the manifest URL is polled (default 20s)
+  --bootstrap-checkpoint-path string   directory of API pod checkpoints restored at start
   --hostname-override string           node name to use instead of the hostname
   --root-dir string                    directory for tinylet's state (default /var/lib/tinylet)
   --pod-logs-dir string                root of container log directories (default /var/log/pods)
@@ -97,8 +128,25 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(total))
 }
 
+/// Parses `--manifest-url-header` values: `Name:value` pairs separated by
+/// commas (upstream's format), each split at its first colon.
+pub fn parse_header_pairs(v: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for pair in v.split(',') {
+        let Some((name, value)) = pair.split_once(':') else {
+            return Err(format!("{pair:?} is not Name:value"));
+        };
+        let name = name.trim();
+        crate::config::http::check_header(name, value)?;
+        out.push((name.to_string(), value.to_string()));
+    }
+    Ok(out)
+}
+
 pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
-    let mut o = Options::default();
+    // First collect the flags, so that the configuration file (wherever
+    // --config stands) is applied first and the flags on top of it.
+    let mut flags: Vec<(String, String)> = Vec::new();
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
         let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
@@ -111,34 +159,52 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
         match name {
             "h" | "help" => return Ok(Command::Help),
             "version" => return Ok(Command::Version),
+            _ if !FLAGS.contains(&name) => return Err(format!("unknown flag --{name}")),
             _ => {}
         }
-        let mut value = || -> Result<String, String> {
-            match inline.clone() {
-                Some(v) => Ok(v),
-                None => it
-                    .next()
-                    .ok_or_else(|| format!("flag --{name} needs a value")),
-            }
+        let value = match inline {
+            Some(v) => v,
+            None => it
+                .next()
+                .ok_or_else(|| format!("flag --{name} needs a value"))?,
         };
-        let dur = |v: String| parse_duration(&v).map_err(|e| format!("flag --{name}: {e}"));
+        flags.push((name.to_string(), value));
+    }
+    let mut o = Options::default();
+    if let Some((_, path)) = flags.iter().rev().find(|(name, _)| name == "config") {
+        let path = PathBuf::from(path);
+        apply_config_file(&mut o, &path)?;
+        o.config_file = Some(path);
+    }
+    let mut headers_from_flags = false;
+    for (name, v) in flags {
+        let name = name.as_str();
+        let dur = |v: &str| parse_duration(v).map_err(|e| format!("flag --{name}: {e}"));
         match name {
-            "container-runtime-endpoint" => o.container_runtime_endpoint = value()?,
-            "pod-manifest-path" => {
-                let v = value()?;
-                o.pod_manifest_path = (!v.is_empty()).then(|| PathBuf::from(v));
+            "config" => {}
+            "manifest-url" => o.manifest_url = (!v.is_empty()).then_some(v),
+            "manifest-url-header" => {
+                if !headers_from_flags {
+                    // The flags replace the file's headers as a whole.
+                    o.manifest_url_headers.clear();
+                    headers_from_flags = true;
+                }
+                let pairs = parse_header_pairs(&v).map_err(|e| format!("flag --{name}: {e}"))?;
+                o.manifest_url_headers.extend(pairs);
             }
-            "hostname-override" => {
-                let v = value()?;
-                o.hostname_override = (!v.is_empty()).then_some(v);
+            "http-check-frequency" => o.http_check_frequency = dur(&v)?,
+            "bootstrap-checkpoint-path" => {
+                o.bootstrap_checkpoint_path = (!v.is_empty()).then(|| PathBuf::from(v));
             }
-            "root-dir" => o.root_dir = PathBuf::from(value()?),
-            "pod-logs-dir" => o.pod_logs_dir = PathBuf::from(value()?),
-            "file-check-frequency" => o.file_check_frequency = dur(value()?)?,
-            "sync-frequency" => o.sync_frequency = dur(value()?)?,
-            "runtime-request-timeout" => o.runtime_request_timeout = dur(value()?)?,
+            "container-runtime-endpoint" => o.container_runtime_endpoint = v,
+            "pod-manifest-path" => o.pod_manifest_path = (!v.is_empty()).then(|| PathBuf::from(v)),
+            "hostname-override" => o.hostname_override = (!v.is_empty()).then_some(v),
+            "root-dir" => o.root_dir = PathBuf::from(v),
+            "pod-logs-dir" => o.pod_logs_dir = PathBuf::from(v),
+            "file-check-frequency" => o.file_check_frequency = dur(&v)?,
+            "sync-frequency" => o.sync_frequency = dur(&v)?,
+            "runtime-request-timeout" => o.runtime_request_timeout = dur(&v)?,
             "v" => {
-                let v = value()?;
                 o.verbosity = v
                     .parse()
                     .map_err(|_| format!("flag --v: invalid level {v:?} (want 0-10)"))?;
@@ -146,16 +212,147 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             _ => return Err(format!("unknown flag --{name}")),
         }
     }
-    if o.file_check_frequency.is_zero() {
-        return Err("flag --file-check-frequency: must be greater than 0".into());
+    if let Some(url) = &o.manifest_url {
+        crate::config::http::check_url(url).map_err(|e| match &o.config_file {
+            Some(file) => format!(
+                "flag --manifest-url (or staticPodURL in --config {}): {e}",
+                file.display()
+            ),
+            None => format!("flag --manifest-url: {e}"),
+        })?;
     }
-    if o.sync_frequency.is_zero() {
-        return Err("flag --sync-frequency: must be greater than 0".into());
+    for (flag, field, d) in [
+        (
+            "file-check-frequency",
+            "fileCheckFrequency",
+            o.file_check_frequency,
+        ),
+        (
+            "http-check-frequency",
+            "httpCheckFrequency",
+            o.http_check_frequency,
+        ),
+        ("sync-frequency", "syncFrequency", o.sync_frequency),
+        (
+            "runtime-request-timeout",
+            "runtimeRequestTimeout",
+            o.runtime_request_timeout,
+        ),
+    ] {
+        if d.is_zero() {
+            return Err(match &o.config_file {
+                Some(file) => format!(
+                    "flag --{flag} (or {field} in --config {}): must be greater than 0",
+                    file.display()
+                ),
+                None => format!("flag --{flag}: must be greater than 0"),
+            });
+        }
     }
-    if o.runtime_request_timeout.is_zero() {
-        return Err("flag --runtime-request-timeout: must be greater than 0".into());
+    Ok(Command::Run(Box::new(o)))
+}
+
+/// Every flag that takes a value.
+const FLAGS: &[&str] = &[
+    "config",
+    "container-runtime-endpoint",
+    "pod-manifest-path",
+    "manifest-url",
+    "manifest-url-header",
+    "http-check-frequency",
+    "bootstrap-checkpoint-path",
+    "hostname-override",
+    "root-dir",
+    "pod-logs-dir",
+    "file-check-frequency",
+    "sync-frequency",
+    "runtime-request-timeout",
+    "v",
+];
+
+/// The `apiVersion` and `kind` of a kubelet configuration file.
+pub const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+pub const CONFIG_KIND: &str = "KubeletConfiguration";
+
+/// Largest configuration file read.
+const CONFIG_FILE_MAX: u64 = 1024 * 1024;
+
+/// Applies the fields tinylet knows from a KubeletConfiguration file (YAML
+/// or JSON) to `o`; the others are recorded in `o.ignored_config_fields`.
+/// Errors name the file and the field.
+pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
+    let file = path.display();
+    let md = std::fs::metadata(path).map_err(|e| format!("--config {file}: {e}"))?;
+    if md.len() > CONFIG_FILE_MAX {
+        return Err(format!(
+            "--config {file}: {} bytes, over the limit of {CONFIG_FILE_MAX}",
+            md.len()
+        ));
     }
-    Ok(Command::Run(o))
+    let bytes = std::fs::read(path).map_err(|e| format!("--config {file}: {e}"))?;
+    let doc = parse_object(&bytes).map_err(|e| format!("--config {file}: {e}"))?;
+    let Value::Object(fields) = doc else {
+        return Err(format!("--config {file}: not an object"));
+    };
+    let err = |field: &str, msg: String| format!("--config {file}: {field}: {msg}");
+    for (field, want) in [("apiVersion", CONFIG_API_VERSION), ("kind", CONFIG_KIND)] {
+        match fields.get(field) {
+            Some(Value::String(v)) if v == want => {}
+            Some(other) => return Err(err(field, format!("expected {want:?}, found {other}"))),
+            None => return Err(err(field, format!("Required value ({want:?})"))),
+        }
+    }
+    let string = |field: &str, v: &Value| -> Result<String, String> {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| err(field, format!("expected a string, found {v}")))
+    };
+    let duration = |field: &str, v: &Value| -> Result<Duration, String> {
+        let s = string(field, v)?;
+        parse_duration(&s).map_err(|e| err(field, e))
+    };
+    for (field, v) in &fields {
+        match field.as_str() {
+            "apiVersion" | "kind" => {}
+            "staticPodPath" => {
+                let s = string(field, v)?;
+                o.pod_manifest_path = (!s.is_empty()).then(|| PathBuf::from(s));
+            }
+            "staticPodURL" => {
+                let s = string(field, v)?;
+                o.manifest_url = (!s.is_empty()).then_some(s);
+            }
+            "staticPodURLHeader" => {
+                let Value::Object(map) = v else {
+                    return Err(err(field, format!("expected a map of lists, found {v}")));
+                };
+                o.manifest_url_headers.clear();
+                for (name, values) in map {
+                    let at = format!("{field}.{name}");
+                    let Value::Array(values) = values else {
+                        return Err(err(
+                            &at,
+                            format!("expected a list of strings, found {values}"),
+                        ));
+                    };
+                    for (i, value) in values.iter().enumerate() {
+                        let at = format!("{at}[{i}]");
+                        let value = string(&at, value)?;
+                        crate::config::http::check_header(name, &value).map_err(|e| err(&at, e))?;
+                        o.manifest_url_headers.push((name.clone(), value));
+                    }
+                }
+            }
+            "fileCheckFrequency" => o.file_check_frequency = duration(field, v)?,
+            "httpCheckFrequency" => o.http_check_frequency = duration(field, v)?,
+            "syncFrequency" => o.sync_frequency = duration(field, v)?,
+            "runtimeRequestTimeout" => o.runtime_request_timeout = duration(field, v)?,
+            "containerRuntimeEndpoint" => o.container_runtime_endpoint = string(field, v)?,
+            "podLogsDir" => o.pod_logs_dir = PathBuf::from(string(field, v)?),
+            _ => o.ignored_config_fields.push(field.clone()),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -224,5 +421,212 @@ mod tests {
         assert!(parse(&["stray"]).unwrap_err().contains("stray"));
         assert_eq!(parse(&["--help"]), Ok(Command::Help));
         assert_eq!(parse(&["--version"]), Ok(Command::Version));
+    }
+
+    fn run(args: &[&str]) -> Options {
+        match parse(args) {
+            Ok(Command::Run(o)) => *o,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn manifest_url_flags() {
+        let o = run(&[
+            "--manifest-url",
+            "http://cfg.local/pods",
+            "--manifest-url-header",
+            "Authorization:Bearer a:b",
+            "--manifest-url-header=X-A:1,X-B:two words",
+            "--http-check-frequency=5s",
+            "--bootstrap-checkpoint-path",
+            "/var/lib/tinylet/checkpoints",
+        ]);
+        assert_eq!(o.manifest_url.as_deref(), Some("http://cfg.local/pods"));
+        assert_eq!(
+            o.manifest_url_headers,
+            headers(&[
+                ("Authorization", "Bearer a:b"),
+                ("X-A", "1"),
+                ("X-B", "two words")
+            ])
+        );
+        assert_eq!(o.http_check_frequency, Duration::from_secs(5));
+        assert_eq!(
+            o.bootstrap_checkpoint_path,
+            Some(PathBuf::from("/var/lib/tinylet/checkpoints"))
+        );
+        let defaults = run(&[]);
+        assert_eq!(defaults.manifest_url, None);
+        assert_eq!(defaults.http_check_frequency, Duration::from_secs(20));
+        assert!(parse(&["--manifest-url-header", "NoColon"])
+            .unwrap_err()
+            .contains("--manifest-url-header"));
+        assert!(parse(&["--manifest-url-header", "Bad Name:v"])
+            .unwrap_err()
+            .contains("Bad Name"));
+        assert!(parse(&["--manifest-url", "ftp://h/x"])
+            .unwrap_err()
+            .starts_with("flag --manifest-url: "));
+        assert_eq!(
+            parse(&["--http-check-frequency", "0"]),
+            Err("flag --http-check-frequency: must be greater than 0".into())
+        );
+    }
+
+    const CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: /etc/kubernetes/manifests
+staticPodURL: http://cfg.local/pods
+staticPodURLHeader:
+  Authorization: [\"Bearer t\"]
+  X-Multi: [a, b]
+fileCheckFrequency: 7s
+httpCheckFrequency: 1m
+syncFrequency: 30s
+containerRuntimeEndpoint: unix:///run/crio/crio.sock
+podLogsDir: /srv/logs
+runtimeRequestTimeout: 15s
+authentication: {anonymous: {enabled: false}}
+cgroupDriver: systemd
+";
+
+    fn config_file(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    #[test]
+    fn config_file_fields_and_flag_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(&dir, "kubelet.yaml", CONFIG);
+        let o = run(&["--config", &file]);
+        assert_eq!(o.config_file, Some(PathBuf::from(&file)));
+        assert_eq!(
+            o.pod_manifest_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(o.manifest_url.as_deref(), Some("http://cfg.local/pods"));
+        assert_eq!(
+            o.manifest_url_headers,
+            headers(&[
+                ("Authorization", "Bearer t"),
+                ("X-Multi", "a"),
+                ("X-Multi", "b")
+            ])
+        );
+        assert_eq!(o.file_check_frequency, Duration::from_secs(7));
+        assert_eq!(o.http_check_frequency, Duration::from_secs(60));
+        assert_eq!(o.sync_frequency, Duration::from_secs(30));
+        assert_eq!(o.container_runtime_endpoint, "unix:///run/crio/crio.sock");
+        assert_eq!(o.pod_logs_dir, PathBuf::from("/srv/logs"));
+        assert_eq!(o.runtime_request_timeout, Duration::from_secs(15));
+        assert_eq!(o.ignored_config_fields, ["authentication", "cgroupDriver"]);
+
+        // Flags win, wherever --config stands; header flags replace the
+        // file's headers as a whole.
+        let o = run(&[
+            "--pod-manifest-path",
+            "/m",
+            "--file-check-frequency=2s",
+            "--manifest-url-header",
+            "X-Flag:1",
+            "--config",
+            &file,
+        ]);
+        assert_eq!(o.pod_manifest_path, Some(PathBuf::from("/m")));
+        assert_eq!(o.file_check_frequency, Duration::from_secs(2));
+        assert_eq!(o.manifest_url_headers, headers(&[("X-Flag", "1")]));
+        assert_eq!(o.http_check_frequency, Duration::from_secs(60));
+
+        // JSON works too.
+        let json = config_file(
+            &dir,
+            "kubelet.json",
+            r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","staticPodPath":"/j"}"#,
+        );
+        assert_eq!(
+            run(&["--config", &json]).pod_manifest_path,
+            Some(PathBuf::from("/j"))
+        );
+    }
+
+    #[test]
+    fn config_file_errors_name_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let cases = [
+            (
+                "dur.yaml",
+                format!("{head}fileCheckFrequency: soon\n"),
+                "fileCheckFrequency: invalid duration",
+            ),
+            (
+                "zero.yaml",
+                format!("{head}httpCheckFrequency: 0s\n"),
+                "httpCheckFrequency in --config",
+            ),
+            (
+                "type.yaml",
+                format!("{head}staticPodPath: 3\n"),
+                "staticPodPath: expected a string",
+            ),
+            (
+                "hdr.yaml",
+                format!("{head}staticPodURLHeader: {{A: b}}\n"),
+                "staticPodURLHeader.A: expected a list",
+            ),
+            (
+                "hdrval.yaml",
+                format!("{head}staticPodURLHeader: {{A: [1]}}\n"),
+                "staticPodURLHeader.A[0]: expected a string",
+            ),
+            (
+                "hdrname.yaml",
+                format!("{head}staticPodURLHeader: {{\"B C\": [x]}}\n"),
+                "staticPodURLHeader.B C[0]: header name",
+            ),
+            (
+                "kind.yaml",
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n".to_string(),
+                "kind: expected \"KubeletConfiguration\"",
+            ),
+            (
+                "nokind.yaml",
+                "apiVersion: kubelet.config.k8s.io/v1beta1\n".to_string(),
+                "kind: Required value",
+            ),
+            (
+                "api.yaml",
+                "apiVersion: v1\nkind: KubeletConfiguration\n".to_string(),
+                "apiVersion: expected",
+            ),
+            ("syntax.yaml", "kind: [\n".to_string(), "invalid YAML"),
+            ("list.yaml", "- a\n".to_string(), "must be an object"),
+        ];
+        for (name, text, want) in cases {
+            let file = config_file(&dir, name, &text);
+            let err = parse(&["--config", &file]).unwrap_err();
+            assert!(
+                err.starts_with("--config ") || err.starts_with("flag --"),
+                "{name}: {err}"
+            );
+            assert!(err.contains(&file), "{name}: {err}");
+            assert!(err.contains(want), "{name}: {err}");
+        }
+        let missing = dir.path().join("absent.yaml").display().to_string();
+        let err = parse(&["--config", &missing]).unwrap_err();
+        assert!(
+            err.contains(&missing) && err.contains("No such file"),
+            "{err}"
+        );
     }
 }

@@ -522,3 +522,79 @@ fn cri_client_runs_a_cni_sandbox_on_the_private_containerd() {
     assert!(ctd.pod_gone(pod_name));
     assert_eq!(ctd.sandbox_ip(&sandbox), None, "lease not released");
 }
+
+/// Pods from two sources at once: one polled from a manifest URL (given in
+/// a `--config` file), one from the manifest directory. Both run; garbage
+/// from the URL changes nothing; the URL dropping its pod removes only that
+/// pod.
+#[test]
+fn http_and_file_pods_run_side_by_side() {
+    use crate::http_source::Server;
+
+    let server = Server::start();
+    server.set(200, yaml_pod("fromhttp", LONG_RUNNING, ""));
+    let ctd = PrivateContainerd::start();
+    let config = ctd.dir().join("kubelet-config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             staticPodURL: {}\nhttpCheckFrequency: 1s\nstaticPodURLHeader:\n  X-Node: [{NODE}]\n\
+             cgroupDriver: systemd\n",
+            server.url
+        ),
+    )
+    .unwrap_or_else(|e| panic!("writing {}: {e}", config.display()));
+    let config = config.display().to_string();
+    let mut kubelet = Tinylet::start_with(&ctd, NODE, &["--config", &config]);
+    let dir = kubelet.manifest_dir();
+    write_manifest(
+        &dir,
+        "fromfile.yaml",
+        &yaml_pod("fromfile", LONG_RUNNING, ""),
+    );
+
+    let from_http = kubelet.pod_name("fromhttp");
+    let from_file = kubelet.pod_name("fromfile");
+    wait_until(SETTLE, "fromhttp-edge-1 (manifest URL) runs", || {
+        ctd.pod_running(&from_http, &["app"])
+    });
+    wait_until(SETTLE, "fromfile-edge-1 (manifest dir) runs", || {
+        ctd.pod_running(&from_file, &["app"])
+    });
+    let requests = server.requests();
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.headers.get("x-node").map(Vec::as_slice) == Some(&[NODE.to_string()][..])),
+        "the configured header was not sent: {requests:?}"
+    );
+    let http_sandbox = ctd.sandbox_ids(&from_http);
+    let file_sandbox = ctd.sandbox_ids(&from_file);
+    assert_eq!((http_sandbox.len(), file_sandbox.len()), (1, 1));
+
+    // Garbage from the URL: the last good state stays, nothing restarts.
+    server.set(200, "kind: Pod\nmetadata: {name: [broken\n");
+    holds_for(
+        Duration::from_secs(4),
+        "both pods keep running while the URL serves garbage",
+        || {
+            ctd.sandbox_ids(&from_http) == http_sandbox
+                && ctd.pod_running(&from_http, &["app"])
+                && ctd.sandbox_ids(&from_file) == file_sandbox
+                && ctd.pod_running(&from_file, &["app"])
+        },
+    );
+
+    // The URL no longer lists the pod: it goes, the file pod stays.
+    server.set(200, r#"{"apiVersion":"v1","kind":"PodList","items":[]}"#);
+    wait_until(SETTLE, "fromhttp-edge-1 is removed", || {
+        ctd.pod_gone(&from_http)
+    });
+    assert_eq!(ctd.sandbox_ids(&from_file), file_sandbox);
+    assert!(
+        ctd.pod_running(&from_file, &["app"]),
+        "removing the URL's pod disturbed the file pod"
+    );
+    kubelet.assert_running();
+}

@@ -1,9 +1,12 @@
 //! One integration test binary: the real `tinylet` binary against a fake CRI
-//! server, and end-to-end against a private, real containerd.
+//! server, the pod config sources against local servers, and end-to-end
+//! against a private, real containerd.
 
 mod support;
 
 mod agent;
+mod config_sources;
 mod e2e;
 mod fake_cri;
+mod http_source;
 mod tidy;

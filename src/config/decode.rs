@@ -72,6 +72,18 @@ pub fn decode_pod(bytes: &[u8]) -> Result<Pod, DecodeError> {
     pod_from_value(value, "", true)
 }
 
+/// Decodes a pod from an already parsed JSON value (checking `kind` and
+/// `apiVersion` when present), through the same single `Pod` deserializer.
+pub fn pod_from_json(value: Value) -> Result<Pod, DecodeError> {
+    pod_from_value(value, "", true)
+}
+
+/// Reads YAML or JSON bytes into a JSON value whose top level is an object
+/// (for configuration files that are not pods).
+pub fn parse_object(bytes: &[u8]) -> Result<Value, DecodeError> {
+    parse_document(bytes)
+}
+
 /// Decodes a single pod or a `PodList` (the shapes a manifest URL may serve).
 pub fn decode_pod_or_list(bytes: &[u8]) -> Result<Vec<Pod>, DecodeError> {
     let value = parse_document(bytes)?;

@@ -21,8 +21,9 @@ pub fn generate_pod_name(name: &str, node_name: &str) -> String {
 }
 
 /// The UID a static pod gets when its manifest sets none: hex MD5 over
-/// `host:NODE` and `file:PATH` for files (`url:URL` for URLs) followed by the
-/// pod's JSON encoding as read.
+/// `host:NODE`, then `file:PATH` for files or `url:URL` for URLs, then the
+/// pod's JSON encoding as read. (Upstream leaves the node out for URLs, so
+/// two nodes polling one URL get pods with the same UID; here they don't.)
 pub fn static_pod_uid(
     pod: &Pod,
     source_ref: &str,
@@ -32,8 +33,8 @@ pub fn static_pod_uid(
     let content = serde_json::to_vec(pod)
         .map_err(|e| InvalidPod::single("", format!("cannot encode pod for hashing: {e}")))?;
     let mut hasher = Md5::new();
+    hasher.update(format!("host:{node_name}").as_bytes());
     if source == FILE_SOURCE {
-        hasher.update(format!("host:{node_name}").as_bytes());
         hasher.update(format!("file:{source_ref}").as_bytes());
     } else {
         hasher.update(format!("url:{source_ref}").as_bytes());
@@ -157,10 +158,20 @@ spec:
             defaulted(MANIFEST, "/etc/m/web.yaml", "node2", FILE_SOURCE),
             defaulted(MANIFEST, "/etc/m/web2.yaml", "node1", FILE_SOURCE),
             defaulted(MANIFEST, "http://h/web.yaml", "node1", HTTP_SOURCE),
+            defaulted(MANIFEST, "/etc/m/web.yaml", "node1", HTTP_SOURCE),
         ];
         for v in &variants {
             assert_ne!(uid(v), uid(&base));
         }
+    }
+
+    #[test]
+    fn url_pods_differ_per_node_and_are_stable() {
+        let a = defaulted(MANIFEST, "http://h/m", "node1", HTTP_SOURCE);
+        let again = defaulted(MANIFEST, "http://h/m", "node1", HTTP_SOURCE);
+        let other_node = defaulted(MANIFEST, "http://h/m", "node2", HTTP_SOURCE);
+        assert_eq!(uid(&a), uid(&again));
+        assert_ne!(uid(&a), uid(&other_node));
     }
 
     #[test]

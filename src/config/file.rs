@@ -3,29 +3,36 @@
 //! (upstream `config/file.go` and `file_linux.go`).
 //!
 //! Two threads per source:
-//! - `config-file` lists the path: at start, after every `period` tick, and
-//!   a short settle time after the watcher reports a change. Every list that
-//!   differs from the last one sent, and the first list, becomes one SET.
+//! - `config-file` lists the path: at start, after every `period` tick, at
+//!   once when the watcher reports a change, and again after a short settle
+//!   time if the change was a burst. Every list that differs from the last
+//!   one sent, and the first list, becomes one SET.
 //! - `config-file-watch` blocks in `read` on an inotify descriptor watching
 //!   the directory (or, for a single file or a path that does not exist yet,
 //!   its parent) and only wakes the lister. It is started by the lister when
 //!   the watched directory exists and ends when its watch goes away (the
 //!   directory was removed or moved, or the lister removed the watch to stop).
 //!
-//! If inotify is unavailable, the periodic list still finds every change.
-//! A manifest that can't be read, decoded or validated is logged with its
-//! file name and the reason and left out; the others are unaffected.
+//! While there is nothing to watch (neither the path nor its parent
+//! exists) or inotify fails, the lister retries the watch and lists again
+//! with back-off (1 s doubling to 20 s, as upstream retries its watch), on
+//! top of the periodic list. A manifest that can't be read, decoded or
+//! validated is logged with its file name and the reason and left out; the
+//! others are unaffected. Parsed manifests are cached by file identity
+//! (device, inode, size, mtime, ctime), so a change re-reads only the files
+//! that changed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, select, tick, Receiver, Sender, TrySendError};
+use crossbeam_channel::{after, bounded, never, select, tick, Receiver, Sender, TrySendError};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 
 use super::decode::decode_pod;
@@ -39,10 +46,16 @@ pub const DEFAULT_FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
 /// Manifests larger than this are refused.
 pub const MAX_MANIFEST_SIZE: u64 = 10 * 1024 * 1024;
 
-/// After a change event, list once no further event came for this long...
+/// After a change event and its list, list again if further events came
+/// and then none for this long...
 const SETTLE_QUIET: Duration = Duration::from_millis(15);
 /// ...or once this much time has passed since the first event.
 const SETTLE_MAX: Duration = Duration::from_millis(50);
+
+/// First and longest delay between attempts to set up a watch while there
+/// is none (upstream: 1 s and 20 s).
+const WATCH_RETRY_MIN: Duration = Duration::from_secs(1);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(20);
 
 /// The lister parses untrusted YAML and JSON (nesting is bounded by the
 /// parsers' depth limits); give it more stack than the default.
@@ -112,7 +125,9 @@ impl FileSource {
             wake_rx,
             watcher: None,
             watch_error_logged: false,
+            watch_retry: WATCH_RETRY_MIN,
             path_state_logged: None,
+            cache: HashMap::new(),
             reported: BTreeMap::new(),
             last_sent: None,
         };
@@ -250,6 +265,12 @@ fn read_events(
                 watch_gone = true;
             } else if event.mask.contains(EventMask::Q_OVERFLOW) {
                 relevant = true;
+            } else if event.mask.contains(EventMask::CREATE)
+                && !event.mask.contains(EventMask::ISDIR)
+            {
+                // A new file is empty when it is created; its CLOSE_WRITE
+                // follows once written. (A hard link made into the directory
+                // has no CLOSE_WRITE: the periodic list picks it up.)
             } else {
                 relevant |= match (&only, event.name) {
                     (Some(only), Some(name)) => name == only.as_os_str(),
@@ -276,6 +297,16 @@ fn read_events(
     let _ = wake.try_send(());
 }
 
+/// How a burst of watch events ended.
+enum Settled {
+    /// No event after the one that woke the lister.
+    Quiet,
+    /// More events came: list again.
+    More,
+    /// The source is stopping.
+    Stop,
+}
+
 /// The body of `config-file`: lists the path and sends the SETs.
 struct Lister {
     path: PathBuf,
@@ -289,6 +320,8 @@ struct Lister {
     wake_rx: Receiver<()>,
     watcher: Option<Watcher>,
     watch_error_logged: bool,
+    /// The next back-off delay while there is no watch.
+    watch_retry: Duration,
     /// The last state of the path itself that was logged (missing, unreadable).
     path_state_logged: Option<String>,
     /// The last error logged for each manifest, so that the same error is
@@ -296,6 +329,30 @@ struct Lister {
     reported: BTreeMap<PathBuf, String>,
     /// The pods of the last SET sent; None before the first.
     last_sent: Option<Vec<Pod>>,
+    /// Each manifest's last outcome, valid while its file is unchanged.
+    cache: HashMap<PathBuf, (FileStamp, Result<Pod, String>)>,
+}
+
+/// What identifies one version of a file without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(md: &fs::Metadata) -> FileStamp {
+        FileStamp {
+            dev: md.dev(),
+            ino: md.ino(),
+            size: md.size(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        }
+    }
 }
 
 impl Lister {
@@ -303,10 +360,18 @@ impl Lister {
         let ticker = tick(self.period);
         if self.relist() {
             loop {
+                let retry = self.watch_retry_timer();
                 let keep_going = select! {
                     recv(self.stop) -> _ => false,
                     recv(ticker) -> _ => self.relist(),
-                    recv(self.wake_rx) -> _ => self.settle() && self.relist(),
+                    recv(retry) -> _ => self.relist(),
+                    // List at once (pod start latency), then once more if
+                    // the burst (an editor's save) went on.
+                    recv(self.wake_rx) -> _ => self.relist() && match self.settle() {
+                        Settled::Quiet => true,
+                        Settled::More => self.relist(),
+                        Settled::Stop => false,
+                    },
                 };
                 if !keep_going {
                     break;
@@ -319,20 +384,39 @@ impl Lister {
         log::debug!("config: file source for {} stopped", self.path.display());
     }
 
+    /// While inotify is wanted but nothing is watched, a timer for the next
+    /// attempt (doubling each time); otherwise one that never fires.
+    fn watch_retry_timer(&mut self) -> Receiver<Instant> {
+        if !self.use_inotify || self.watcher.as_ref().is_some_and(Watcher::is_alive) {
+            self.watch_retry = WATCH_RETRY_MIN;
+            return never();
+        }
+        let delay = self.watch_retry;
+        self.watch_retry = (delay * 2).min(WATCH_RETRY_MAX);
+        log::debug!(
+            "config: nothing to watch for {}; trying again in {delay:?}",
+            self.path.display()
+        );
+        after(delay)
+    }
+
     /// Lets a burst of events (an editor's save) pass: returns once no event
-    /// came for [`SETTLE_QUIET`] or [`SETTLE_MAX`] after the first. False
-    /// when asked to stop meanwhile.
-    fn settle(&self) -> bool {
+    /// came for [`SETTLE_QUIET`], or [`SETTLE_MAX`] after the first, saying
+    /// whether any came at all.
+    fn settle(&self) -> Settled {
         let start = Instant::now();
+        let mut more = false;
         loop {
             let left = SETTLE_MAX.saturating_sub(start.elapsed());
             if left.is_zero() {
-                return true;
+                return if more { Settled::More } else { Settled::Quiet };
             }
             select! {
-                recv(self.wake_rx) -> _ => {}
-                recv(self.stop) -> _ => return false,
-                default(SETTLE_QUIET.min(left)) => return true,
+                recv(self.wake_rx) -> _ => more = true,
+                recv(self.stop) -> _ => return Settled::Stop,
+                default(SETTLE_QUIET.min(left)) => {
+                    return if more { Settled::More } else { Settled::Quiet };
+                }
             }
         }
     }
@@ -427,13 +511,13 @@ impl Lister {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 self.path_state(
                     Some(format!(
-                        "static pod path {} does not exist; checking again every {:?}",
-                        path.display(),
-                        self.period
+                        "static pod path {} does not exist; waiting for it",
+                        path.display()
                     )),
                     false,
                 );
                 self.reported.clear();
+                self.cache.clear();
                 return Some(Vec::new());
             }
             Err(e) => {
@@ -475,6 +559,7 @@ impl Lister {
                 .collect();
             files.sort();
             let mut pods = Vec::with_capacity(files.len());
+            let seen: std::collections::HashSet<PathBuf> = files.iter().cloned().collect();
             for file in files {
                 match fs::metadata(&file) {
                     Ok(m) if m.is_file() => {}
@@ -491,16 +576,18 @@ impl Lister {
                         continue;
                     }
                 }
-                match read_manifest(&file, &self.node_name) {
+                match self.read_cached(&file) {
                     Ok(pod) => pods.push(pod),
                     Err(reason) => {
                         errors.insert(file, reason);
                     }
                 }
             }
+            self.cache.retain(|f, _| seen.contains(f));
             pods
         } else if md.is_file() {
-            match read_manifest(&path, &self.node_name) {
+            self.cache.retain(|f, _| *f == path);
+            match self.read_cached(&path) {
                 Ok(pod) => vec![pod],
                 Err(reason) => {
                     errors.insert(path.clone(), reason);
@@ -533,6 +620,25 @@ impl Lister {
         }
         self.reported = errors;
         Some(pods)
+    }
+}
+
+impl Lister {
+    /// [`read_manifest`], or its earlier outcome while the file's stamp is
+    /// unchanged.
+    fn read_cached(&mut self, file: &Path) -> Result<Pod, String> {
+        let stamp = fs::metadata(file).ok().map(|md| FileStamp::of(&md));
+        if let (Some(stamp), Some((cached, outcome))) = (stamp, self.cache.get(file)) {
+            if stamp == *cached {
+                return outcome.clone();
+            }
+        }
+        let outcome = read_manifest(file, &self.node_name);
+        if let Some(stamp) = stamp {
+            self.cache
+                .insert(file.to_path_buf(), (stamp, outcome.clone()));
+        }
+        outcome
     }
 }
 
@@ -761,6 +867,38 @@ mod tests {
         put(dir.path(), "ok.yaml", &manifest("ok", "busybox"));
         let (_source, rx) = start(dir.path(), NO_TICK);
         assert_eq!(names(&next_set(&rx)), ["ok-node1"]);
+    }
+
+    #[test]
+    fn missing_parent_is_retried_with_backoff() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("etc/kubernetes/manifests");
+        let (_source, rx) = start(&dir, NO_TICK);
+        assert!(next_set(&rx).pods.is_empty());
+        // Nothing to watch, and no periodic list for an hour: only the
+        // watch retry can find it.
+        fs::create_dir_all(&dir).unwrap();
+        put(&dir, "web.yaml", &manifest("web", "nginx"));
+        wait_for(&rx, &["web-node1"]);
+        // From then on, inotify.
+        let started = Instant::now();
+        put(&dir, "db.yaml", &manifest("db", "pg"));
+        wait_for(&rx, &["db-node1", "web-node1"]);
+        assert!(started.elapsed() < Duration::from_millis(900));
+    }
+
+    #[test]
+    fn in_place_edit_of_the_same_size_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("web.yaml");
+        fs::write(&file, manifest("web", "nginx:1")).unwrap();
+        let (_source, rx) = start(dir.path(), NO_TICK);
+        let first = next_set(&rx);
+        fs::write(&file, manifest("web", "nginx:2")).unwrap();
+        let edited = wait_for(&rx, &["web-node1"]);
+        assert_ne!(first.pods[0].metadata.uid, edited.pods[0].metadata.uid);
+        let image = &edited.pods[0].spec.as_ref().unwrap().containers[0].image;
+        assert_eq!(image.as_deref(), Some("nginx:2"));
     }
 
     #[test]

@@ -2,26 +2,35 @@
 //! the views of the different sources are merged into one ordered stream of
 //! changes for the sync loop (upstream `pkg/kubelet/config`).
 //!
-//! The module owns the pod sources (the static manifest directory today, the
-//! manifest URL and the API server later), the static-pod defaults and their
-//! validation, manifest decoding, and [`PodConfig`]: one Mux listener thread
-//! per source feeding [`storage::PodStorage::merge`], which turns each
-//! source's update into the minimal ADD/UPDATE/DELETE/REMOVE/RECONCILE/
-//! RESTORE (or SET) notifications on a bounded channel.
+//! The module owns the pod sources (the static manifest path in `file`, the
+//! manifest URL in `http`, pod checkpoints in `checkpoint`; the API server
+//! source will join them), the static-pod defaults and their validation,
+//! manifest decoding, and [`PodConfig`]: one Mux listener thread per source
+//! feeding [`storage::PodStorage::merge`], which turns each source's update
+//! into the minimal ADD/UPDATE/DELETE/REMOVE/RECONCILE/RESTORE (or SET)
+//! notifications on a bounded channel, in order.
 
+pub mod checkpoint;
 pub mod decode;
 pub mod defaults;
 pub mod file;
+pub mod http;
+#[cfg(test)]
+mod merge_props;
 mod pod_config;
 pub mod storage;
 pub mod validation;
 
 pub use k8s_openapi::api::core::v1::Pod;
 
+pub use checkpoint::{load_checkpoints, write_checkpoint, Checkpoints};
 pub use decode::{decode_pod, decode_pod_or_list, DecodeError};
 pub use defaults::{apply_static_defaults, generate_pod_name, static_pod_uid};
 pub use file::{FileSource, DEFAULT_FILE_CHECK_FREQUENCY, MAX_MANIFEST_SIZE};
-pub use pod_config::{PodConfig, SOURCE_CHANNEL_CAPACITY, UPDATES_CHANNEL_CAPACITY};
+pub use http::{HttpSource, DEFAULT_HTTP_CHECK_FREQUENCY, HTTP_REQUEST_TIMEOUT};
+pub use pod_config::{
+    PodConfig, EVENTS_CHANNEL_CAPACITY, SOURCE_CHANNEL_CAPACITY, UPDATES_CHANNEL_CAPACITY,
+};
 pub use validation::{FieldError, InvalidPod};
 
 /// Pods read from the static manifest path.
@@ -62,6 +71,22 @@ pub enum PodOperation {
     /// Pods restored from a checkpoint; they are not authoritative and do not
     /// mark their source as seen.
     Restore,
+}
+
+/// An event the config layer raises about a pod (so far: a pod ignored
+/// because its full name is taken), for whoever reports events; the merge
+/// also logs it. Mirrors the fields of a Kubernetes `Event`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    /// `namespace/name` of the pod the event is about.
+    pub pod_full_name: String,
+    pub pod_uid: String,
+    /// The source the pod came from.
+    pub source: String,
+    /// `Warning` or `Normal`.
+    pub event_type: &'static str,
+    pub reason: &'static str,
+    pub message: String,
 }
 
 /// One message on a source channel or on the merged updates channel.

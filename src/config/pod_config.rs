@@ -10,17 +10,24 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use crossbeam_channel::{bounded, select, Receiver, Sender};
+use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
 use parking_lot::{Mutex, RwLock};
 
 use super::storage::PodStorage;
-use super::{NotificationMode, PodOperation, PodUpdate, ALL_SOURCE};
+use super::{NotificationMode, Pod, PodEvent, PodOperation, PodUpdate, ALL_SOURCE};
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// Capacity of the merged updates channel read by the sync loop.
 ///
-/// When it is full the Mux listener blocks, still holding the merge lock
-/// (see [`Merger`]): notifications are never dropped or reordered, and the
+/// Ordering: every merge computes its notifications and sends them while
+/// holding the storage lock (see [`Merger`]), as upstream's `podStorage`
+/// holds its update lock across `merge` and the channel sends. So the sync
+/// loop receives the changes of all sources in exactly the order the
+/// storage made them, and a REMOVE that frees a name always arrives before
+/// the ADD of the pod that was waiting for it.
+///
+/// When the channel is full the Mux listener blocks, still holding the
+/// merge lock: notifications are never dropped or reordered, and the
 /// sources in turn block on their own channels. This is back-pressure, not
 /// loss; the sync loop only dispatches and drains it quickly.
 pub const UPDATES_CHANNEL_CAPACITY: usize = 50;
@@ -31,6 +38,12 @@ pub const UPDATES_CHANNEL_CAPACITY: usize = 50;
 /// dropped (an incremental source such as the API watch can't resend a lost
 /// ADD), and a source with nothing to do but wait costs nothing.
 pub const SOURCE_CHANNEL_CAPACITY: usize = 8;
+
+/// Capacity of each [`PodConfig::events`] subscription. Events are
+/// best-effort, as Kubernetes events are: when a subscriber's channel is
+/// full the event is dropped (it was logged already) rather than stall the
+/// merge.
+pub const EVENTS_CHANNEL_CAPACITY: usize = 64;
 
 /// The merge state and the sending end of the updates channel.
 ///
@@ -44,6 +57,8 @@ struct Merger {
     /// Sources whose first SET has been merged *and delivered*.
     seen: RwLock<HashSet<String>>,
     updates: Sender<PodUpdate>,
+    /// Event subscribers; a disconnected one is dropped.
+    events: Mutex<Vec<Sender<PodEvent>>>,
     /// Disconnects when the `PodConfig` is dropped.
     stop: Receiver<()>,
 }
@@ -67,14 +82,37 @@ impl Merger {
     fn merge_and_send(&self, source: &str, update: PodUpdate) -> Result<(), Stopped> {
         let is_set = update.op == PodOperation::Set;
         let mut storage = self.storage.lock();
-        for notification in storage.merge(source, update) {
+        let notifications = storage.merge(source, update);
+        let events = storage.take_events();
+        for notification in notifications {
             self.send(notification)?;
         }
         drop(storage);
+        self.publish(events);
         if is_set && !self.seen.read().contains(source) {
             self.seen.write().insert(source.to_string());
         }
         Ok(())
+    }
+
+    fn publish(&self, events: Vec<PodEvent>) {
+        if events.is_empty() {
+            return;
+        }
+        let mut subscribers = self.events.lock();
+        for event in events {
+            subscribers.retain(|tx| match tx.try_send(event.clone()) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    log::debug!(
+                        "config: event for pod {} dropped, the subscriber is behind",
+                        event.pod_full_name
+                    );
+                    true
+                }
+                Err(TrySendError::Disconnected(_)) => false,
+            });
+        }
     }
 }
 
@@ -105,6 +143,7 @@ impl PodConfig {
             storage: Mutex::new(storage),
             seen: RwLock::new(HashSet::new()),
             updates: updates_tx,
+            events: Mutex::new(Vec::new()),
             stop: stop_rx,
         });
         let config = PodConfig {
@@ -165,6 +204,31 @@ impl PodConfig {
         if self.merger.send(update).is_err() {
             log::debug!("config: sync not delivered, the updates channel is closed");
         }
+    }
+
+    /// Merges pods restored from a checkpoint for `source` (a RESTORE) and
+    /// delivers the notifications. The source is not registered (it may
+    /// not exist in this configuration) and not marked as seen: only its
+    /// own SET does that. May block on a full updates channel, like
+    /// [`PodConfig::sync`]; call it before the sync loop is busy.
+    pub fn restore(&self, source: &str, pods: Vec<Pod>) {
+        let update = PodUpdate::new(PodOperation::Restore, source, pods);
+        if self.merger.merge_and_send(source, update).is_err() {
+            log::debug!("config: restore not delivered, the updates channel is closed");
+        }
+    }
+
+    /// Subscribes to the events the merge raises (capacity
+    /// [`EVENTS_CHANNEL_CAPACITY`], dropped when full).
+    pub fn events(&self) -> Receiver<PodEvent> {
+        let (tx, rx) = bounded(EVENTS_CHANNEL_CAPACITY);
+        self.merger.events.lock().push(tx);
+        rx
+    }
+
+    /// Copies of all merged pods (takes the merge lock briefly).
+    pub fn merged_state(&self) -> Vec<Pod> {
+        self.merger.storage.lock().merged_state()
     }
 
     /// The names of the sources that asked for a channel.
@@ -356,5 +420,198 @@ mod tests {
             (u.op, names(&u)),
             (PodOperation::Set, vec!["a".to_string()])
         );
+    }
+
+    #[test]
+    fn restore_delivers_without_registering_or_marking_the_source() {
+        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let file = config.channel(FILE_SOURCE);
+        config.restore(API_SOURCE, vec![pod("r1", "restored")]);
+        let u = updates.recv_timeout(WAIT).unwrap();
+        assert_eq!(
+            (u.op, u.source.as_str(), names(&u)),
+            (
+                PodOperation::Restore,
+                API_SOURCE,
+                vec!["restored".to_string()]
+            )
+        );
+        assert_eq!(config.sources(), [FILE_SOURCE]);
+        file.send(PodUpdate::new(PodOperation::Set, FILE_SOURCE, vec![]))
+            .unwrap();
+        assert_eq!(updates.recv_timeout(WAIT).unwrap().op, PodOperation::Add);
+        let deadline = std::time::Instant::now() + WAIT;
+        while !config.seen_all_sources(&[FILE_SOURCE]) {
+            assert!(std::time::Instant::now() < deadline, "file never seen");
+            std::thread::yield_now();
+        }
+        assert!(!config.seen_all_sources(&[FILE_SOURCE, API_SOURCE]));
+        // The API source's first SET then decides about the restored pod.
+        let api = config.channel(API_SOURCE);
+        api.send(PodUpdate::new(PodOperation::Set, API_SOURCE, vec![]))
+            .unwrap();
+        let u = updates.recv_timeout(WAIT).unwrap();
+        assert_eq!(
+            (u.op, names(&u)),
+            (PodOperation::Remove, vec!["restored".to_string()])
+        );
+        assert!(config.merged_state().is_empty());
+    }
+
+    #[test]
+    fn name_conflicts_are_reported_as_events() {
+        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let events = config.events();
+        let gone = config.events();
+        drop(gone);
+        let file = config.channel(FILE_SOURCE);
+        let api = config.channel(API_SOURCE);
+        file.send(PodUpdate::new(
+            PodOperation::Set,
+            FILE_SOURCE,
+            vec![pod("f1", "web")],
+        ))
+        .unwrap();
+        assert_eq!(updates.recv_timeout(WAIT).unwrap().op, PodOperation::Add);
+        api.send(PodUpdate::new(
+            PodOperation::Add,
+            API_SOURCE,
+            vec![pod("a1", "web")],
+        ))
+        .unwrap();
+        let event = events.recv_timeout(WAIT).unwrap();
+        assert_eq!(
+            (event.source.as_str(), event.pod_uid.as_str(), event.reason),
+            (API_SOURCE, "a1", "FailedValidation")
+        );
+        assert!(updates.try_recv().is_err(), "a held pod is not delivered");
+        // Freeing the name lets it in, right after the removal.
+        file.send(PodUpdate::new(PodOperation::Set, FILE_SOURCE, vec![]))
+            .unwrap();
+        let removed = updates.recv_timeout(WAIT).unwrap();
+        let added = updates.recv_timeout(WAIT).unwrap();
+        assert_eq!(
+            (removed.op, removed.source.as_str()),
+            (PodOperation::Remove, FILE_SOURCE)
+        );
+        assert_eq!(
+            (added.op, added.source.as_str(), names(&added)),
+            (PodOperation::Add, API_SOURCE, vec!["web".to_string()])
+        );
+    }
+
+    /// Upstream's race test: registering sources while another thread asks
+    /// whether all were seen.
+    #[test]
+    fn channel_and_seen_all_sources_race() {
+        let (config, _updates) = PodConfig::new(NotificationMode::Incremental);
+        let config = Arc::new(config);
+        let registering = Arc::clone(&config);
+        let t = spawn_named("test-register", move || {
+            for i in 0..100 {
+                registering.channel(&format!("s{i}"));
+            }
+        })
+        .unwrap();
+        for _ in 0..100 {
+            assert!(!config.seen_all_sources(&["s0"]));
+        }
+        t.join().unwrap();
+        assert_eq!(config.sources().len(), 100);
+    }
+
+    /// Several sources sending at once, with names that collide across
+    /// them, and a consumer slow enough that the listeners queue up on the
+    /// updates channel: the consumer that only reads that channel ends up
+    /// with exactly the merged state. If a merge released its lock before
+    /// sending, a REMOVE could overtake the ADD it enabled and this fails.
+    #[test]
+    fn concurrent_sources_are_delivered_in_merge_order() {
+        const ROUNDS: usize = 400;
+        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let sources = [API_SOURCE, FILE_SOURCE, "http"];
+        let mut senders = Vec::new();
+        for (n, source) in sources.into_iter().enumerate() {
+            let tx = config.channel(source);
+            senders.push(
+                spawn_named(format!("test-{source}"), move || {
+                    let mut x = 0x2545_F491_4F6C_DD1Du64 ^ (n as u64 + 1);
+                    let mut next = move || {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x
+                    };
+                    for _ in 0..ROUNDS {
+                        let count = (next() % 4) as usize;
+                        let pods: Vec<Pod> = (0..count)
+                            .map(|_| {
+                                let i = next() % 6;
+                                pod(&format!("{source}-{i}"), &format!("p{}", i % 3))
+                            })
+                            .collect();
+                        let op = match next() % 4 {
+                            0 | 1 => PodOperation::Set,
+                            2 => PodOperation::Add,
+                            _ => PodOperation::Remove,
+                        };
+                        if tx.send(PodUpdate::new(op, source, pods)).is_err() {
+                            return;
+                        }
+                    }
+                    // The last word of each source: a pod no one else names.
+                    let marker = pod(&format!("done-{source}"), &format!("done-{source}"));
+                    let _ = tx.send(PodUpdate::new(PodOperation::Add, source, vec![marker]));
+                })
+                .unwrap(),
+            );
+        }
+        let mut state: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut consume = || -> Result<(), String> {
+            let mut done = 0;
+            let mut received = 0u64;
+            while done < sources.len() {
+                let u = updates
+                    .recv_timeout(WAIT)
+                    .map_err(|_| "updates stalled".to_string())?;
+                received += 1;
+                if received.is_multiple_of(4) {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                for p in u.pods {
+                    let uid = crate::config::pod_uid(&p).to_string();
+                    let known = state.contains_key(&uid);
+                    match u.op {
+                        PodOperation::Add if !known => {
+                            done += usize::from(uid.starts_with("done-"));
+                            state.insert(uid, p);
+                        }
+                        PodOperation::Remove if known => {
+                            state.remove(&uid);
+                        }
+                        PodOperation::Update | PodOperation::Reconcile | PodOperation::Delete
+                            if known =>
+                        {
+                            state.insert(uid, p);
+                        }
+                        op => return Err(format!("{op:?} of {uid} (known: {known})")),
+                    }
+                }
+            }
+            Ok(())
+        };
+        let outcome = consume();
+        let merged: BTreeMap<String, Pod> = config
+            .merged_state()
+            .into_iter()
+            .map(|p| (crate::config::pod_uid(&p).to_string(), p))
+            .collect();
+        // Stop the listeners first, so that senders blocked on them return.
+        drop(config);
+        drop(senders);
+        if let Err(e) = outcome {
+            panic!("out of order: {e}");
+        }
+        assert_eq!(state, merged);
     }
 }

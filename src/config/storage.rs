@@ -6,14 +6,39 @@
 //! returns the notifications in the order they must be delivered, and the
 //! caller (the Mux listener in `pod_config.rs`) sends them while it still
 //! holds the lock around the storage, so that deliveries never interleave.
+//!
+//! The rules, per source and keyed by UID:
+//! - ADD, UPDATE and DELETE insert or update the pods they carry; REMOVE
+//!   takes them out; SET replaces the source's pods (and marks the source as
+//!   seen); RESTORE brings checkpointed pods the source does not know yet.
+//! - A known pod whose spec, labels, annotations (other than the node's own),
+//!   deletion timestamp or grace period, or owner references changed is
+//!   *updated*, or *deleted* when it now has a deletion timestamp; one whose
+//!   status alone changed is *reconciled*. A pod gone from its source is
+//!   *removed*.
+//! - Full names (`namespace/name`) are unique among the merged pods. Within
+//!   one update the first pod with a name wins and later ones are dropped
+//!   (as upstream). A pod whose name already belongs to another merged pod
+//!   (of another source, or another UID of the same source) is *held*: kept
+//!   aside, logged and reported as an event once, and merged (as an ADD) as
+//!   soon as the name is free, unless its source drops it first. Mirror pods
+//!   (annotation `kubernetes.io/config.mirror`) are exempt: they share their
+//!   static pod's name by design.
+//!
+//! Deviation from upstream: restored pods are stored like the source's own
+//! pods, without marking the source as seen, so that its first SET removes
+//! the ones it no longer has and leaves unchanged ones alone. Upstream hands
+//! them on without storing them, and never removes those its source lost.
+//! In the snapshot modes a RESTORE therefore sends the merged state as a
+//! SET, where upstream sends nothing.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::jiff::Timestamp;
 
 use super::{
-    pod_full_name, pod_uid, NotificationMode, Pod, PodOperation, PodUpdate,
+    pod_full_name, pod_uid, NotificationMode, Pod, PodEvent, PodOperation, PodUpdate,
     CONFIG_FIRST_SEEN_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY,
 };
 
@@ -25,12 +50,31 @@ const LOCAL_ANNOTATIONS: [&str; 3] = [
     CONFIG_FIRST_SEEN_ANNOTATION_KEY,
 ];
 
+/// The reason of the event raised for a pod whose name is taken.
+pub const FAILED_VALIDATION_REASON: &str = "FailedValidation";
+
+/// A pod kept aside because another merged pod has its full name.
+#[derive(Debug, Clone)]
+struct Held {
+    /// Arrival order: when a name becomes free, the earliest claimant wins.
+    since: u64,
+    pod: Pod,
+}
+
+/// Which merged pod owns each full name: (source, UID).
+type Names = HashMap<String, (String, String)>;
+
 /// The pods of every source, keyed by source name and then by UID.
 pub struct PodStorage {
     mode: NotificationMode,
     pods: BTreeMap<String, BTreeMap<String, Pod>>,
+    /// Pods waiting for their full name to become free, by source and UID.
+    held: BTreeMap<String, BTreeMap<String, Held>>,
+    next_held: u64,
     /// Sources that have delivered at least one SET.
     sources_seen: HashSet<String>,
+    /// Events raised by merges and not yet taken.
+    events: Vec<PodEvent>,
     /// The first-seen timestamp source (the wall clock outside tests).
     now: fn() -> String,
 }
@@ -44,6 +88,8 @@ struct Changes {
     removes: Vec<Pod>,
     reconciles: Vec<Pod>,
     restores: Vec<Pod>,
+    /// Held pods of *other* sources that this merge let in.
+    admitted: BTreeMap<String, Vec<Pod>>,
 }
 
 /// How an incoming copy of a known pod differs from the stored one.
@@ -71,6 +117,21 @@ pub fn now_rfc3339() -> String {
     }
 }
 
+/// True for the API server's copy of a static pod.
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION_KEY))
+}
+
+fn set_annotation(pod: &mut Pod, key: &str, value: String) {
+    pod.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.to_string(), value);
+}
+
 impl PodStorage {
     pub fn new(mode: NotificationMode) -> PodStorage {
         PodStorage::with_clock(mode, now_rfc3339)
@@ -81,7 +142,10 @@ impl PodStorage {
         PodStorage {
             mode,
             pods: BTreeMap::new(),
+            held: BTreeMap::new(),
+            next_held: 0,
             sources_seen: HashSet::new(),
+            events: Vec::new(),
             now,
         }
     }
@@ -95,7 +159,7 @@ impl PodStorage {
         sources.into_iter().all(|s| self.sources_seen.contains(s))
     }
 
-    /// Copies of all pods of all sources (by source name, then UID).
+    /// Copies of all merged pods of all sources (by source name, then UID).
     pub fn merged_state(&self) -> Vec<Pod> {
         self.pods
             .values()
@@ -103,7 +167,7 @@ impl PodStorage {
             .collect()
     }
 
-    /// The current pods of one source.
+    /// The merged pods of one source.
     pub fn source_pods(&self, source: &str) -> Vec<Pod> {
         self.pods
             .get(source)
@@ -111,50 +175,139 @@ impl PodStorage {
             .unwrap_or_default()
     }
 
+    /// The pods of one source held back because their name is taken, in
+    /// arrival order.
+    pub fn held_pods(&self, source: &str) -> Vec<Pod> {
+        let mut held: Vec<&Held> = self
+            .held
+            .get(source)
+            .map(|m| m.values().collect())
+            .unwrap_or_default();
+        held.sort_by_key(|h| h.since);
+        held.into_iter().map(|h| h.pod.clone()).collect()
+    }
+
+    /// The events raised since the last call.
+    pub fn take_events(&mut self) -> Vec<PodEvent> {
+        std::mem::take(&mut self.events)
+    }
+
     /// Applies `update` from `source` and returns the notifications to
     /// deliver, in order.
     pub fn merge(&mut self, source: &str, update: PodUpdate) -> Vec<PodUpdate> {
         let seen_before = self.sources_seen.contains(source);
-        let changes = self.apply(source, update);
+        let mut names = self.name_index();
+        let mut changes = Changes::default();
+        self.apply(source, update, &mut names, &mut changes);
+        self.admit_held(source, &mut names, &mut changes);
         let first_set = !seen_before && self.sources_seen.contains(source);
         self.notifications(source, changes, first_set)
     }
 
-    fn apply(&mut self, source: &str, update: PodUpdate) -> Changes {
-        let mut changes = Changes::default();
-        let now = self.now;
-        match update.op {
+    /// Who owns each full name among the merged pods (mirror pods own none).
+    fn name_index(&self) -> Names {
+        let mut names = Names::new();
+        for (source, pods) in &self.pods {
+            for (uid, pod) in pods {
+                if !is_mirror_pod(pod) {
+                    names
+                        .entry(pod_full_name(pod))
+                        .or_insert_with(|| (source.clone(), uid.clone()));
+                }
+            }
+        }
+        names
+    }
+
+    fn apply(&mut self, source: &str, update: PodUpdate, names: &mut Names, c: &mut Changes) {
+        let op = update.op;
+        match op {
             PodOperation::Add | PodOperation::Update | PodOperation::Delete => {
                 log::debug!(
-                    "{:?} of {} pod(s) from source {source}",
-                    update.op,
+                    "{op:?} of {} pod(s) from source {source}",
                     update.pods.len()
                 );
-                let pods = self.pods.entry(source.to_string()).or_default();
-                let mut previous = BTreeMap::new();
-                update_pods(source, update.pods, &mut previous, pods, &mut changes, now);
+                for pod in self.filter_duplicates(source, update.pods) {
+                    let uid = pod_uid(&pod).to_string();
+                    if let Some(existing) = self.stored_mut(source, &uid) {
+                        classify(existing, pod, c);
+                    } else if let Some(held) = self.held_mut(source, &uid) {
+                        held.pod = pod;
+                    } else {
+                        self.admit_or_hold(source, pod, None, names, false, c);
+                    }
+                }
             }
             PodOperation::Remove => {
-                let pods = self.pods.entry(source.to_string()).or_default();
+                log::debug!(
+                    "REMOVE of {} pod(s) from source {source}",
+                    update.pods.len()
+                );
                 for pod in &update.pods {
-                    if let Some(existing) = pods.remove(pod_uid(pod)) {
-                        changes.removes.push(existing);
+                    let uid = pod_uid(pod);
+                    let removed = self.pods.get_mut(source).and_then(|m| m.remove(uid));
+                    if let Some(existing) = removed {
+                        release_name(names, source, &existing);
+                        c.removes.push(existing);
+                    } else if let Some(m) = self.held.get_mut(source) {
+                        m.remove(uid);
                     }
                 }
             }
             PodOperation::Set => {
                 log::debug!("SET of {} pod(s) from source {source}", update.pods.len());
                 self.sources_seen.insert(source.to_string());
-                let pods = self.pods.entry(source.to_string()).or_default();
-                let mut previous = std::mem::take(pods);
-                update_pods(source, update.pods, &mut previous, pods, &mut changes, now);
-                changes.removes.extend(previous.into_values());
+                let mut old = self.pods.remove(source).unwrap_or_default();
+                let mut old_held = self.held.remove(source).unwrap_or_default();
+                for pod in old.values() {
+                    release_name(names, source, pod);
+                }
+                for pod in self.filter_duplicates(source, update.pods) {
+                    let uid = pod_uid(&pod).to_string();
+                    if let Some(mut existing) = old.remove(&uid) {
+                        if !is_mirror_pod(&existing) {
+                            names.insert(
+                                pod_full_name(&existing),
+                                (source.to_string(), uid.clone()),
+                            );
+                        }
+                        classify(&mut existing, pod, c);
+                        self.pods
+                            .entry(source.to_string())
+                            .or_default()
+                            .insert(uid, existing);
+                    } else {
+                        let since = old_held.remove(&uid).map(|h| h.since);
+                        self.admit_or_hold(source, pod, since, names, false, c);
+                    }
+                }
+                c.removes.extend(old.into_values());
+                for dropped in old_held.into_values() {
+                    log::debug!(
+                        "source {source} no longer has held pod {}",
+                        pod_full_name(&dropped.pod)
+                    );
+                }
             }
             PodOperation::Restore => {
-                // Checkpointed pods are handed on as they are: they are not the
-                // source's word, so they neither enter the storage nor mark the
-                // source as seen.
-                changes.restores = update.pods;
+                log::debug!(
+                    "RESTORE of {} pod(s) for source {source}",
+                    update.pods.len()
+                );
+                for pod in self.filter_duplicates(source, update.pods) {
+                    let uid = pod_uid(&pod).to_string();
+                    if self.stored_mut(source, &uid).is_some()
+                        || self.held_mut(source, &uid).is_some()
+                    {
+                        // The source's own word beats a checkpoint.
+                        log::debug!(
+                            "source {source} already has pod {} ({uid}); checkpoint ignored",
+                            pod_full_name(&pod)
+                        );
+                        continue;
+                    }
+                    self.admit_or_hold(source, pod, None, names, true, c);
+                }
             }
             PodOperation::Reconcile => {
                 log::warn!(
@@ -162,12 +315,144 @@ impl PodStorage {
                 );
             }
         }
-        changes
+    }
+
+    fn stored_mut(&mut self, source: &str, uid: &str) -> Option<&mut Pod> {
+        self.pods.get_mut(source).and_then(|m| m.get_mut(uid))
+    }
+
+    fn held_mut(&mut self, source: &str, uid: &str) -> Option<&mut Held> {
+        self.held.get_mut(source).and_then(|m| m.get_mut(uid))
+    }
+
+    /// Drops every pod whose full name already came earlier in the same
+    /// update (upstream `filterInvalidPods`), and annotates the rest with
+    /// their source.
+    fn filter_duplicates(&mut self, source: &str, pods: Vec<Pod>) -> Vec<Pod> {
+        let mut names = HashSet::new();
+        let mut kept = Vec::with_capacity(pods.len());
+        for (index, mut pod) in pods.into_iter().enumerate() {
+            let full_name = pod_full_name(&pod);
+            if !names.insert(full_name.clone()) {
+                let message = format!(
+                    "Error validating pod {full_name} (uid {:?}) from {source} due to duplicate pod \
+                     name {full_name:?} at index {index} of the same update, ignoring",
+                    pod_uid(&pod)
+                );
+                log::warn!("config: {message}");
+                self.raise(source, &pod, message);
+                continue;
+            }
+            set_annotation(&mut pod, CONFIG_SOURCE_ANNOTATION_KEY, source.to_string());
+            kept.push(pod);
+        }
+        kept
+    }
+
+    fn raise(&mut self, source: &str, pod: &Pod, message: String) {
+        self.events.push(PodEvent {
+            pod_full_name: pod_full_name(pod),
+            pod_uid: pod_uid(pod).to_string(),
+            source: source.to_string(),
+            event_type: "Warning",
+            reason: FAILED_VALIDATION_REASON,
+            message,
+        });
+    }
+
+    /// Merges `pod`, new to `source`'s merged pods, if its full name is
+    /// free; otherwise holds it. `since` is set when the pod was held
+    /// before (it keeps its place and is not reported again).
+    fn admit_or_hold(
+        &mut self,
+        source: &str,
+        mut pod: Pod,
+        since: Option<u64>,
+        names: &mut Names,
+        restore: bool,
+        c: &mut Changes,
+    ) {
+        let uid = pod_uid(&pod).to_string();
+        let full_name = pod_full_name(&pod);
+        if !is_mirror_pod(&pod) {
+            if let Some((owner_source, owner_uid)) = names.get(&full_name) {
+                let since = match since {
+                    Some(since) => since,
+                    None => {
+                        let message = format!(
+                            "Error validating pod {full_name} (uid {uid:?}) from {source} due to \
+                             duplicate pod name {full_name:?}: pod {owner_uid:?} from \
+                             {owner_source} has it, ignoring this one until that name is free"
+                        );
+                        log::warn!("config: {message}");
+                        self.raise(source, &pod, message);
+                        self.next_held += 1;
+                        self.next_held
+                    }
+                };
+                self.held
+                    .entry(source.to_string())
+                    .or_default()
+                    .insert(uid, Held { since, pod });
+                return;
+            }
+            names.insert(full_name.clone(), (source.to_string(), uid.clone()));
+        }
+        log::debug!("source {source}: new pod {full_name} ({uid})");
+        set_annotation(&mut pod, CONFIG_FIRST_SEEN_ANNOTATION_KEY, (self.now)());
+        if restore {
+            c.restores.push(pod.clone());
+        } else {
+            c.adds.push(pod.clone());
+        }
+        self.pods
+            .entry(source.to_string())
+            .or_default()
+            .insert(uid, pod);
+    }
+
+    /// Merges the held pods whose name is free now, earliest first.
+    fn admit_held(&mut self, merging: &str, names: &mut Names, c: &mut Changes) {
+        let mut waiting: Vec<(u64, String, String)> = self
+            .held
+            .iter()
+            .flat_map(|(source, m)| {
+                m.iter()
+                    .map(move |(uid, h)| (h.since, source.clone(), uid.clone()))
+            })
+            .collect();
+        waiting.sort();
+        for (_, source, uid) in waiting {
+            let Some(m) = self.held.get_mut(&source) else {
+                continue;
+            };
+            let Some(held) = m.get(&uid) else { continue };
+            let full_name = pod_full_name(&held.pod);
+            if names.contains_key(&full_name) {
+                continue;
+            }
+            let Some(Held { mut pod, .. }) = m.remove(&uid) else {
+                continue;
+            };
+            log::info!("config: pod {full_name} ({uid}) from {source}: its name is free now");
+            names.insert(full_name, (source.clone(), uid.clone()));
+            set_annotation(&mut pod, CONFIG_FIRST_SEEN_ANNOTATION_KEY, (self.now)());
+            self.pods
+                .entry(source.clone())
+                .or_default()
+                .insert(uid, pod.clone());
+            if source == merging {
+                c.adds.push(pod);
+            } else {
+                c.admitted.entry(source).or_default().push(pod);
+            }
+        }
     }
 
     fn notifications(&self, source: &str, c: Changes, first_set: bool) -> Vec<PodUpdate> {
         let mut out = Vec::new();
         let mut push = |op, pods: Vec<Pod>| out.push(PodUpdate::new(op, source, pods));
+        let admitted = !c.admitted.is_empty();
         match self.mode {
             NotificationMode::Incremental => {
                 let announce_source =
@@ -194,9 +479,14 @@ impl PodStorage {
                 if !c.reconciles.is_empty() {
                     push(PodOperation::Reconcile, c.reconciles);
                 }
+                for (other, pods) in c.admitted {
+                    out.push(PodUpdate::new(PodOperation::Add, &other, pods));
+                }
             }
             NotificationMode::SnapshotAndUpdates => {
-                if !c.removes.is_empty() || !c.adds.is_empty() || first_set {
+                // Restored pods are stored, so they count as additions.
+                let added = !c.adds.is_empty() || !c.restores.is_empty() || admitted;
+                if !c.removes.is_empty() || added || first_set {
                     push(PodOperation::Set, self.merged_state());
                 }
                 if !c.updates.is_empty() {
@@ -205,20 +495,16 @@ impl PodStorage {
                 if !c.deletes.is_empty() {
                     push(PodOperation::Delete, c.deletes);
                 }
-                if !c.restores.is_empty() {
-                    push(PodOperation::Restore, c.restores);
-                }
             }
             NotificationMode::Snapshot => {
                 let changed = !c.updates.is_empty()
                     || !c.deletes.is_empty()
                     || !c.adds.is_empty()
-                    || !c.removes.is_empty();
+                    || !c.removes.is_empty()
+                    || !c.restores.is_empty()
+                    || admitted;
                 if changed || first_set {
                     push(PodOperation::Set, self.merged_state());
-                }
-                if !c.restores.is_empty() {
-                    push(PodOperation::Restore, c.restores);
                 }
             }
         }
@@ -226,55 +512,24 @@ impl PodStorage {
     }
 }
 
-/// Merges `incoming` into `pods`. A pod already known (in `pods`, or in
-/// `previous` for a SET, from where it is moved) is compared and updated in
-/// place; an unknown one is added. Duplicate full names keep the first pod.
-fn update_pods(
-    source: &str,
-    incoming: Vec<Pod>,
-    previous: &mut BTreeMap<String, Pod>,
-    pods: &mut BTreeMap<String, Pod>,
-    changes: &mut Changes,
-    now: fn() -> String,
-) {
-    let mut names = HashSet::new();
-    for (index, mut pod) in incoming.into_iter().enumerate() {
-        let full_name = pod_full_name(&pod);
-        if !names.insert(full_name.clone()) {
-            log::warn!(
-                "source {source}: pod {full_name} (index {index}, uid {:?}) has the same name as an \
-                 earlier pod in the same update; ignoring it",
-                pod_uid(&pod)
-            );
-            continue;
-        }
-        pod.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(CONFIG_SOURCE_ANNOTATION_KEY.to_string(), source.to_string());
-        let uid = pod_uid(&pod).to_string();
-        if !pods.contains_key(&uid) {
-            if let Some(existing) = previous.remove(&uid) {
-                pods.insert(uid.clone(), existing);
-            }
-        }
-        match pods.get_mut(&uid) {
-            Some(existing) => match check_and_update(existing, pod) {
-                Difference::Update => changes.updates.push(existing.clone()),
-                Difference::GracefulDelete => changes.deletes.push(existing.clone()),
-                Difference::Reconcile => changes.reconciles.push(existing.clone()),
-                Difference::None => {}
-            },
-            None => {
-                log::debug!("source {source}: new pod {full_name} ({uid})");
-                pod.metadata
-                    .annotations
-                    .get_or_insert_with(Default::default)
-                    .insert(CONFIG_FIRST_SEEN_ANNOTATION_KEY.to_string(), now());
-                changes.adds.push(pod.clone());
-                pods.insert(uid, pod);
-            }
-        }
+/// Frees `pod`'s full name if `pod` owns it.
+fn release_name(names: &mut Names, source: &str, pod: &Pod) {
+    let full_name = pod_full_name(pod);
+    if names
+        .get(&full_name)
+        .is_some_and(|(s, u)| s == source && u == pod_uid(pod))
+    {
+        names.remove(&full_name);
+    }
+}
+
+/// Brings the stored pod up to date and records what kind of change it was.
+fn classify(existing: &mut Pod, incoming: Pod, c: &mut Changes) {
+    match check_and_update(existing, incoming) {
+        Difference::Update => c.updates.push(existing.clone()),
+        Difference::GracefulDelete => c.deletes.push(existing.clone()),
+        Difference::Reconcile => c.reconciles.push(existing.clone()),
+        Difference::None => {}
     }
 }
 
@@ -346,6 +601,7 @@ fn check_and_update(existing: &mut Pod, incoming: Pod) -> Difference {
     existing.metadata.deletion_grace_period_seconds =
         incoming.metadata.deletion_grace_period_seconds;
     existing.metadata.owner_references = incoming.metadata.owner_references;
+    existing.metadata.generation = incoming.metadata.generation;
     existing.status = incoming.status;
     if graceful_delete {
         Difference::GracefulDelete
@@ -357,20 +613,20 @@ fn check_and_update(existing: &mut Pod, incoming: Pod) -> Difference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{API_SOURCE, FILE_SOURCE};
+    use crate::config::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
     use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
     use PodOperation::*;
 
     fn fixed_clock() -> String {
         "2024-01-02T03:04:05.000000006Z".to_string()
     }
 
-    fn pod(uid: &str, name: &str, image: &str) -> Pod {
+    fn pod_in(uid: &str, name: &str, namespace: &str, image: &str) -> Pod {
         let mut p = Pod::default();
         p.metadata.uid = Some(uid.to_string());
         p.metadata.name = Some(name.to_string());
-        p.metadata.namespace = Some("default".to_string());
+        p.metadata.namespace = Some(namespace.to_string());
         p.spec = Some(PodSpec {
             containers: vec![Container {
                 name: "c".to_string(),
@@ -380,6 +636,10 @@ mod tests {
             ..Default::default()
         });
         p
+    }
+
+    fn pod(uid: &str, name: &str, image: &str) -> Pod {
+        pod_in(uid, name, "default", image)
     }
 
     fn with_phase(mut p: Pod, phase: &str) -> Pod {
@@ -399,10 +659,7 @@ mod tests {
     }
 
     fn with_annotation(mut p: Pod, k: &str, v: &str) -> Pod {
-        p.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(k.to_string(), v.to_string());
+        set_annotation(&mut p, k, v.to_string());
         p
     }
 
@@ -413,30 +670,64 @@ mod tests {
         p
     }
 
+    fn owned(mut p: Pod) -> Pod {
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "rs".into(),
+            uid: "rs-uid".into(),
+            ..Default::default()
+        }]);
+        p
+    }
+
+    fn mirror(p: Pod) -> Pod {
+        with_annotation(p, CONFIG_MIRROR_ANNOTATION_KEY, "hash")
+    }
+
+    /// An update from the API source.
     fn upd(op: PodOperation, pods: Vec<Pod>) -> PodUpdate {
         PodUpdate::new(op, API_SOURCE, pods)
     }
 
-    /// (op, source, names) of each notification, for compact assertions.
-    fn summary(out: &[PodUpdate]) -> Vec<(PodOperation, String, Vec<String>)> {
+    /// An update from the named source.
+    fn from(source: &str, op: PodOperation, pods: Vec<Pod>) -> PodUpdate {
+        PodUpdate::new(op, source, pods)
+    }
+
+    type Summary = Vec<(PodOperation, String, Vec<String>)>;
+
+    /// (op, source, uids) of each notification, for compact assertions.
+    fn summary(out: &[PodUpdate]) -> Summary {
         out.iter()
             .map(|u| {
-                let names = u
-                    .pods
-                    .iter()
-                    .map(|p| p.metadata.name.clone().unwrap_or_default())
-                    .collect();
-                (u.op, u.source.clone(), names)
+                let uids = u.pods.iter().map(|p| pod_uid(p).to_string()).collect();
+                (u.op, u.source.clone(), uids)
             })
             .collect()
     }
 
-    fn s(op: PodOperation, names: &[&str]) -> (PodOperation, String, Vec<String>) {
+    /// A notification from the API source carrying the pods with these UIDs.
+    fn s(op: PodOperation, uids: &[&str]) -> (PodOperation, String, Vec<String>) {
+        sf(API_SOURCE, op, uids)
+    }
+
+    fn sf(source: &str, op: PodOperation, uids: &[&str]) -> (PodOperation, String, Vec<String>) {
         (
             op,
-            API_SOURCE.to_string(),
-            names.iter().map(|n| n.to_string()).collect(),
+            source.to_string(),
+            uids.iter().map(|n| n.to_string()).collect(),
         )
+    }
+
+    /// Merges each update from the source its `source` field names.
+    fn run(storage: &mut PodStorage, updates: Vec<PodUpdate>) -> Vec<PodUpdate> {
+        let mut out = Vec::new();
+        for u in updates {
+            let source = u.source.clone();
+            out.extend(storage.merge(&source, u));
+        }
+        out
     }
 
     struct Case {
@@ -445,55 +736,137 @@ mod tests {
         /// Updates merged before the one under test; their output is ignored.
         setup: Vec<PodUpdate>,
         update: PodUpdate,
-        want: Vec<(PodOperation, String, Vec<String>)>,
+        want: Summary,
     }
 
+    fn case(
+        name: &'static str,
+        mode: NotificationMode,
+        setup: Vec<PodUpdate>,
+        update: PodUpdate,
+        want: Summary,
+    ) -> Case {
+        Case {
+            name,
+            mode,
+            setup,
+            update,
+            want,
+        }
+    }
+
+    /// Every input op in every mode (upstream config_test.go is the
+    /// checklist), plus name conflicts and restores.
     #[test]
     fn merge_cases() {
         use NotificationMode::*;
-        let a = || pod("uid-a", "a", "img:1");
-        let b = || pod("uid-b", "b", "img:1");
-        let cases = vec![
-            Case {
-                name: "incremental: ADD of a new pod",
-                mode: Incremental,
-                setup: vec![],
-                update: upd(Add, vec![a()]),
-                want: vec![s(Add, &["a"])],
-            },
-            Case {
-                name: "incremental: ADD of a known pod with a new spec is an UPDATE",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(Add, vec![pod("uid-a", "a", "img:2")]),
-                want: vec![s(Update, &["a"])],
-            },
-            Case {
-                name: "incremental: identical ADD is a no-op",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(Add, vec![a()]),
-                want: vec![],
-            },
-            Case {
-                name: "incremental: UPDATE with a label change",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(Update, vec![with_label(a(), "tier", "web")]),
-                want: vec![s(Update, &["a"])],
-            },
-            Case {
-                name: "incremental: UPDATE with an annotation change",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(Update, vec![with_annotation(a(), "note", "x")]),
-                want: vec![s(Update, &["a"])],
-            },
-            Case {
-                name: "incremental: a change of the node's own annotations is no change",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(
+        let a = || pod("a", "a", "img:1");
+        let a2 = || pod("a", "a", "img:2");
+        let b = || pod("b", "b", "img:1");
+        let c = || pod("c", "c", "img:1");
+        let cases =
+            vec![
+            // ---- Incremental: ADD
+            case(
+                "incremental: ADD of a new pod",
+                Incremental,
+                vec![],
+                upd(Add, vec![a()]),
+                vec![s(Add, &["a"])],
+            ),
+            case(
+                "incremental: ADD of a pod with an empty namespace",
+                Incremental,
+                vec![],
+                upd(Add, vec![pod_in("e", "foo", "", "i")]),
+                vec![s(Add, &["e"])],
+            ),
+            case(
+                "incremental: the same name in another namespace is another pod",
+                Incremental,
+                vec![upd(Add, vec![pod_in("d1", "foo", "default", "i")])],
+                upd(Add, vec![pod_in("d2", "foo", "new", "i")]),
+                vec![s(Add, &["d2"])],
+            ),
+            case(
+                "incremental: ADD of a known pod with a new spec is an UPDATE",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Add, vec![a2()]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: identical ADD is a no-op",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Add, vec![a()]),
+                vec![],
+            ),
+            case(
+                "incremental: ADD with a status change only is a RECONCILE",
+                Incremental,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Add, vec![with_phase(a(), "Running"), b()]),
+                vec![s(Reconcile, &["a"])],
+            ),
+            case(
+                "incremental: ADD with spec and status changes is an UPDATE only",
+                Incremental,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Add, vec![with_phase(a2(), "Running"), b()]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: duplicate names within one update keep the first",
+                Incremental,
+                vec![],
+                upd(Add, vec![a(), pod("other", "a", "img:9"), b()]),
+                vec![s(Add, &["a", "b"])],
+            ),
+            // ---- Incremental: UPDATE
+            case(
+                "incremental: UPDATE with a label change",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Update, vec![with_label(a(), "tier", "web")]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: UPDATE with a changed label value",
+                Incremental,
+                vec![upd(Add, vec![with_label(a(), "k", "v")])],
+                upd(Update, vec![with_label(a(), "k", "w")]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: UPDATE with an added annotation",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Update, vec![with_annotation(a(), "note", "x")]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: UPDATE with a changed annotation",
+                Incremental,
+                vec![upd(Add, vec![with_annotation(a(), "note", "x")])],
+                upd(Update, vec![with_annotation(a(), "note", "y")]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: UPDATE with a removed annotation",
+                Incremental,
+                vec![upd(
+                    Add,
+                    vec![with_annotation(with_annotation(a(), "n1", "x"), "n2", "y")],
+                )],
+                upd(Update, vec![with_annotation(a(), "n1", "x")]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: a change of the node's own annotations is no change",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(
                     Update,
                     vec![with_annotation(
                         a(),
@@ -501,191 +874,554 @@ mod tests {
                         "later",
                     )],
                 ),
-                want: vec![],
-            },
-            Case {
-                name: "incremental: status-only change is a RECONCILE",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(Update, vec![with_phase(a(), "Running")]),
-                want: vec![s(Reconcile, &["a"])],
-            },
-            Case {
-                name: "incremental: spec and status change is an UPDATE only",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(
-                    Update,
-                    vec![with_phase(pod("uid-a", "a", "img:2"), "Running")],
-                ),
-                want: vec![s(Update, &["a"])],
-            },
-            Case {
-                name: "incremental: deletion timestamp is a DELETE",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a(), b()])],
-                update: upd(Delete, vec![deleting(a())]),
-                want: vec![s(Delete, &["a"])],
-            },
-            Case {
-                name: "incremental: deletion timestamp arriving in an UPDATE is a DELETE",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(Update, vec![deleting(a())]),
-                want: vec![s(Delete, &["a"])],
-            },
-            Case {
-                name: "incremental: REMOVE of a known pod",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a(), b()])],
-                update: upd(Remove, vec![a()]),
-                want: vec![s(Remove, &["a"])],
-            },
-            Case {
-                name: "incremental: REMOVE of an unknown pod is a no-op",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![b()])],
-                update: upd(Remove, vec![a()]),
-                want: vec![],
-            },
-            Case {
-                name: "incremental: first SET from a source",
-                mode: Incremental,
-                setup: vec![],
-                update: upd(Set, vec![a(), b()]),
-                want: vec![s(Add, &["a", "b"])],
-            },
-            Case {
-                name: "incremental: empty first SET sends an empty ADD",
-                mode: Incremental,
-                setup: vec![],
-                update: upd(Set, vec![]),
-                want: vec![s(Add, &[])],
-            },
-            Case {
-                name: "incremental: first SET with only known pods sends an empty ADD",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(Set, vec![a()]),
-                want: vec![s(Add, &[])],
-            },
-            Case {
-                name: "incremental: second empty SET is silent",
-                mode: Incremental,
-                setup: vec![upd(Set, vec![])],
-                update: upd(Set, vec![]),
-                want: vec![],
-            },
-            Case {
-                name: "incremental: SET without a pod REMOVEs it, in order before ADD and UPDATE",
-                mode: Incremental,
-                setup: vec![upd(Set, vec![a(), b()])],
-                update: upd(
+                vec![],
+            ),
+            case(
+                "incremental: UPDATE with new owner references",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Update, vec![owned(a())]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: a generation change alone is no change",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Update, {
+                    let mut p = a();
+                    p.metadata.generation = Some(7);
+                    vec![p]
+                }),
+                vec![],
+            ),
+            case(
+                "incremental: status-only change is a RECONCILE",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Update, vec![with_phase(a(), "Running")]),
+                vec![s(Reconcile, &["a"])],
+            ),
+            case(
+                "incremental: spec and status change is an UPDATE only",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Update, vec![with_phase(a2(), "Running")]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: UPDATE of an unknown pod is an ADD",
+                Incremental,
+                vec![],
+                upd(Update, vec![a()]),
+                vec![s(Add, &["a"])],
+            ),
+            // ---- Incremental: DELETE
+            case(
+                "incremental: deletion timestamp is a DELETE",
+                Incremental,
+                vec![upd(Add, vec![a(), b()])],
+                upd(Delete, vec![deleting(a())]),
+                vec![s(Delete, &["a"])],
+            ),
+            case(
+                "incremental: deletion timestamp arriving in an UPDATE is a DELETE",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Update, vec![deleting(a())]),
+                vec![s(Delete, &["a"])],
+            ),
+            case(
+                "incremental: a shorter grace period of a deleted pod is a DELETE again",
+                Incremental,
+                vec![upd(Add, vec![deleting(a())])],
+                upd(Update, {
+                    let mut p = deleting(a());
+                    p.metadata.deletion_grace_period_seconds = Some(0);
+                    vec![p]
+                }),
+                vec![s(Delete, &["a"])],
+            ),
+            case(
+                "incremental: DELETE of an unknown pod adds it",
+                Incremental,
+                vec![],
+                upd(Delete, vec![deleting(a())]),
+                vec![s(Add, &["a"])],
+            ),
+            // ---- Incremental: REMOVE
+            case(
+                "incremental: REMOVE of a known pod",
+                Incremental,
+                vec![upd(Add, vec![a(), b()])],
+                upd(Remove, vec![a()]),
+                vec![s(Remove, &["a"])],
+            ),
+            case(
+                "incremental: REMOVE of an unknown pod is a no-op",
+                Incremental,
+                vec![upd(Add, vec![b()])],
+                upd(Remove, vec![a()]),
+                vec![],
+            ),
+            // ---- Incremental: SET
+            case(
+                "incremental: first SET from a source",
+                Incremental,
+                vec![],
+                upd(Set, vec![a(), b()]),
+                vec![s(Add, &["a", "b"])],
+            ),
+            case(
+                "incremental: empty first SET sends an empty ADD",
+                Incremental,
+                vec![],
+                upd(Set, vec![]),
+                vec![s(Add, &[])],
+            ),
+            case(
+                "incremental: first SET with only known pods sends an empty ADD",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Set, vec![a()]),
+                vec![s(Add, &[])],
+            ),
+            case(
+                "incremental: first SET that only reconciles also announces the source",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Set, vec![with_phase(a(), "Running")]),
+                vec![s(Add, &[]), s(Reconcile, &["a"])],
+            ),
+            case(
+                "incremental: first SET that removes also announces the source",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Set, vec![]),
+                vec![s(Remove, &["a"]), s(Add, &[])],
+            ),
+            case(
+                "incremental: second empty SET is silent",
+                Incremental,
+                vec![upd(Set, vec![])],
+                upd(Set, vec![]),
+                vec![],
+            ),
+            case(
+                "incremental: ADD after an empty SET",
+                Incremental,
+                vec![upd(Set, vec![]), upd(Set, vec![])],
+                upd(Add, vec![a()]),
+                vec![s(Add, &["a"])],
+            ),
+            case(
+                "incremental: SET without a pod REMOVEs it, in order before ADD and UPDATE",
+                Incremental,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Set, vec![pod("b", "b", "img:2"), c()]),
+                vec![s(Remove, &["a"]), s(Add, &["c"]), s(Update, &["b"])],
+            ),
+            case(
+                "incremental: SET with status change only",
+                Incremental,
+                vec![upd(Set, vec![a()])],
+                upd(Set, vec![with_phase(a(), "Running")]),
+                vec![s(Reconcile, &["a"])],
+            ),
+            case(
+                "incremental: identical SET is silent",
+                Incremental,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Set, vec![b(), a()]),
+                vec![],
+            ),
+            case(
+                "incremental: SET with every kind of change, in upstream's order",
+                Incremental,
+                vec![upd(Set, vec![a(), b(), pod("d", "d", "i"), pod("r", "r", "i")])],
+                upd(
                     Set,
-                    vec![pod("uid-b", "b", "img:2"), pod("uid-c", "c", "img:1")],
+                    vec![
+                        a2(),
+                        deleting(b()),
+                        c(),
+                        with_phase(pod("r", "r", "i"), "Running"),
+                    ],
                 ),
-                want: vec![s(Remove, &["a"]), s(Add, &["c"]), s(Update, &["b"])],
-            },
-            Case {
-                name: "incremental: SET with status change only",
-                mode: Incremental,
-                setup: vec![upd(Set, vec![a()])],
-                update: upd(Set, vec![with_phase(a(), "Running")]),
-                want: vec![s(Reconcile, &["a"])],
-            },
-            Case {
-                name: "incremental: duplicate full names keep the first",
-                mode: Incremental,
-                setup: vec![],
-                update: upd(Add, vec![a(), pod("uid-other", "a", "img:9"), b()]),
-                want: vec![s(Add, &["a", "b"])],
-            },
-            Case {
-                name: "incremental: RESTORE is handed on and not stored",
-                mode: Incremental,
-                setup: vec![],
-                update: upd(Restore, vec![a()]),
-                want: vec![s(Restore, &["a"])],
-            },
-            Case {
-                name: "incremental: RECONCILE from a source is ignored",
-                mode: Incremental,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(Reconcile, vec![with_phase(a(), "Running")]),
-                want: vec![],
-            },
-            Case {
-                name: "snapshot: first empty SET sends an empty SET",
-                mode: Snapshot,
-                setup: vec![],
-                update: upd(Set, vec![]),
-                want: vec![s(Set, &[])],
-            },
-            Case {
-                name: "snapshot: an update sends the whole state",
-                mode: Snapshot,
-                setup: vec![upd(Set, vec![a(), b()])],
-                update: upd(Update, vec![pod("uid-a", "a", "img:2")]),
-                want: vec![s(Set, &["a", "b"])],
-            },
-            Case {
-                name: "snapshot: a removal sends the whole state",
-                mode: Snapshot,
-                setup: vec![upd(Set, vec![a(), b()])],
-                update: upd(Set, vec![b()]),
-                want: vec![s(Set, &["b"])],
-            },
-            Case {
-                name: "snapshot: a status-only change sends nothing",
-                mode: Snapshot,
-                setup: vec![upd(Set, vec![a()])],
-                update: upd(Set, vec![with_phase(a(), "Running")]),
-                want: vec![],
-            },
-            Case {
-                name: "snapshot and updates: an addition sends the whole state",
-                mode: SnapshotAndUpdates,
-                setup: vec![upd(Set, vec![a()])],
-                update: upd(Add, vec![b()]),
-                want: vec![s(Set, &["a", "b"])],
-            },
-            Case {
-                name: "snapshot and updates: a change sends UPDATE",
-                mode: SnapshotAndUpdates,
-                setup: vec![upd(Set, vec![a(), b()])],
-                update: upd(Update, vec![pod("uid-a", "a", "img:2")]),
-                want: vec![s(Update, &["a"])],
-            },
-            Case {
-                name: "snapshot and updates: a graceful deletion sends DELETE",
-                mode: SnapshotAndUpdates,
-                setup: vec![upd(Set, vec![a(), b()])],
-                update: upd(Update, vec![deleting(a())]),
-                want: vec![s(Delete, &["a"])],
-            },
-            Case {
-                name: "snapshot and updates: removal plus change sends SET then UPDATE",
-                mode: SnapshotAndUpdates,
-                setup: vec![upd(Set, vec![a(), b()])],
-                update: upd(Set, vec![pod("uid-b", "b", "img:2")]),
-                want: vec![s(Set, &["b"]), s(Update, &["b"])],
-            },
-            Case {
-                name: "snapshot and updates: first SET of known pods sends SET",
-                mode: SnapshotAndUpdates,
-                setup: vec![upd(Add, vec![a()])],
-                update: upd(Set, vec![a()]),
-                want: vec![s(Set, &["a"])],
-            },
+                vec![
+                    s(Remove, &["d"]),
+                    s(Add, &["c"]),
+                    s(Update, &["a"]),
+                    s(Delete, &["b"]),
+                    s(Reconcile, &["r"]),
+                ],
+            ),
+            // ---- Incremental: RESTORE and RECONCILE
+            case(
+                "incremental: RESTORE is handed on as RESTORE",
+                Incremental,
+                vec![],
+                upd(Restore, vec![a()]),
+                vec![s(Restore, &["a"])],
+            ),
+            case(
+                "incremental: RESTORE of a pod the source already sent is ignored",
+                Incremental,
+                vec![upd(Set, vec![a()])],
+                upd(Restore, vec![a2(), b()]),
+                vec![s(Restore, &["b"])],
+            ),
+            case(
+                "incremental: the first SET after a RESTORE removes what the source lost",
+                Incremental,
+                vec![upd(Restore, vec![a(), b()])],
+                upd(Set, vec![a(), c()]),
+                vec![s(Remove, &["b"]), s(Add, &["c"])],
+            ),
+            case(
+                "incremental: the first SET after a RESTORE of the same pods announces the source",
+                Incremental,
+                vec![upd(Restore, vec![a()])],
+                upd(Set, vec![a()]),
+                vec![s(Add, &[])],
+            ),
+            case(
+                "incremental: the first SET after a RESTORE updates changed pods",
+                Incremental,
+                vec![upd(Restore, vec![a()])],
+                upd(Set, vec![a2()]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "incremental: RECONCILE from a source is ignored",
+                Incremental,
+                vec![upd(Add, vec![a()])],
+                upd(Reconcile, vec![with_phase(a(), "Running")]),
+                vec![],
+            ),
+            // ---- Incremental: names across sources
+            case(
+                "incremental: a name taken by another source holds the pod",
+                Incremental,
+                vec![from(FILE_SOURCE, Set, vec![pod("f", "web", "i")])],
+                from(HTTP_SOURCE, Set, vec![pod("h", "web", "j"), b()]),
+                vec![sf(HTTP_SOURCE, Add, &["b"])],
+            ),
+            case(
+                "incremental: a held pod comes in once the name is free",
+                Incremental,
+                vec![
+                    from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
+                    from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
+                ],
+                from(FILE_SOURCE, Set, vec![]),
+                vec![sf(FILE_SOURCE, Remove, &["f"]), sf(HTTP_SOURCE, Add, &["h"])],
+            ),
+            case(
+                "incremental: a held pod its source dropped never comes in",
+                Incremental,
+                vec![
+                    from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
+                    from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
+                    from(HTTP_SOURCE, Set, vec![]),
+                ],
+                from(FILE_SOURCE, Set, vec![]),
+                vec![sf(FILE_SOURCE, Remove, &["f"])],
+            ),
+            case(
+                "incremental: a held pod removed by REMOVE never comes in",
+                Incremental,
+                vec![
+                    upd(Add, vec![pod("a1", "a", "i")]),
+                    from(FILE_SOURCE, Set, vec![pod("f", "a", "j")]),
+                    from(FILE_SOURCE, Remove, vec![pod("f", "a", "j")]),
+                ],
+                upd(Remove, vec![pod("a1", "a", "i")]),
+                vec![s(Remove, &["a1"])],
+            ),
+            case(
+                "incremental: a second UID with a taken name waits within a source too",
+                Incremental,
+                vec![upd(Add, vec![pod("a1", "a", "i")])],
+                upd(Add, vec![pod("a2", "a", "j")]),
+                vec![],
+            ),
+            case(
+                "incremental: ...and comes in right after the first is removed",
+                Incremental,
+                vec![
+                    upd(Add, vec![pod("a1", "a", "i")]),
+                    upd(Add, vec![pod("a2", "a", "j")]),
+                ],
+                upd(Remove, vec![pod("a1", "a", "i")]),
+                vec![s(Remove, &["a1"]), s(Add, &["a2"])],
+            ),
+            case(
+                "incremental: a SET replacing a pod by a new UID of the same name",
+                Incremental,
+                vec![from(FILE_SOURCE, Set, vec![pod("f1", "web", "i")])],
+                from(FILE_SOURCE, Set, vec![pod("f2", "web", "j")]),
+                vec![sf(FILE_SOURCE, Remove, &["f1"]), sf(FILE_SOURCE, Add, &["f2"])],
+            ),
+            case(
+                "incremental: the earliest held pod wins a freed name",
+                Incremental,
+                vec![
+                    from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
+                    from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
+                    upd(Set, vec![pod("k", "web", "k")]),
+                ],
+                from(FILE_SOURCE, Set, vec![]),
+                vec![sf(FILE_SOURCE, Remove, &["f"]), sf(HTTP_SOURCE, Add, &["h"])],
+            ),
+            case(
+                "incremental: an UPDATE of a held pod is what comes in later",
+                Incremental,
+                vec![
+                    from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
+                    upd(Add, vec![pod("h", "web", "old")]),
+                    upd(Update, vec![pod("h", "web", "new")]),
+                ],
+                from(FILE_SOURCE, Set, vec![]),
+                vec![sf(FILE_SOURCE, Remove, &["f"]), s(Add, &["h"])],
+            ),
+            case(
+                "incremental: mirror pods share their static pod's name",
+                Incremental,
+                vec![from(FILE_SOURCE, Set, vec![pod("f", "web", "i")])],
+                upd(Set, vec![mirror(pod("m", "web", "i"))]),
+                vec![s(Add, &["m"])],
+            ),
+            case(
+                "incremental: a restored pod whose name is taken is held",
+                Incremental,
+                vec![from(FILE_SOURCE, Set, vec![pod("f", "web", "i")])],
+                upd(Restore, vec![pod("r", "web", "i"), b()]),
+                vec![s(Restore, &["b"])],
+            ),
+            // ---- Snapshot
+            case(
+                "snapshot: first empty SET sends an empty SET",
+                Snapshot,
+                vec![],
+                upd(Set, vec![]),
+                vec![s(Set, &[])],
+            ),
+            case(
+                "snapshot: second empty SET is silent",
+                Snapshot,
+                vec![upd(Set, vec![])],
+                upd(Set, vec![]),
+                vec![],
+            ),
+            case(
+                "snapshot: ADD sends the whole state",
+                Snapshot,
+                vec![upd(Set, vec![]), upd(Set, vec![])],
+                upd(Add, vec![a()]),
+                vec![s(Set, &["a"])],
+            ),
+            case(
+                "snapshot: an update sends the whole state",
+                Snapshot,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Update, vec![a2()]),
+                vec![s(Set, &["a", "b"])],
+            ),
+            case(
+                "snapshot: an ADD that changes a pod sends the whole state",
+                Snapshot,
+                vec![upd(Add, vec![a()])],
+                upd(Add, vec![a2()]),
+                vec![s(Set, &["a"])],
+            ),
+            case(
+                "snapshot: a graceful deletion sends the whole state",
+                Snapshot,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Delete, vec![deleting(a())]),
+                vec![s(Set, &["a", "b"])],
+            ),
+            case(
+                "snapshot: a removal sends the whole state",
+                Snapshot,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Set, vec![b()]),
+                vec![s(Set, &["b"])],
+            ),
+            case(
+                "snapshot: REMOVE sends the whole state",
+                Snapshot,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Remove, vec![b()]),
+                vec![s(Set, &["a"])],
+            ),
+            case(
+                "snapshot: a status-only change sends nothing",
+                Snapshot,
+                vec![upd(Set, vec![a()])],
+                upd(Set, vec![with_phase(a(), "Running")]),
+                vec![],
+            ),
+            case(
+                "snapshot: the whole state covers every source",
+                Snapshot,
+                vec![from(FILE_SOURCE, Set, vec![c()])],
+                upd(Set, vec![a()]),
+                vec![s(Set, &["a", "c"])],
+            ),
+            case(
+                "snapshot: RESTORE sends the whole state",
+                Snapshot,
+                vec![],
+                upd(Restore, vec![a()]),
+                vec![s(Set, &["a"])],
+            ),
+            case(
+                "snapshot: a held pod coming in sends the whole state",
+                Snapshot,
+                vec![
+                    from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
+                    from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
+                ],
+                from(FILE_SOURCE, Remove, vec![pod("f", "web", "i")]),
+                vec![sf(FILE_SOURCE, Set, &["h"])],
+            ),
+            // ---- SnapshotAndUpdates
+            case(
+                "snapshot and updates: first empty SET sends an empty SET",
+                SnapshotAndUpdates,
+                vec![],
+                upd(Set, vec![]),
+                vec![s(Set, &[])],
+            ),
+            case(
+                "snapshot and updates: second empty SET is silent",
+                SnapshotAndUpdates,
+                vec![upd(Set, vec![])],
+                upd(Set, vec![]),
+                vec![],
+            ),
+            case(
+                "snapshot and updates: an addition sends the whole state",
+                SnapshotAndUpdates,
+                vec![upd(Set, vec![a()])],
+                upd(Add, vec![b()]),
+                vec![s(Set, &["a", "b"])],
+            ),
+            case(
+                "snapshot and updates: a change sends UPDATE",
+                SnapshotAndUpdates,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Update, vec![a2()]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "snapshot and updates: an ADD that changes a pod sends UPDATE",
+                SnapshotAndUpdates,
+                vec![upd(Add, vec![a()])],
+                upd(Add, vec![a2()]),
+                vec![s(Update, &["a"])],
+            ),
+            case(
+                "snapshot and updates: a graceful deletion sends DELETE",
+                SnapshotAndUpdates,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Update, vec![deleting(a())]),
+                vec![s(Delete, &["a"])],
+            ),
+            case(
+                "snapshot and updates: REMOVE sends the whole state",
+                SnapshotAndUpdates,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Remove, vec![a()]),
+                vec![s(Set, &["b"])],
+            ),
+            case(
+                "snapshot and updates: removal plus change sends SET then UPDATE",
+                SnapshotAndUpdates,
+                vec![upd(Set, vec![a(), b()])],
+                upd(Set, vec![pod("b", "b", "img:2")]),
+                vec![s(Set, &["b"]), s(Update, &["b"])],
+            ),
+            case(
+                "snapshot and updates: first SET of known pods sends SET",
+                SnapshotAndUpdates,
+                vec![upd(Add, vec![a()])],
+                upd(Set, vec![a()]),
+                vec![s(Set, &["a"])],
+            ),
+            case(
+                "snapshot and updates: a status-only change sends nothing",
+                SnapshotAndUpdates,
+                vec![upd(Set, vec![a()])],
+                upd(Update, vec![with_phase(a(), "Running")]),
+                vec![],
+            ),
+            case(
+                "snapshot and updates: RESTORE sends the whole state",
+                SnapshotAndUpdates,
+                vec![],
+                upd(Restore, vec![a()]),
+                vec![s(Set, &["a"])],
+            ),
+            case(
+                "snapshot and updates: RECONCILE from a source is ignored",
+                SnapshotAndUpdates,
+                vec![upd(Set, vec![a()])],
+                upd(Reconcile, vec![with_phase(a(), "Running")]),
+                vec![],
+            ),
         ];
+        let mut failures = Vec::new();
         for case in cases {
             let mut storage = PodStorage::with_clock(case.mode, fixed_clock);
-            for u in case.setup {
-                storage.merge(API_SOURCE, u);
+            run(&mut storage, case.setup);
+            let source = case.update.source.clone();
+            let out = storage.merge(&source, case.update);
+            let got = summary(&out);
+            if got != case.want {
+                failures.push(format!(
+                    "{}:\n   got {got:?}\n  want {:?}",
+                    case.name, case.want
+                ));
             }
-            let out = storage.merge(API_SOURCE, case.update);
-            assert_eq!(summary(&out), case.want, "{}", case.name);
         }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn notifications_carry_the_stored_pod() {
+        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
+        storage.merge(API_SOURCE, upd(Add, vec![pod("a", "a", "i:1")]));
+        // REMOVE carries the pod as stored (the updated copy), not the
+        // caller's.
+        storage.merge(API_SOURCE, upd(Update, vec![pod("a", "a", "i:2")]));
+        let out = storage.merge(API_SOURCE, upd(Remove, vec![pod("a", "a", "ignored")]));
+        let image = out[0].pods[0].spec.as_ref().unwrap().containers[0]
+            .image
+            .clone();
+        assert_eq!(image.as_deref(), Some("i:2"));
+
+        // DELETE carries the deletion fields.
+        storage.merge(API_SOURCE, upd(Add, vec![pod("b", "b", "i")]));
+        let out = storage.merge(API_SOURCE, upd(Delete, vec![deleting(pod("b", "b", "i"))]));
+        assert_eq!(
+            out[0].pods[0].metadata.deletion_grace_period_seconds,
+            Some(30)
+        );
+        assert!(out[0].pods[0].metadata.deletion_timestamp.is_some());
+
+        // RECONCILE carries the new status.
+        let out = storage.merge(
+            API_SOURCE,
+            upd(
+                Update,
+                vec![with_phase(deleting(pod("b", "b", "i")), "Failed")],
+            ),
+        );
+        assert_eq!(out[0].op, Reconcile);
+        let phase = out[0].pods[0].status.as_ref().unwrap().phase.clone();
+        assert_eq!(phase.as_deref(), Some("Failed"));
     }
 
     #[test]
@@ -717,6 +1453,12 @@ mod tests {
                 .image,
             Some("i:2".to_string())
         );
+
+        // The source annotation is the merging source's, whatever the pod says.
+        let lying = with_annotation(pod("v", "b", "i"), CONFIG_SOURCE_ANNOTATION_KEY, "api");
+        let out = storage.merge(FILE_SOURCE, PodUpdate::new(Add, FILE_SOURCE, vec![lying]));
+        let ann = out[0].pods[0].metadata.annotations.as_ref().unwrap();
+        assert_eq!(ann[CONFIG_SOURCE_ANNOTATION_KEY], "file");
     }
 
     #[test]
@@ -741,6 +1483,8 @@ mod tests {
             !storage.seen_sources([API_SOURCE]),
             "RESTORE does not mark a source seen"
         );
+        storage.merge(API_SOURCE, upd(Remove, vec![pod("u9", "z", "i")]));
+        assert!(!storage.seen_sources([API_SOURCE]));
         storage.merge(
             FILE_SOURCE,
             PodUpdate::new(Set, FILE_SOURCE, vec![pod("u2", "b", "i")]),
@@ -763,5 +1507,88 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].op, out[0].pods.len()), (Add, 0));
         assert_eq!(storage.merged_state().len(), 1);
+    }
+
+    #[test]
+    fn name_conflicts_raise_one_event_each() {
+        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
+        storage.merge(
+            FILE_SOURCE,
+            from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
+        );
+        assert!(storage.take_events().is_empty());
+
+        // Within one update: dropped, one event.
+        storage.merge(
+            API_SOURCE,
+            upd(Add, vec![pod("a1", "a", "i"), pod("a2", "a", "j")]),
+        );
+        let events = storage.take_events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].pod_uid, "a2");
+        assert_eq!(events[0].reason, FAILED_VALIDATION_REASON);
+        assert_eq!(events[0].event_type, "Warning");
+        assert!(
+            events[0].message.contains("duplicate pod name"),
+            "{}",
+            events[0].message
+        );
+        assert!(storage.held_pods(API_SOURCE).is_empty());
+
+        // Across sources: held, one event naming both sides, not repeated
+        // when the source sends the pod again.
+        storage.merge(
+            HTTP_SOURCE,
+            from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
+        );
+        let events = storage.take_events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        let e = &events[0];
+        assert_eq!((e.source.as_str(), e.pod_uid.as_str()), ("http", "h"));
+        assert_eq!(e.pod_full_name, "default/web");
+        assert!(
+            e.message.contains("\"f\"") && e.message.contains("file"),
+            "{}",
+            e.message
+        );
+        storage.merge(
+            HTTP_SOURCE,
+            from(HTTP_SOURCE, Set, vec![pod("h", "web", "j2")]),
+        );
+        assert!(storage.take_events().is_empty());
+        let held = storage.held_pods(HTTP_SOURCE);
+        assert_eq!(held.len(), 1);
+        assert_eq!(
+            held[0].spec.as_ref().unwrap().containers[0]
+                .image
+                .as_deref(),
+            Some("j2"),
+            "the held copy follows its source"
+        );
+        assert!(storage.source_pods(HTTP_SOURCE).is_empty());
+    }
+
+    /// A held pod admitted later gets its first-seen time then, and the
+    /// node's own annotations.
+    #[test]
+    fn admitted_pods_are_annotated() {
+        fn late_clock() -> String {
+            "2030-01-01T00:00:00Z".to_string()
+        }
+        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, late_clock);
+        storage.merge(
+            FILE_SOURCE,
+            from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
+        );
+        storage.merge(
+            HTTP_SOURCE,
+            from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
+        );
+        let out = storage.merge(FILE_SOURCE, from(FILE_SOURCE, Set, vec![]));
+        let admitted = &out[1];
+        assert_eq!((admitted.op, admitted.source.as_str()), (Add, "http"));
+        let ann = admitted.pods[0].metadata.annotations.as_ref().unwrap();
+        assert_eq!(ann[CONFIG_SOURCE_ANNOTATION_KEY], "http");
+        assert_eq!(ann[CONFIG_FIRST_SEEN_ANNOTATION_KEY], late_clock());
     }
 }
