@@ -298,31 +298,14 @@ mod tests {
     use super::*;
     use crate::config::PodUpdate;
     use crate::cri::RuntimeService;
-    use crate::runtime::fake::FakeRuntime;
+    use crate::runtime::fake::{test_pod, FakeRuntime, TEST_IMAGE};
     use crate::runtime::RuntimeManager;
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    const IMAGE: &str = "docker.io/tinylet/busybox:1";
+    const IMAGE: &str = TEST_IMAGE;
 
     fn pod(uid: &str, name: &str) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                uid: Some(uid.into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".into(),
-                    image: Some(IMAGE.into()),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            status: None,
-        }
+        test_pod(uid, name)
     }
 
     struct Rig {

@@ -470,30 +470,12 @@ fn terminate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::fake::FakeRuntime;
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use crate::runtime::fake::{test_pod, FakeRuntime, TEST_IMAGE};
 
-    const IMAGE: &str = "docker.io/tinylet/busybox:1";
+    const IMAGE: &str = TEST_IMAGE;
 
     fn pod(uid: &str, name: &str) -> Arc<Pod> {
-        Arc::new(Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                uid: Some(uid.into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".into(),
-                    image: Some(IMAGE.into()),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            status: None,
-        })
+        Arc::new(test_pod(uid, name))
     }
 
     struct Rig {

@@ -3,13 +3,13 @@
 //! every CRI call counted.
 
 use std::fs;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use protobuf::EnumOrUnknown;
 use tinylet::cri::api;
 
+use crate::support::agent::{running_containers, Agent};
 use crate::support::containerd::write_manifest;
 use crate::support::fake_cri::FakeCri;
 
@@ -30,143 +30,6 @@ spec:
     command: ["sh", "-c", "{cmd}"]
 "#
     )
-}
-
-/// The binary with its own temp dirs, killed on drop; its log is printed
-/// when the test fails.
-struct Agent {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    args: Vec<String>,
-}
-
-impl Agent {
-    fn start(endpoint: &str) -> Agent {
-        let dir = tempfile::Builder::new()
-            .prefix("tinylet-agent")
-            .tempdir()
-            .expect("temp dir");
-        fs::create_dir_all(dir.path().join("manifests")).expect("manifest dir");
-        let args = vec![
-            "--container-runtime-endpoint".to_string(),
-            endpoint.to_string(),
-            "--pod-manifest-path".into(),
-            dir.path().join("manifests").display().to_string(),
-            "--hostname-override".into(),
-            "edge-1".into(),
-            "--root-dir".into(),
-            dir.path().join("root").display().to_string(),
-            "--pod-logs-dir".into(),
-            dir.path().join("logs").display().to_string(),
-            "--v".into(),
-            "4".into(),
-        ];
-        let mut a = Agent {
-            child: None,
-            dir,
-            args,
-        };
-        a.spawn();
-        a
-    }
-
-    fn spawn(&mut self) {
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("log file");
-        let child = Command::new(BIN)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn tinylet");
-        self.child = Some(child);
-    }
-
-    fn manifests(&self) -> PathBuf {
-        self.dir.path().join("manifests")
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("tinylet.log")
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(self.log_path()).unwrap_or_default()
-    }
-
-    fn running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn terminate(&mut self) -> ExitStatus {
-        let mut c = self.child.take().expect("running");
-        let ok = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(ok.success());
-        let end = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Ok(Some(s)) = c.try_wait() {
-                return s;
-            }
-            assert!(
-                Instant::now() < end,
-                "no exit after SIGTERM\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn wait(&mut self, what: &str, mut f: impl FnMut() -> bool) {
-        let end = Instant::now() + Duration::from_secs(15);
-        while !f() {
-            assert!(
-                self.running(),
-                "tinylet exited while waiting until {what}\n{}",
-                self.log()
-            );
-            assert!(
-                Instant::now() < end,
-                "timed out waiting until {what}\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            eprintln!("--- tinylet log ---\n{}", self.log());
-        }
-    }
-}
-
-fn running_named(fake: &FakeCri, pod: &str) -> usize {
-    fake.container_statuses()
-        .iter()
-        .filter(|c| {
-            c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(pod)
-                && c.state == EnumOrUnknown::new(api::ContainerState::CONTAINER_RUNNING)
-        })
-        .count()
 }
 
 fn run_cmd(args: &[&str]) -> (i32, String, String) {
@@ -208,9 +71,9 @@ fn flags_help_version_and_errors() {
 #[test]
 fn pod_runs_once_and_a_restarted_agent_adopts_it() {
     let fake = FakeCri::start();
-    let mut agent = Agent::start(&fake.endpoint());
+    let mut agent = Agent::start(&fake.endpoint(), &[]);
     write_manifest(&agent.manifests(), "web.yaml", &web("web", "sleep 1000"));
-    agent.wait("web runs", || running_named(&fake, "web-edge-1") == 1);
+    agent.wait("web runs", || running_containers(&fake, "web-edge-1") == 1);
     assert_eq!(fake.count("RunPodSandbox"), 1);
     let sandbox = &fake.sandboxes()[0];
     assert_eq!(
@@ -240,21 +103,21 @@ fn pod_runs_once_and_a_restarted_agent_adopts_it() {
     assert_eq!(fake.count("RunPodSandbox"), 0, "{:?}", fake.calls());
     assert_eq!(fake.count("CreateContainer"), 0, "{:?}", fake.calls());
     assert_eq!(fake.count("StopContainer"), 0, "{:?}", fake.calls());
-    assert_eq!(running_named(&fake, "web-edge-1"), 1);
+    assert_eq!(running_containers(&fake, "web-edge-1"), 1);
 
     // SIGTERM: a clean exit that leaves the containers running.
     let status = agent.terminate();
     assert!(status.success(), "exit status {status}\n{}", agent.log());
     assert_eq!(fake.count("StopContainer"), 0);
     assert_eq!(fake.count("StopPodSandbox"), 0);
-    assert_eq!(running_named(&fake, "web-edge-1"), 1);
+    assert_eq!(running_containers(&fake, "web-edge-1"), 1);
 }
 
 #[test]
 fn runtime_down_at_start_is_retried_not_fatal() {
     let fake = FakeCri::start();
     fake.stop_server();
-    let mut agent = Agent::start(&fake.endpoint());
+    let mut agent = Agent::start(&fake.endpoint(), &[]);
     write_manifest(&agent.manifests(), "web.yaml", &web("web", "sleep 1000"));
     let log = agent.log_path();
     agent.wait("a retry is logged", || {
@@ -265,19 +128,21 @@ fn runtime_down_at_start_is_retried_not_fatal() {
     assert!(agent.running());
     fake.start_server();
     agent.wait("web runs once the runtime is up", || {
-        running_named(&fake, "web-edge-1") == 1
+        running_containers(&fake, "web-edge-1") == 1
     });
 }
 
 #[test]
 fn a_bad_manifest_is_named_and_skipped() {
     let fake = FakeCri::start();
-    let mut agent = Agent::start(&fake.endpoint());
+    let mut agent = Agent::start(&fake.endpoint(), &[]);
     let dir = agent.manifests();
     write_manifest(&dir, "bad.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec:\n  containers:\n  - name: app\n    image: busybox\n    command: [sleep, 3600]\n");
     write_manifest(&dir, "broken.json", "{\"kind\": \"Pod\", ");
     write_manifest(&dir, "good.yaml", &web("good", "sleep 1000"));
-    agent.wait("good runs", || running_named(&fake, "good-edge-1") == 1);
+    agent.wait("good runs", || {
+        running_containers(&fake, "good-edge-1") == 1
+    });
     let log = agent.log();
     assert!(log.contains("bad.yaml"), "log names the bad file:\n{log}");
     assert!(
@@ -296,13 +161,15 @@ fn a_bad_manifest_is_named_and_skipped() {
 #[test]
 fn a_crashing_container_restarts_with_back_off_and_a_removed_pod_is_torn_down() {
     let fake = FakeCri::start();
-    let mut agent = Agent::start(&fake.endpoint());
+    let mut agent = Agent::start(&fake.endpoint(), &[]);
     write_manifest(
         &agent.manifests(),
         "crash.yaml",
         &web("crash", "sleep 1000"),
     );
-    agent.wait("crash runs", || running_named(&fake, "crash-edge-1") == 1);
+    agent.wait("crash runs", || {
+        running_containers(&fake, "crash-edge-1") == 1
+    });
 
     let first = fake.containers_named("app")[0].id.clone();
     fake.exit_container(&first, 3);

@@ -4,8 +4,6 @@
 //! other runs once it is free).
 
 use std::fs;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
@@ -15,103 +13,9 @@ use tinylet::config::write_checkpoint;
 use tinylet::cri::api;
 
 use crate::http_source::Server;
+use crate::support::agent::Agent;
 use crate::support::containerd::{remove_manifest, write_manifest};
 use crate::support::fake_cri::FakeCri;
-
-const BIN: &str = env!("CARGO_BIN_EXE_tinylet");
-const WAIT: Duration = Duration::from_secs(15);
-
-/// The binary with its own temp dirs; killed on drop, its log printed when
-/// the test fails.
-struct Agent {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-}
-
-impl Agent {
-    fn start(fake: &FakeCri, extra: &[&str]) -> Agent {
-        let dir = tempfile::Builder::new()
-            .prefix("tinylet-sources")
-            .tempdir()
-            .expect("temp dir");
-        fs::create_dir_all(dir.path().join("manifests")).expect("manifest dir");
-        let log = fs::File::create(dir.path().join("tinylet.log")).expect("log file");
-        let mut args: Vec<String> = [
-            "--container-runtime-endpoint",
-            &fake.endpoint(),
-            "--pod-manifest-path",
-            &dir.path().join("manifests").display().to_string(),
-            "--hostname-override",
-            "edge-1",
-            "--root-dir",
-            &dir.path().join("root").display().to_string(),
-            "--pod-logs-dir",
-            &dir.path().join("logs").display().to_string(),
-            "--v",
-            "4",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let child = Command::new(BIN)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn tinylet");
-        Agent {
-            child: Some(child),
-            dir,
-        }
-    }
-
-    fn manifests(&self) -> PathBuf {
-        self.dir.path().join("manifests")
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir.path().join("tinylet.log")
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(self.log_path()).unwrap_or_default()
-    }
-
-    fn wait(&mut self, what: &str, mut f: impl FnMut() -> bool) {
-        let end = Instant::now() + WAIT;
-        while !f() {
-            let exited = self
-                .child
-                .as_mut()
-                .is_none_or(|c| !matches!(c.try_wait(), Ok(None)));
-            assert!(
-                !exited,
-                "tinylet exited while waiting until {what}\n{}",
-                self.log()
-            );
-            assert!(
-                Instant::now() < end,
-                "timed out waiting until {what}\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!("--- tinylet log ---\n{}", self.log());
-        }
-    }
-}
 
 fn running(fake: &FakeCri, pod: &str) -> Vec<String> {
     fake.container_statuses()
@@ -164,7 +68,7 @@ fn checkpointed_pods_are_restored_and_corrupt_ones_skipped() {
     fs::write(&bad, text.replace("busybox:latest", "nginx:latest")).expect("tamper");
 
     let cp = checkpoints.path().display().to_string();
-    let mut agent = Agent::start(&fake, &["--bootstrap-checkpoint-path", &cp]);
+    let mut agent = Agent::start(&fake.endpoint(), &["--bootstrap-checkpoint-path", &cp]);
     agent.wait("the restored pod runs", || {
         running(&fake, "restored") == ["cp-good"]
     });
@@ -198,7 +102,7 @@ fn a_file_pod_and_a_url_pod_with_one_name_never_run_together() {
     // The URL answers 404 at first, so the file pod is surely first.
     let server = Server::start();
     let mut agent = Agent::start(
-        &fake,
+        &fake.endpoint(),
         &[
             "--manifest-url",
             &server.url,

@@ -5,10 +5,36 @@
 use std::collections::HashMap;
 
 use grpcio::RpcStatusCode;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use protobuf::{EnumOrUnknown, MessageField};
 
 use crate::cri::{api, CriError, ImageService, RuntimeService};
+
+/// The image the fakes have present.
+pub const TEST_IMAGE: &str = "docker.io/tinylet/busybox:1";
+
+/// A pod in namespace `default` with one container `app` running [`TEST_IMAGE`].
+pub fn test_pod(uid: &str, name: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "app".into(),
+                image: Some(TEST_IMAGE.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
 
 #[derive(Default)]
 struct State {

@@ -1,4 +1,5 @@
 //! Helpers shared by the integration tests.
 
+pub mod agent;
 pub mod containerd;
 pub mod fake_cri;

@@ -1,0 +1,157 @@
+//! The real `tinylet` binary run by a test against the fake CRI server (or
+//! any endpoint), with temp dirs of its own: started, killed, restarted and
+//! stopped by the test, its log shown when the test fails.
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use protobuf::EnumOrUnknown;
+use tinylet::cri::api;
+
+use super::fake_cri::FakeCri;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tinylet");
+
+/// The binary with its own temp dirs, killed on drop; its log is printed
+/// when the test fails.
+pub struct Agent {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+impl Agent {
+    /// Starts the binary against `endpoint` with node `edge-1`, a manifest
+    /// dir, root and log dirs of its own, and `extra` flags.
+    pub fn start(endpoint: &str, extra: &[&str]) -> Agent {
+        let dir = tempfile::Builder::new()
+            .prefix("tinylet-agent")
+            .tempdir()
+            .expect("temp dir");
+        fs::create_dir_all(dir.path().join("manifests")).expect("manifest dir");
+        let args = vec![
+            "--container-runtime-endpoint".to_string(),
+            endpoint.to_string(),
+            "--pod-manifest-path".into(),
+            dir.path().join("manifests").display().to_string(),
+            "--hostname-override".into(),
+            "edge-1".into(),
+            "--root-dir".into(),
+            dir.path().join("root").display().to_string(),
+            "--pod-logs-dir".into(),
+            dir.path().join("logs").display().to_string(),
+            "--v".into(),
+            "4".into(),
+        ];
+        let mut args = args;
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut a = Agent {
+            child: None,
+            dir,
+            args,
+        };
+        a.spawn();
+        a
+    }
+
+    pub fn spawn(&mut self) {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("log file");
+        let child = Command::new(BIN)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn tinylet");
+        self.child = Some(child);
+    }
+
+    pub fn manifests(&self) -> PathBuf {
+        self.dir.path().join("manifests")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("tinylet.log")
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let ok = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success());
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(s)) = c.try_wait() {
+                return s;
+            }
+            assert!(
+                Instant::now() < end,
+                "no exit after SIGTERM\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn wait(&mut self, what: &str, mut f: impl FnMut() -> bool) {
+        let end = Instant::now() + Duration::from_secs(15);
+        while !f() {
+            assert!(
+                self.running(),
+                "tinylet exited while waiting until {what}\n{}",
+                self.log()
+            );
+            assert!(
+                Instant::now() < end,
+                "timed out waiting until {what}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- tinylet log ---\n{}", self.log());
+        }
+    }
+}
+
+/// How many containers of pod `pod` are RUNNING in the fake.
+pub fn running_containers(fake: &FakeCri, pod: &str) -> usize {
+    fake.container_statuses()
+        .iter()
+        .filter(|c| {
+            c.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(pod)
+                && c.state == EnumOrUnknown::new(api::ContainerState::CONTAINER_RUNNING)
+        })
+        .count()
+}
