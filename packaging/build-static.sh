@@ -17,9 +17,10 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/tinylet/target}
 target=$(rustc -vV | sed -n 's/^host: //p')
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" cargo build --release --target "$target"
 bin="$CARGO_TARGET_DIR/$target/release/tinylet"
-file "$bin" 2>/dev/null || true
-if ldd "$bin" >/dev/null 2>&1; then
-    echo "build-static.sh: $bin is dynamically linked" >&2
+# A static-pie has a dynamic section but needs no shared library.
+if readelf -d "$bin" | grep -q '(NEEDED)'; then
+    echo "build-static.sh: $bin still needs shared libraries:" >&2
+    readelf -d "$bin" | grep '(NEEDED)' >&2
     exit 1
 fi
 size=$(stat -c %s "$bin")
