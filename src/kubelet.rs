@@ -298,11 +298,9 @@ mod tests {
     use super::*;
     use crate::config::PodUpdate;
     use crate::cri::RuntimeService;
-    use crate::runtime::fake::{test_pod, FakeRuntime, TEST_IMAGE};
+    use crate::runtime::fake::{test_manager, test_pod, wait_for, FakeRuntime};
     use crate::runtime::RuntimeManager;
     use std::sync::atomic::{AtomicBool, Ordering};
-
-    const IMAGE: &str = TEST_IMAGE;
 
     fn pod(uid: &str, name: &str) -> Pod {
         test_pod(uid, name)
@@ -319,18 +317,7 @@ mod tests {
     }
 
     fn rig() -> Rig {
-        let fake = Arc::new(FakeRuntime::with_images(&[IMAGE]));
-        let dir = std::env::temp_dir().join(format!(
-            "tinylet-kl-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let rm = Arc::new(RuntimeManager::new(
-            fake.clone(),
-            fake.clone(),
-            dir.clone(),
-            dir.join("logs"),
-        ));
+        let (fake, rm) = test_manager("kl");
         let cache = PodCache::new();
         cache.update_time(Instant::now(), Arc::new(vec![]));
         let queue = Arc::new(WorkQueue::default());
@@ -368,14 +355,6 @@ mod tests {
         }
     }
 
-    fn wait(what: &str, f: impl Fn() -> bool) {
-        let end = Instant::now() + Duration::from_secs(5);
-        while !f() {
-            assert!(Instant::now() < end, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
     fn update(op: PodOperation, pods: Vec<Pod>) -> Event {
         Event::Config(PodUpdate {
             pods,
@@ -389,7 +368,7 @@ mod tests {
         let mut r = rig();
         r.kubelet
             .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
-        wait("container started", || r.fake.count("StartContainer") == 1);
+        wait_for("container started", || r.fake.count("StartContainer") == 1);
         // As the PLEG would: a relist after the sync inspects the pod.
         std::thread::sleep(Duration::from_millis(20));
         let status = r.rm.get_pod_status("u1", "web", "default").unwrap();

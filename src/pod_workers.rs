@@ -470,9 +470,7 @@ fn terminate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::fake::{test_pod, FakeRuntime, TEST_IMAGE};
-
-    const IMAGE: &str = TEST_IMAGE;
+    use crate::runtime::fake::{test_manager, test_pod, wait_for, FakeRuntime};
 
     fn pod(uid: &str, name: &str) -> Arc<Pod> {
         Arc::new(test_pod(uid, name))
@@ -487,18 +485,7 @@ mod tests {
     }
 
     fn rig() -> Rig {
-        let fake = Arc::new(FakeRuntime::with_images(&[IMAGE]));
-        let dir = std::env::temp_dir().join(format!(
-            "tinylet-pw-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let rm = Arc::new(RuntimeManager::new(
-            fake.clone(),
-            fake.clone(),
-            dir.clone(),
-            dir.join("logs"),
-        ));
+        let (fake, rm) = test_manager("pw");
         let cache = PodCache::new();
         cache.update_time(Instant::now(), Arc::new(vec![]));
         let queue = Arc::new(WorkQueue::default());
@@ -519,14 +506,6 @@ mod tests {
         }
     }
 
-    fn wait(what: &str, f: impl Fn() -> bool) {
-        let end = Instant::now() + Duration::from_secs(5);
-        while !f() {
-            assert!(Instant::now() < end, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
     #[test]
     fn create_runs_sandbox_and_container_then_kill_removes_them() {
         let mut r = rig();
@@ -536,7 +515,7 @@ mod tests {
             update_type: UpdateType::Create,
             grace_period: None,
         });
-        wait("container start", || r.fake.count("StartContainer") == 1);
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
         assert_eq!(r.fake.count("RunPodSandbox"), 1);
         assert!(r.workers.is_known("u1"));
 
@@ -570,7 +549,7 @@ mod tests {
             update_type: UpdateType::Create,
             grace_period: None,
         });
-        wait("container start", || r.fake.count("StartContainer") == 1);
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
         // This sync waits for a status newer than the first sync, which
         // never comes: there is no relist in this test.
         r.workers.update_pod(PodWork {
@@ -597,7 +576,7 @@ mod tests {
             update_type: UpdateType::Create,
             grace_period: None,
         });
-        wait("old start", || r.fake.count("StartContainer") == 1);
+        wait_for("old start", || r.fake.count("StartContainer") == 1);
         // Stopping fails for a while, so the old pod stays terminating.
         r.fake.fail_next("StopContainer", 2);
         r.workers.update_pod(PodWork {
@@ -619,8 +598,8 @@ mod tests {
         assert_eq!(r.done.recv_timeout(Duration::from_secs(10)).unwrap(), "old");
         r.workers.forget("old");
         r.cache.update_time(Instant::now(), Arc::new(vec![]));
-        wait("new start", || r.fake.count("RunPodSandbox") == 2);
-        wait("new container", || r.fake.count("StartContainer") == 2);
+        wait_for("new start", || r.fake.count("RunPodSandbox") == 2);
+        wait_for("new container", || r.fake.count("StartContainer") == 2);
         let live: Vec<_> = r
             .fake
             .sandboxes()
@@ -640,7 +619,7 @@ mod tests {
             update_type: UpdateType::Create,
             grace_period: None,
         });
-        wait("requeue after error", || !r.queue.due.lock().is_empty());
+        wait_for("requeue after error", || !r.queue.due.lock().is_empty());
         let due = *r.queue.due.lock().get("u2").unwrap();
         assert!(due > Instant::now() + Duration::from_secs(5));
         assert!(r.queue.take_ready(Instant::now()).is_empty());

@@ -36,6 +36,36 @@ pub fn test_pod(uid: &str, name: &str) -> Pod {
     }
 }
 
+/// A runtime manager over a fresh fake with [`TEST_IMAGE`] present, its
+/// directories in a temp dir named after `tag` and the calling thread.
+pub fn test_manager(
+    tag: &str,
+) -> (
+    std::sync::Arc<FakeRuntime>,
+    std::sync::Arc<super::RuntimeManager>,
+) {
+    let fake = std::sync::Arc::new(FakeRuntime::with_images(&[TEST_IMAGE]));
+    let dir = std::env::temp_dir().join(format!(
+        "tinylet-{tag}-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let rm = super::RuntimeManager::new(fake.clone(), fake.clone(), dir.clone(), dir.join("logs"));
+    (fake, std::sync::Arc::new(rm))
+}
+
+/// Polls `f` every 5 ms for up to 5 s; panics naming `what` on time-out.
+pub fn wait_for(what: &str, f: impl Fn() -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 #[derive(Default)]
 struct State {
     next_id: u64,
