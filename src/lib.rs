@@ -12,4 +12,5 @@ pub mod options;
 pub mod pleg;
 pub mod pod_workers;
 pub mod runtime;
+pub mod status;
 pub mod thread;
