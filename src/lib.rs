@@ -8,6 +8,7 @@ pub mod config;
 pub mod cri;
 pub mod kube;
 pub mod kubelet;
+pub mod node;
 pub mod options;
 pub mod pleg;
 pub mod pod_workers;
