@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod cri;
+pub mod events;
 pub mod kube;
 pub mod kubelet;
 pub mod node;
