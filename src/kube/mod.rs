@@ -6,11 +6,24 @@
 //! apiserver. Everything else sees paths, JSON values and [`ApiError`].
 
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
+
+mod client;
+mod kubeconfig;
+mod ratelimit;
+mod reflector;
+mod watch;
+
+#[cfg(test)]
+mod testserver;
+
+pub use client::Client;
+pub use kubeconfig::load_kubeconfig;
+pub use reflector::Reflector;
+pub use watch::WatchStream;
 
 /// A kubeconfig resolved for one context: where the apiserver is and how to
 /// authenticate. Paths inside the file are resolved against its directory.
@@ -30,15 +43,6 @@ pub struct KubeConfig {
     pub token: Option<String>,
     /// `tokenFile`, re-read when the server answers 401.
     pub token_file: Option<PathBuf>,
-}
-
-/// Reads `path` and resolves its current context. Errors name the file and
-/// the field (`users[0].user.client-certificate: ...`).
-pub fn load_kubeconfig(path: &Path) -> Result<KubeConfig, String> {
-    Err(format!(
-        "{}: kubeconfig loading is not built yet",
-        path.display()
-    ))
 }
 
 /// Client settings.
@@ -136,6 +140,12 @@ impl fmt::Display for ApiError {
                 reason,
                 message,
                 ..
+            } if reason.is_empty() => write!(f, "{code}: {message}"),
+            ErrorKind::Status {
+                code,
+                reason,
+                message,
+                ..
             } => write!(f, "{code} {reason}: {message}"),
             ErrorKind::Transport(m) => write!(f, "{m}"),
             ErrorKind::Decode(m) => write!(f, "cannot decode the answer: {m}"),
@@ -160,74 +170,6 @@ pub enum WatchEvent {
     Error(ApiError),
 }
 
-/// A blocking client, cheap to clone; all clones share one rate limiter and
-/// connection pool.
-#[derive(Clone)]
-pub struct Client {
-    inner: Arc<()>,
-}
-
-impl Client {
-    pub fn new(_config: &KubeConfig, _options: ClientOptions) -> Result<Client, String> {
-        Err("the API client is not built yet".into())
-    }
-
-    /// `https://host:port` of the apiserver.
-    pub fn server(&self) -> &str {
-        let _ = &self.inner;
-        ""
-    }
-
-    /// GET `path` (absolute, with its query) and decode the JSON answer.
-    pub fn get(&self, path: &str) -> Result<Value, ApiError> {
-        Err(unbuilt("GET", path))
-    }
-    /// POST `body` to `path`.
-    pub fn create(&self, path: &str, _body: &Value) -> Result<Value, ApiError> {
-        Err(unbuilt("POST", path))
-    }
-    /// PUT `body` to `path`.
-    pub fn replace(&self, path: &str, _body: &Value) -> Result<Value, ApiError> {
-        Err(unbuilt("PUT", path))
-    }
-    /// PATCH `path` with a body of the given kind.
-    pub fn patch(&self, path: &str, _kind: PatchKind, _body: &Value) -> Result<Value, ApiError> {
-        Err(unbuilt("PATCH", path))
-    }
-    /// DELETE `path` with a `DeleteOptions` body (`Value::Null` for none).
-    pub fn delete(&self, path: &str, _options: &Value) -> Result<Value, ApiError> {
-        Err(unbuilt("DELETE", path))
-    }
-    /// Opens a watch (`path` carries `watch=true` or is a watch path with its
-    /// query). Events are decoded one at a time as they arrive; the stream
-    /// ends (`None`) when the server closes it. A read that waits longer
-    /// than `idle` fails with a transport error, so a dead connection is
-    /// noticed.
-    pub fn watch(&self, path: &str, _idle: Duration) -> Result<WatchStream, ApiError> {
-        Err(unbuilt("GET", path))
-    }
-}
-
-fn unbuilt(verb: &'static str, path: &str) -> ApiError {
-    ApiError {
-        verb,
-        path: path.to_string(),
-        kind: ErrorKind::Transport("the API client is not built yet".into()),
-    }
-}
-
-/// The events of one watch request, decoded one at a time with bounded memory.
-pub struct WatchStream {
-    _private: (),
-}
-
-impl Iterator for WatchStream {
-    type Item = Result<WatchEvent, ApiError>;
-    fn next(&mut self) -> Option<Self::Item> {
-        None
-    }
-}
-
 /// What a reflector lists and watches: a collection path and an optional
 /// field selector (`spec.nodeName=edge-1`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,34 +177,4 @@ pub struct ListWatch {
     /// The collection, e.g. `/api/v1/pods`.
     pub path: String,
     pub field_selector: Option<String>,
-}
-
-/// Handle of a reflector thread (`reflector/<name>`): it lists, then watches
-/// from the list's resourceVersion, keeps the objects by `namespace/name`,
-/// and after the first list and after every change hands the complete set
-/// to its sink. Dropping the handle tells the thread to stop; a thread
-/// blocked in a read ends at its next event or read deadline (it is not
-/// joined).
-pub struct Reflector {
-    _private: (),
-}
-
-impl Reflector {
-    pub fn start<T>(
-        name: &str,
-        _client: Client,
-        _lw: ListWatch,
-        _sink: Box<dyn FnMut(Vec<Arc<T>>) + Send>,
-    ) -> std::io::Result<Reflector>
-    where
-        T: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-    {
-        Err(std::io::Error::other(format!(
-            "reflector {name}: not built yet"
-        )))
-    }
 }

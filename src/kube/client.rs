@@ -1,0 +1,672 @@
+//! The blocking API client: one ureq agent (rustls, HTTP/1.1 keep-alive
+//! pool) per kubeconfig, shared by every clone together with the rate
+//! limiter. It sends JSON, reads answers with a size cap, and turns every
+//! non-2xx answer into an [`ApiError`] carrying the apiserver's `Status`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+use ureq::http;
+use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+
+use super::ratelimit::TokenBucket;
+use super::watch::WatchStream;
+use super::{ApiError, ClientOptions, ErrorKind, KubeConfig, PatchKind};
+
+/// The largest answer body we read (a list of many pods fits easily).
+pub(crate) const MAX_BODY: u64 = 16 * 1024 * 1024;
+
+/// How much of a body that is not a `Status` goes into an error message.
+const SNIPPET: usize = 256;
+
+/// A blocking client, cheap to clone; all clones share one rate limiter and
+/// connection pool.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    agent: ureq::Agent,
+    server: String,
+    options: ClientOptions,
+    limiter: TokenBucket,
+    /// The bearer token; replaced when `token_file` is re-read after a 401.
+    token: Mutex<Option<String>>,
+    token_file: Option<std::path::PathBuf>,
+}
+
+/// A request body with its content type.
+struct Payload {
+    content_type: &'static str,
+    bytes: Vec<u8>,
+}
+
+impl Client {
+    pub fn new(config: &KubeConfig, options: ClientOptions) -> Result<Client, String> {
+        let file = config.file.display();
+        let mut tls = TlsConfig::builder();
+        if let Some(pem) = &config.ca_pem {
+            let certs =
+                parse_certs(pem).map_err(|e| format!("{file}: certificate authority: {e}"))?;
+            tls = tls.root_certs(RootCerts::new_with_certs(&certs));
+        }
+        if config.insecure_skip_tls_verify {
+            tls = tls.disable_verification(true);
+        }
+        if let (Some(cert), Some(key)) = (&config.client_cert_pem, &config.client_key_pem) {
+            let chain =
+                parse_certs(cert).map_err(|e| format!("{file}: client certificate: {e}"))?;
+            let key = parse_key(key).map_err(|e| format!("{file}: client key: {e}"))?;
+            tls = tls.client_cert(Some(ClientCert::new_with_certs(&chain, key)));
+        }
+        let agent_config = ureq::Agent::config_builder()
+            .tls_config(tls.build())
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .user_agent(options.user_agent.as_str())
+            .accept("application/json")
+            .timeout_connect(Some(options.timeout))
+            .build();
+        Ok(Client {
+            inner: Arc::new(Inner {
+                agent: ureq::Agent::new_with_config(agent_config),
+                server: config.server.trim_end_matches('/').to_string(),
+                limiter: TokenBucket::new(options.qps, options.burst, Instant::now()),
+                options,
+                token: Mutex::new(config.token.clone()),
+                token_file: config.token_file.clone(),
+            }),
+        })
+    }
+
+    /// `https://host:port` of the apiserver.
+    pub fn server(&self) -> &str {
+        &self.inner.server
+    }
+
+    /// GET `path` (absolute, with its query) and decode the JSON answer.
+    pub fn get(&self, path: &str) -> Result<Value, ApiError> {
+        self.json_call("GET", path, None)
+    }
+    /// POST `body` to `path`.
+    pub fn create(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+        self.json_call("POST", path, Some(json_payload("application/json", body)))
+    }
+    /// PUT `body` to `path`.
+    pub fn replace(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+        self.json_call("PUT", path, Some(json_payload("application/json", body)))
+    }
+    /// PATCH `path` with a body of the given kind.
+    pub fn patch(&self, path: &str, kind: PatchKind, body: &Value) -> Result<Value, ApiError> {
+        let content_type = match kind {
+            PatchKind::Strategic => "application/strategic-merge-patch+json",
+            PatchKind::Merge => "application/merge-patch+json",
+            PatchKind::Json => "application/json-patch+json",
+        };
+        self.json_call("PATCH", path, Some(json_payload(content_type, body)))
+    }
+    /// DELETE `path` with a `DeleteOptions` body (`Value::Null` for none).
+    pub fn delete(&self, path: &str, options: &Value) -> Result<Value, ApiError> {
+        let payload = match options {
+            Value::Null => None,
+            v => Some(json_payload("application/json", v)),
+        };
+        self.json_call("DELETE", path, payload)
+    }
+
+    /// Opens a watch (`path` carries `watch=true` or is a watch path with its
+    /// query). Events are decoded one at a time as they arrive; the stream
+    /// ends (`None`) when the server closes it. A read that waits longer
+    /// than `idle` fails with a transport error, so a dead connection is
+    /// noticed.
+    pub fn watch(&self, path: &str, idle: Duration) -> Result<WatchStream, ApiError> {
+        let response = self.send("GET", path, None, Some(idle))?;
+        if !response.status().is_success() {
+            return Err(self.status_error("GET", path, response));
+        }
+        let reader = response.into_body().into_reader();
+        Ok(WatchStream::new(
+            Box::new(reader),
+            path,
+            self.inner.server.clone(),
+            super::watch::MAX_EVENT,
+        ))
+    }
+
+    /// One request whose answer is a JSON document.
+    fn json_call(
+        &self,
+        verb: &'static str,
+        path: &str,
+        payload: Option<Payload>,
+    ) -> Result<Value, ApiError> {
+        let response = self.send(verb, path, payload.as_ref(), None)?;
+        if !response.status().is_success() {
+            return Err(self.status_error(verb, path, response));
+        }
+        let bytes = self.read_body(verb, path, response)?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&bytes).map_err(|e| ApiError {
+            verb,
+            path: path.to_string(),
+            kind: ErrorKind::Decode(format!("invalid JSON: {e}")),
+        })
+    }
+
+    /// Sends one request after taking a rate-limiter token. A 401 with a
+    /// token file re-reads the file and, when the token changed, sends the
+    /// request once more. `watch_idle` marks a watch: no overall deadline,
+    /// only one on each read.
+    fn send(
+        &self,
+        verb: &'static str,
+        path: &str,
+        payload: Option<&Payload>,
+        watch_idle: Option<Duration>,
+    ) -> Result<http::Response<ureq::Body>, ApiError> {
+        let mut retried = false;
+        loop {
+            self.inner.limiter.acquire();
+            let token = self.inner.token.lock().clone();
+            let response = self.send_once(verb, path, payload, watch_idle, token.as_deref())?;
+            if response.status() == http::StatusCode::UNAUTHORIZED && !retried {
+                if let Some(file) = &self.inner.token_file {
+                    match super::kubeconfig::read_token_file(file) {
+                        Ok(fresh) if Some(&fresh) != token.as_ref() => {
+                            log::info!(
+                                "{verb} {path}: 401, using the new token in {}",
+                                file.display()
+                            );
+                            *self.inner.token.lock() = Some(fresh);
+                            retried = true;
+                            continue;
+                        }
+                        Ok(_) => {}
+                        Err(e) => log::warn!("{verb} {path}: 401, and the token file: {e}"),
+                    }
+                }
+            }
+            return Ok(response);
+        }
+    }
+
+    fn send_once(
+        &self,
+        verb: &'static str,
+        path: &str,
+        payload: Option<&Payload>,
+        watch_idle: Option<Duration>,
+        token: Option<&str>,
+    ) -> Result<http::Response<ureq::Body>, ApiError> {
+        let url = format!("{}{}", self.inner.server, path);
+        let mut builder = http::Request::builder().method(verb).uri(&url);
+        if let Some(token) = token {
+            builder = builder.header("Authorization", format!("Bearer {token}"));
+        }
+        if let Some(p) = payload {
+            builder = builder.header("Content-Type", p.content_type);
+        }
+        let transport = |message: String| ApiError {
+            verb,
+            path: path.to_string(),
+            kind: ErrorKind::Transport(message),
+        };
+        let agent = &self.inner.agent;
+        let result = match payload {
+            Some(p) => {
+                let request = builder
+                    .body(p.bytes.as_slice())
+                    .map_err(|e| transport(format!("cannot build the request for {url}: {e}")))?;
+                agent.run(self.configure(request, watch_idle))
+            }
+            None => {
+                let request = builder
+                    .body(())
+                    .map_err(|e| transport(format!("cannot build the request for {url}: {e}")))?;
+                agent.run(self.configure(request, watch_idle))
+            }
+        };
+        result.map_err(|e| transport(format!("{}: {e}", self.inner.server)))
+    }
+
+    fn configure<S: ureq::AsSendBody>(
+        &self,
+        request: http::Request<S>,
+        watch_idle: Option<Duration>,
+    ) -> http::Request<S> {
+        let config = self.inner.agent.configure_request(request);
+        match watch_idle {
+            // A watch lasts as long as the server keeps it open; only a
+            // silent connection is an error.
+            Some(idle) => config
+                .timeout_per_read(Some(idle))
+                .timeout_recv_response(Some(idle))
+                .build(),
+            None => config
+                .timeout_global(Some(self.inner.options.timeout))
+                .build(),
+        }
+    }
+
+    /// Reads a whole body of at most [`MAX_BODY`] bytes.
+    fn read_body(
+        &self,
+        verb: &'static str,
+        path: &str,
+        response: http::Response<ureq::Body>,
+    ) -> Result<Vec<u8>, ApiError> {
+        let mut body = response.into_body();
+        body.with_config()
+            .limit(MAX_BODY)
+            .read_to_vec()
+            .map_err(|e| ApiError {
+                verb,
+                path: path.to_string(),
+                kind: match e {
+                    ureq::Error::BodyExceedsLimit(_) => {
+                        ErrorKind::Decode(format!("the answer is larger than {MAX_BODY} bytes"))
+                    }
+                    e => ErrorKind::Transport(format!(
+                        "{}: reading the answer: {e}",
+                        self.inner.server
+                    )),
+                },
+            })
+    }
+
+    /// The error for a non-2xx answer, from its `Status` body if it is one.
+    fn status_error(
+        &self,
+        verb: &'static str,
+        path: &str,
+        response: http::Response<ureq::Body>,
+    ) -> ApiError {
+        let code = response.status().as_u16();
+        let status_text = response
+            .status()
+            .canonical_reason()
+            .unwrap_or("unknown status")
+            .to_string();
+        let header_retry = response
+            .headers()
+            .get("Retry-After")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let body = match self.read_body(verb, path, response) {
+            Ok(b) => b,
+            // The status is what matters; a body we could not read is
+            // described in the message instead.
+            Err(e) => format!("({})", kind_text(&e.kind)).into_bytes(),
+        };
+        let kind = status_kind(code, &status_text, header_retry, &body);
+        ApiError {
+            verb,
+            path: path.to_string(),
+            kind,
+        }
+    }
+}
+
+fn kind_text(kind: &ErrorKind) -> String {
+    match kind {
+        ErrorKind::Transport(m) | ErrorKind::Decode(m) => m.clone(),
+        ErrorKind::Status { message, .. } => message.clone(),
+    }
+}
+
+/// Decodes a non-2xx answer: the fields of a `Status` body, or the status
+/// text and the start of whatever else the body holds.
+pub(crate) fn status_kind(
+    code: u16,
+    status_text: &str,
+    header_retry: Option<u64>,
+    body: &[u8],
+) -> ErrorKind {
+    let status: Option<Value> = serde_json::from_slice(body).ok();
+    if let Some(s) = status.filter(|s| s.get("kind").and_then(Value::as_str) == Some("Status")) {
+        return status_from_value(&s, code, header_retry);
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let message = if text.is_empty() {
+        status_text.to_string()
+    } else {
+        let mut end = text.len().min(SNIPPET);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let more = if end < text.len() { "..." } else { "" };
+        format!("{status_text}: {}{more}", &text[..end])
+    };
+    ErrorKind::Status {
+        code,
+        reason: String::new(),
+        message,
+        retry_after: header_retry,
+    }
+}
+
+/// The fields of a `Status` object; `code` is used when the object has none.
+pub(crate) fn status_from_value(s: &Value, code: u16, header_retry: Option<u64>) -> ErrorKind {
+    let text = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let code = s
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| *c != 0)
+        .unwrap_or(code);
+    let retry_after = s
+        .get("details")
+        .and_then(|d| d.get("retryAfterSeconds"))
+        .and_then(Value::as_u64)
+        .or(header_retry);
+    ErrorKind::Status {
+        code,
+        reason: text("reason"),
+        message: text("message"),
+        retry_after,
+    }
+}
+
+fn json_payload(content_type: &'static str, body: &Value) -> Payload {
+    Payload {
+        content_type,
+        // Serializing a Value to a Vec cannot fail: its keys are strings.
+        bytes: serde_json::to_vec(body).unwrap_or_default(),
+    }
+}
+
+fn parse_certs(pem: &[u8]) -> Result<Vec<Certificate<'static>>, String> {
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(pem) {
+        match item {
+            Ok(PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => return Err(format!("invalid PEM: {e}")),
+        }
+    }
+    if certs.is_empty() {
+        return Err("no PEM certificate found".into());
+    }
+    Ok(certs)
+}
+
+fn parse_key(pem: &[u8]) -> Result<PrivateKey<'static>, String> {
+    for item in ureq::tls::parse_pem(pem) {
+        match item {
+            Ok(PemItem::PrivateKey(k)) => return Ok(k),
+            Ok(_) => {}
+            Err(e) => return Err(format!("invalid PEM: {e}")),
+        }
+    }
+    Err("no PEM private key found".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::testserver::{fixture_body, Reply, TestServer};
+    use serde_json::json;
+
+    pub(crate) fn options() -> ClientOptions {
+        ClientOptions {
+            qps: 0.0,
+            burst: 0,
+            timeout: Duration::from_secs(10),
+            user_agent: "tinylet/v0.1.0 (linux/amd64)".into(),
+        }
+    }
+
+    pub(crate) fn client_for(server: &TestServer) -> Client {
+        let config = KubeConfig {
+            server: server.url(),
+            token: Some("t0k3n".into()),
+            ..KubeConfig::default()
+        };
+        Client::new(&config, options()).unwrap()
+    }
+
+    #[test]
+    fn a_node_restriction_403_reads_well_in_a_log_line() {
+        let server = TestServer::start(|_| {
+            Reply::json(403, fixture_body("02b-node-status-patch-other-node-403"))
+        });
+        let client = client_for(&server);
+        let patch = json!({"status": {"conditions": []}});
+        let e = client
+            .patch("/api/v1/nodes/edge-2/status", PatchKind::Strategic, &patch)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "PATCH /api/v1/nodes/edge-2/status: 403 Forbidden: nodes \"edge-2\" is forbidden: node \"edge-1\" is not allowed to modify node \"edge-2\""
+        );
+        assert!(e.is_forbidden());
+        assert_eq!(e.reason(), "Forbidden");
+        let reqs = server.requests();
+        assert_eq!(reqs.len(), 1);
+        let r = &reqs[0];
+        assert_eq!(r.method, "PATCH");
+        assert_eq!(r.target, "/api/v1/nodes/edge-2/status");
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/strategic-merge-patch+json")
+        );
+        assert_eq!(r.header("accept"), Some("application/json"));
+        assert_eq!(r.header("user-agent"), Some("tinylet/v0.1.0 (linux/amd64)"));
+        assert_eq!(r.header("authorization"), Some("Bearer t0k3n"));
+        assert_eq!(serde_json::from_slice::<Value>(&r.body).unwrap(), patch);
+    }
+
+    #[test]
+    fn conflict_and_already_exists_and_not_found_from_fixtures() {
+        let server = TestServer::start(|r| match r.method.as_str() {
+            "POST" => Reply::json(409, fixture_body("01b-node-create-again-409")),
+            "PUT" => Reply::json(409, fixture_body("03d-lease-put-stale-rv-409")),
+            _ => Reply::json(404, fixture_body("03a-lease-get-404")),
+        });
+        let client = client_for(&server);
+        let e = client.create("/api/v1/nodes", &json!({})).unwrap_err();
+        assert!(e.is_already_exists() && !e.is_conflict(), "{e}");
+        let path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1";
+        let e = client.replace(path, &json!({})).unwrap_err();
+        assert!(e.is_conflict() && !e.is_already_exists(), "{e}");
+        let e = client.get(path).unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+        assert_eq!(e.reason(), "NotFound");
+    }
+
+    #[test]
+    fn retry_after_from_status_details() {
+        let server = TestServer::start(|_| {
+            Reply::json(504, fixture_body("06i-pods-list-rv-future-nolimit-cache"))
+        });
+        let e = client_for(&server).get("/api/v1/pods").unwrap_err();
+        match e.kind {
+            ErrorKind::Status {
+                code,
+                reason,
+                retry_after,
+                ..
+            } => {
+                assert_eq!(
+                    (code, reason.as_str(), retry_after),
+                    (504, "Timeout", Some(1))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_body_that_is_not_a_status_gives_status_text_and_a_snippet() {
+        let long = format!("upstream connect error {}", "x".repeat(1000));
+        let server = TestServer::start(move |_| Reply::Full {
+            status: 503,
+            headers: vec![("Retry-After", "7".into())],
+            body: long.clone().into_bytes(),
+        });
+        let e = client_for(&server).get("/healthz").unwrap_err();
+        let ErrorKind::Status {
+            code,
+            reason,
+            message,
+            retry_after,
+        } = &e.kind
+        else {
+            panic!("{e:?}")
+        };
+        assert_eq!((*code, reason.as_str(), *retry_after), (503, "", Some(7)));
+        assert!(message.starts_with("Service Unavailable: upstream connect error xxx"));
+        assert!(message.ends_with("x..."), "{message}");
+        assert!(message.len() < 300, "{}", message.len());
+        assert!(e
+            .to_string()
+            .starts_with("GET /healthz: 503: Service Unavailable: upstream"));
+    }
+
+    #[test]
+    fn get_decodes_the_answer_and_reuses_the_connection() {
+        let server =
+            TestServer::start(|_| Reply::json(200, fixture_body("04h-pods-list-node-rv0")));
+        let client = client_for(&server);
+        let path = "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&limit=500&resourceVersion=0";
+        let list = client.get(path).unwrap();
+        assert_eq!(list["metadata"]["resourceVersion"], "401");
+        assert_eq!(list["items"][1]["metadata"]["name"], "app-2");
+        client.clone().get(path).unwrap();
+        let reqs = server.requests();
+        assert_eq!(reqs.len(), 2);
+        assert_eq!(reqs[0].target, path);
+        assert_eq!(reqs[0].conn, reqs[1].conn, "a second connection was opened");
+    }
+
+    #[test]
+    fn delete_sends_its_options_and_create_its_object() {
+        let server = TestServer::start(|_| Reply::json(200, r#"{"kind":"Pod"}"#));
+        let client = client_for(&server);
+        let options = json!({"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0});
+        let v = client
+            .delete("/api/v1/namespaces/default/pods/app-1", &options)
+            .unwrap();
+        assert_eq!(v, json!({"kind":"Pod"}));
+        client
+            .delete("/api/v1/namespaces/default/pods/app-2", &Value::Null)
+            .unwrap();
+        client
+            .create("/api/v1/namespaces/default/events", &json!({"a": 1}))
+            .unwrap();
+        let reqs = server.requests();
+        assert_eq!(reqs[0].method, "DELETE");
+        assert_eq!(reqs[0].header("content-type"), Some("application/json"));
+        assert_eq!(
+            serde_json::from_slice::<Value>(&reqs[0].body).unwrap(),
+            options
+        );
+        assert_eq!(reqs[1].method, "DELETE");
+        assert!(reqs[1].body.is_empty());
+        assert_eq!(reqs[1].header("content-type"), None);
+        assert_eq!(reqs[2].method, "POST");
+        assert_eq!(reqs[2].body, br#"{"a":1}"#);
+    }
+
+    #[test]
+    fn a_body_over_the_cap_is_a_decode_error() {
+        let server = TestServer::start(|_| Reply::json(200, vec![b' '; MAX_BODY as usize + 1]));
+        let e = client_for(&server).get("/api/v1/pods").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GET /api/v1/pods: cannot decode the answer: the answer is larger than 16777216 bytes"
+        );
+    }
+
+    #[test]
+    fn invalid_json_is_a_decode_error() {
+        let server = TestServer::start(|_| Reply::json(200, "{not json"));
+        let e = client_for(&server).get("/version").unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Decode(_)), "{e}");
+        assert!(e
+            .to_string()
+            .starts_with("GET /version: cannot decode the answer: invalid JSON"));
+    }
+
+    #[test]
+    fn a_401_rereads_the_token_file_and_retries_once() {
+        let server = TestServer::start(|r| {
+            if r.header("authorization") == Some("Bearer new") {
+                Reply::json(200, "{}")
+            } else {
+                Reply::json(401, fixture_body("10b-invalid-bearer-token-pods-list"))
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, "old\n").unwrap();
+        let config = KubeConfig {
+            server: server.url(),
+            token: Some("old".into()),
+            token_file: Some(token_file.clone()),
+            ..KubeConfig::default()
+        };
+        let client = Client::new(&config, options()).unwrap();
+        // The file has not changed: the 401 is the answer, with no retry.
+        let e = client.get("/api/v1/pods").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GET /api/v1/pods: 401 Unauthorized: Unauthorized"
+        );
+        assert_eq!(server.requests().len(), 1);
+        // Rotated: one retry with the new token, which is then kept.
+        std::fs::write(&token_file, "new\n").unwrap();
+        client.get("/api/v1/pods").unwrap();
+        client.get("/api/v1/pods").unwrap();
+        let auth: Vec<_> = server
+            .requests()
+            .iter()
+            .map(|r| r.header("authorization").unwrap_or("").to_string())
+            .collect();
+        assert_eq!(
+            auth,
+            ["Bearer old", "Bearer old", "Bearer new", "Bearer new"]
+        );
+    }
+
+    #[test]
+    fn connection_refused_is_a_transport_error_naming_the_server() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        let config = KubeConfig {
+            server: url.clone(),
+            ..KubeConfig::default()
+        };
+        let e = Client::new(&config, options())
+            .unwrap()
+            .get("/version")
+            .unwrap_err();
+        assert!(e.is_transport(), "{e}");
+        assert!(
+            e.to_string().starts_with(&format!("GET /version: {url}: ")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_pem_in_the_kubeconfig_is_refused_by_new() {
+        let config = KubeConfig {
+            file: "/etc/k.conf".into(),
+            server: "https://h:1".into(),
+            ca_pem: Some(b"not a pem".to_vec()),
+            ..KubeConfig::default()
+        };
+        let e = Client::new(&config, options()).err().unwrap();
+        assert_eq!(
+            e,
+            "/etc/k.conf: certificate authority: no PEM certificate found"
+        );
+    }
+}

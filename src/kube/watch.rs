@@ -1,0 +1,295 @@
+//! Watch stream decoding: the body of a watch answer is a sequence of
+//! `{"type":...,"object":{...}}` documents, each followed by a newline. The
+//! chunks of the HTTP body do not line up with events, so the stream is read
+//! line by line from a buffered reader, one event in memory at a time, with
+//! a cap on the length of one line.
+
+use std::io::{BufRead, BufReader, Read};
+
+use serde_json::Value;
+
+use super::client::status_from_value;
+use super::{ApiError, ErrorKind, WatchEvent};
+
+/// The longest event we accept (a pod is a few KiB, a big ConfigMap 1 MiB).
+pub(crate) const MAX_EVENT: usize = 16 * 1024 * 1024;
+
+/// A line buffer that is this large after an event is dropped rather than
+/// kept for the rest of the stream.
+const KEEP_BUFFER: usize = 1024 * 1024;
+
+/// The events of one watch request, decoded one at a time with bounded memory.
+pub struct WatchStream {
+    reader: BufReader<Box<dyn Read + Send>>,
+    path: String,
+    server: String,
+    max_line: usize,
+    line: Vec<u8>,
+    /// Set after the end of the body or an error: no more events.
+    done: bool,
+}
+
+/// What one read of a line gave.
+enum Line {
+    /// A complete line (or the last, unterminated one) is in the buffer.
+    Some,
+    /// The body ended with nothing pending.
+    End,
+    TooLong,
+}
+
+impl WatchStream {
+    pub(crate) fn new(
+        reader: Box<dyn Read + Send>,
+        path: &str,
+        server: String,
+        max_line: usize,
+    ) -> WatchStream {
+        WatchStream {
+            reader: BufReader::with_capacity(64 * 1024, reader),
+            path: path.to_string(),
+            server,
+            max_line,
+            line: Vec::new(),
+            done: false,
+        }
+    }
+
+    fn error(&self, kind: ErrorKind) -> ApiError {
+        ApiError {
+            verb: "GET",
+            path: self.path.clone(),
+            kind,
+        }
+    }
+
+    /// Reads up to and including the next newline into `self.line` (without
+    /// the newline), never holding more than `max_line` bytes.
+    fn read_line(&mut self) -> std::io::Result<Line> {
+        self.line.clear();
+        if self.line.capacity() > KEEP_BUFFER {
+            self.line = Vec::new();
+        }
+        loop {
+            let available = self.reader.fill_buf()?;
+            if available.is_empty() {
+                return Ok(if self.line.is_empty() {
+                    Line::End
+                } else {
+                    Line::Some
+                });
+            }
+            let (take, found) = match available.iter().position(|b| *b == b'\n') {
+                Some(i) => (i, true),
+                None => (available.len(), false),
+            };
+            if self.line.len() + take > self.max_line {
+                return Ok(Line::TooLong);
+            }
+            self.line.extend_from_slice(&available[..take]);
+            self.reader.consume(if found { take + 1 } else { take });
+            if found {
+                return Ok(Line::Some);
+            }
+        }
+    }
+
+    /// Decodes one event line.
+    fn decode(&self, line: &[u8]) -> Result<WatchEvent, ApiError> {
+        let decode_err = |m: String| self.error(ErrorKind::Decode(m));
+        let mut event: Value = serde_json::from_slice(line)
+            .map_err(|e| decode_err(format!("invalid watch event: {e}")))?;
+        let kind = match event.get("type").and_then(Value::as_str) {
+            Some(t) => t.to_string(),
+            None => return Err(decode_err("a watch event without a type".into())),
+        };
+        let object = match event.get_mut("object").map(Value::take) {
+            Some(o @ Value::Object(_)) => o,
+            _ => {
+                return Err(decode_err(format!(
+                    "a {kind} watch event without an object"
+                )))
+            }
+        };
+        match kind.as_str() {
+            "ADDED" => Ok(WatchEvent::Added(object)),
+            "MODIFIED" => Ok(WatchEvent::Modified(object)),
+            "DELETED" => Ok(WatchEvent::Deleted(object)),
+            "BOOKMARK" => {
+                let rv = object
+                    .get("metadata")
+                    .and_then(|m| m.get("resourceVersion"))
+                    .and_then(Value::as_str)
+                    .filter(|rv| !rv.is_empty())
+                    .ok_or_else(|| {
+                        decode_err("a BOOKMARK without metadata.resourceVersion".into())
+                    })?;
+                Ok(WatchEvent::Bookmark {
+                    resource_version: rv.to_string(),
+                })
+            }
+            // The Status of an ERROR event has its own code (410 for an
+            // expired resourceVersion); 500 if it has none.
+            "ERROR" => Ok(WatchEvent::Error(
+                self.error(status_from_value(&object, 500, None)),
+            )),
+            other => Err(decode_err(format!("unknown watch event type {other:?}"))),
+        }
+    }
+}
+
+impl Iterator for WatchStream {
+    type Item = Result<WatchEvent, ApiError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            match self.read_line() {
+                Ok(Line::End) => self.done = true,
+                Ok(Line::TooLong) => {
+                    self.done = true;
+                    return Some(Err(self.error(ErrorKind::Decode(format!(
+                        "a watch event is longer than {} bytes",
+                        self.max_line
+                    )))));
+                }
+                Err(e) => {
+                    self.done = true;
+                    let e = ureq::Error::from(e);
+                    return Some(Err(self.error(ErrorKind::Transport(format!(
+                        "{}: reading the watch: {e}",
+                        self.server
+                    )))));
+                }
+                Ok(Line::Some) => {
+                    if self.line.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    let line = std::mem::take(&mut self.line);
+                    let event = self.decode(&line);
+                    self.line = line;
+                    if event.is_err() {
+                        self.done = true;
+                    }
+                    return Some(event);
+                }
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    /// A reader that hands out its data in the given pieces, one per read.
+    struct Pieces(std::collections::VecDeque<Vec<u8>>);
+
+    impl Read for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let Some(mut piece) = self.0.pop_front() else {
+                return Ok(0);
+            };
+            let n = piece.len().min(buf.len());
+            buf[..n].copy_from_slice(&piece[..n]);
+            if n < piece.len() {
+                self.0.push_front(piece.split_off(n));
+            }
+            Ok(n)
+        }
+    }
+
+    fn stream(pieces: &[&str], max: usize) -> WatchStream {
+        let r = Pieces(pieces.iter().map(|p| p.as_bytes().to_vec()).collect());
+        WatchStream::new(
+            Box::new(r),
+            "/api/v1/pods?watch=true",
+            "http://s".into(),
+            max,
+        )
+    }
+
+    #[test]
+    fn events_split_across_reads_and_joined_in_one() {
+        let s = stream(
+            &[
+                r#"{"type":"ADDED","object":{"metadata":{"na"#,
+                r#"me":"a"}}}"#,
+                "\n{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"b\"}}}\n{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"c\"}}}\n",
+                "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"9\"}}}\n",
+            ],
+            1024,
+        );
+        let events: Vec<_> = s.map(|e| e.unwrap()).collect();
+        assert_eq!(
+            events,
+            vec![
+                WatchEvent::Added(serde_json::json!({"metadata":{"name":"a"}})),
+                WatchEvent::Modified(serde_json::json!({"metadata":{"name":"b"}})),
+                WatchEvent::Deleted(serde_json::json!({"metadata":{"name":"c"}})),
+                WatchEvent::Bookmark {
+                    resource_version: "9".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_line_over_the_cap_is_an_error_and_ends_the_stream() {
+        let long = format!(
+            "{{\"type\":\"ADDED\",\"object\":{{\"x\":\"{}\"}}}}\n",
+            "y".repeat(200)
+        );
+        let mut s = stream(&[&long, "{\"type\":\"ADDED\",\"object\":{}}\n"], 100);
+        let e = s.next().unwrap().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GET /api/v1/pods?watch=true: cannot decode the answer: a watch event is longer than 100 bytes"
+        );
+        assert!(s.next().is_none());
+    }
+
+    #[test]
+    fn unknown_type_and_garbage_name_the_request() {
+        let mut s = stream(&["{\"type\":\"SURPRISE\",\"object\":{}}\n"], 100);
+        assert_eq!(
+            s.next().unwrap().unwrap_err().to_string(),
+            "GET /api/v1/pods?watch=true: cannot decode the answer: unknown watch event type \"SURPRISE\""
+        );
+        assert!(s.next().is_none());
+        let mut s = stream(&["not json\n"], 100);
+        let e = s.next().unwrap().unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Decode(_)), "{e}");
+        let mut s = stream(&["{\"type\":\"BOOKMARK\",\"object\":{}}\n"], 100);
+        assert_eq!(
+            s.next().unwrap().unwrap_err().to_string(),
+            "GET /api/v1/pods?watch=true: cannot decode the answer: a BOOKMARK without metadata.resourceVersion"
+        );
+    }
+
+    #[test]
+    fn last_line_without_newline_and_blank_lines() {
+        let s = stream(&["\n\n{\"type\":\"ADDED\",\"object\":{}}"], 100);
+        let events: Vec<_> = s.map(|e| e.unwrap()).collect();
+        assert_eq!(events, vec![WatchEvent::Added(serde_json::json!({}))]);
+    }
+
+    #[test]
+    fn read_error_is_a_transport_error() {
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::new(io::ErrorKind::ConnectionReset, "reset"))
+            }
+        }
+        let mut s = WatchStream::new(Box::new(Broken), "/w", "http://s".into(), 10);
+        let e = s.next().unwrap().unwrap_err();
+        assert!(e.is_transport());
+        assert_eq!(
+            e.to_string(),
+            "GET /w: http://s: reading the watch: io: reset"
+        );
+        assert!(s.next().is_none());
+    }
+}
