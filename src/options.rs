@@ -35,6 +35,33 @@ pub struct Options {
     pub sync_frequency: Duration,
     pub runtime_request_timeout: Duration,
     pub verbosity: u8,
+    /// The kubeconfig of the API server (`--kubeconfig`); none: standalone.
+    pub kubeconfig: Option<PathBuf>,
+    pub kube_api_qps: f32,
+    pub kube_api_burst: u32,
+    /// Register the node with the API server (`--register-node`).
+    pub register_node: bool,
+    pub node_status_update_frequency: Duration,
+    pub node_status_report_frequency: Duration,
+    pub node_lease_duration_seconds: u32,
+    pub max_pods: u32,
+    /// `--kube-reserved` / `--system-reserved`: resource name to quantity.
+    pub kube_reserved: Vec<(String, String)>,
+    pub system_reserved: Vec<(String, String)>,
+    /// The node's InternalIP (`--node-ip`); default: the default route's.
+    pub node_ip: Option<std::net::IpAddr>,
+    /// Labels added at registration (`--node-labels`).
+    pub node_labels: Vec<(String, String)>,
+    /// Taints added at registration (`--register-with-taints`).
+    pub register_with_taints: Vec<Taint>,
+}
+
+/// A node taint: `key[=value]:Effect`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
 }
 
 impl Default for Options {
@@ -55,6 +82,19 @@ impl Default for Options {
             sync_frequency: Duration::from_secs(60),
             runtime_request_timeout: Duration::from_secs(120),
             verbosity: 0,
+            kubeconfig: None,
+            kube_api_qps: 50.0,
+            kube_api_burst: 100,
+            register_node: true,
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(5 * 60),
+            node_lease_duration_seconds: 40,
+            max_pods: 110,
+            kube_reserved: Vec::new(),
+            system_reserved: Vec::new(),
+            node_ip: None,
+            node_labels: Vec::new(),
+            register_with_taints: Vec::new(),
         }
     }
 }
@@ -88,6 +128,30 @@ Flags:
   --file-check-frequency duration      how often the manifest path is re-listed (default 20s)
   --sync-frequency duration            how often a running pod is re-synced (default 1m0s)
   --runtime-request-timeout duration   deadline of each CRI call (default 2m0s)
+
+Cluster node (with --kubeconfig; without it tinylet runs static pods only):
+  --kubeconfig string                  kubeconfig of the API server; joins the cluster as
+                                       node --hostname-override (or the hostname)
+  --kube-api-qps float                 sustained requests per second to the API server (default 50)
+  --kube-api-burst int                 requests allowed in a burst (default 100)
+  --register-node bool                 register the Node object (default true)
+  --node-status-update-frequency duration
+                                       how often node status is computed and sent when it
+                                       changed (default 10s)
+  --node-status-report-frequency duration
+                                       how often node status is sent when nothing changed
+                                       (default 5m0s)
+  --node-lease-duration-seconds int    the node Lease's duration; it is renewed every quarter
+                                       of it (default 40)
+  --max-pods int                       pods this node admits (default 110)
+  --kube-reserved list                 resources reserved for Kubernetes daemons,
+                                       e.g. cpu=100m,memory=256Mi,ephemeral-storage=1Gi
+  --system-reserved list               resources reserved for the system, same format
+  --node-ip string                     the node's InternalIP (default: the address of the
+                                       default route's interface)
+  --node-labels list                   labels added at registration, k=v,k2=v2 (kubernetes.io
+                                       and k8s.io keys only where NodeRestriction allows them)
+  --register-with-taints list          taints added at registration, key=value:Effect,...
   -v, --v int                          log verbosity: 0 info, 1-3 more info, 4+ debug, 6+ trace
   -h, --help                           print this help
       --version                        print the version
@@ -204,6 +268,46 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "file-check-frequency" => o.file_check_frequency = dur(&v)?,
             "sync-frequency" => o.sync_frequency = dur(&v)?,
             "runtime-request-timeout" => o.runtime_request_timeout = dur(&v)?,
+            "kubeconfig" => o.kubeconfig = (!v.is_empty()).then(|| PathBuf::from(v)),
+            "kube-api-qps" => {
+                o.kube_api_qps = v
+                    .parse::<f32>()
+                    .ok()
+                    .filter(|q| q.is_finite() && *q >= 0.0)
+                    .ok_or_else(|| {
+                        format!("flag --{name}: invalid rate {v:?} (want a number >= 0)")
+                    })?;
+            }
+            "kube-api-burst" => o.kube_api_burst = number(name, &v)?,
+            "register-node" => o.register_node = boolean(name, &v)?,
+            "node-status-update-frequency" => o.node_status_update_frequency = dur(&v)?,
+            "node-status-report-frequency" => o.node_status_report_frequency = dur(&v)?,
+            "node-lease-duration-seconds" => o.node_lease_duration_seconds = number(name, &v)?,
+            "max-pods" => o.max_pods = number(name, &v)?,
+            "kube-reserved" => {
+                o.kube_reserved = parse_pairs(&v, '=').map_err(|e| format!("flag --{name}: {e}"))?
+            }
+            "system-reserved" => {
+                o.system_reserved =
+                    parse_pairs(&v, '=').map_err(|e| format!("flag --{name}: {e}"))?
+            }
+            "node-ip" => {
+                o.node_ip = if v.is_empty() {
+                    None
+                } else {
+                    Some(
+                        v.parse()
+                            .map_err(|_| format!("flag --{name}: {v:?} is not an IP address"))?,
+                    )
+                };
+            }
+            "node-labels" => {
+                o.node_labels = parse_node_labels(&v).map_err(|e| format!("flag --{name}: {e}"))?
+            }
+            "register-with-taints" => {
+                o.register_with_taints =
+                    parse_taints(&v).map_err(|e| format!("flag --{name}: {e}"))?;
+            }
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -233,6 +337,16 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             o.http_check_frequency,
         ),
         ("sync-frequency", "syncFrequency", o.sync_frequency),
+        (
+            "node-status-update-frequency",
+            "nodeStatusUpdateFrequency",
+            o.node_status_update_frequency,
+        ),
+        (
+            "node-status-report-frequency",
+            "nodeStatusReportFrequency",
+            o.node_status_report_frequency,
+        ),
         (
             "runtime-request-timeout",
             "runtimeRequestTimeout",
@@ -268,7 +382,127 @@ const FLAGS: &[&str] = &[
     "sync-frequency",
     "runtime-request-timeout",
     "v",
+    "kubeconfig",
+    "kube-api-qps",
+    "kube-api-burst",
+    "register-node",
+    "node-status-update-frequency",
+    "node-status-report-frequency",
+    "node-lease-duration-seconds",
+    "max-pods",
+    "kube-reserved",
+    "system-reserved",
+    "node-ip",
+    "node-labels",
+    "register-with-taints",
 ];
+
+fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse()
+        .map_err(|_| format!("flag --{flag}: invalid number {v:?}"))
+}
+
+fn boolean(flag: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
+        "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("flag --{flag}: invalid boolean {v:?}")),
+    }
+}
+
+/// Parses `k=v,k2=v2` (or with another separator); empty input is no pairs.
+pub fn parse_pairs(v: &str, sep: char) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((k, val)) = item.split_once(sep) else {
+            return Err(format!("{item:?} is not key{sep}value"));
+        };
+        if k.trim().is_empty() {
+            return Err(format!("{item:?} has an empty key"));
+        }
+        out.push((k.trim().to_string(), val.trim().to_string()));
+    }
+    Ok(out)
+}
+
+/// Label keys in the kubernetes.io and k8s.io namespaces that a kubelet may
+/// set on its own Node (NodeRestriction refuses the others).
+const KUBELET_LABELS: &[&str] = &[
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/instance-type",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+];
+
+/// Label namespaces under kubernetes.io / k8s.io that a kubelet may use freely.
+const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+/// Parses `--node-labels`: `k=v` pairs whose keys are valid label keys and,
+/// in the kubernetes.io and k8s.io namespaces, allowed for a kubelet (the
+/// upstream kubelet refuses to start with the others, as NodeRestriction
+/// would refuse them).
+pub fn parse_node_labels(v: &str) -> Result<Vec<(String, String)>, String> {
+    let pairs = parse_pairs(v, '=')?;
+    for (k, _) in &pairs {
+        let (prefix, name) = match k.split_once('/') {
+            Some((p, n)) => (Some(p), n),
+            None => (None, k.as_str()),
+        };
+        if name.is_empty() || name.len() > 63 {
+            return Err(format!("label key {k:?}: name must be 1-63 characters"));
+        }
+        let Some(prefix) = prefix else { continue };
+        let kube = prefix == "kubernetes.io"
+            || prefix.ends_with(".kubernetes.io")
+            || prefix == "k8s.io"
+            || prefix.ends_with(".k8s.io");
+        let allowed = KUBELET_LABELS.contains(&k.as_str())
+            || KUBELET_LABEL_NAMESPACES
+                .iter()
+                .any(|ns| prefix == *ns || prefix.ends_with(&format!(".{ns}")));
+        if kube && !allowed {
+            return Err(format!(
+                "label {k:?} is in the kubernetes.io or k8s.io namespace and not one a kubelet may set \
+                 (allowed: {}, and keys under kubelet.kubernetes.io/ and node.kubernetes.io/)",
+                KUBELET_LABELS.join(", ")
+            ));
+        }
+    }
+    Ok(pairs)
+}
+
+/// Parses `--register-with-taints`: `key=value:Effect` or `key:Effect`, with
+/// Effect one of NoSchedule, PreferNoSchedule, NoExecute.
+pub fn parse_taints(v: &str) -> Result<Vec<Taint>, String> {
+    let mut out = Vec::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((kv, effect)) = item.rsplit_once(':') else {
+            return Err(format!("taint {item:?}: want key=value:Effect"));
+        };
+        if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
+            return Err(format!(
+                "taint {item:?}: effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"
+            ));
+        }
+        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+        if key.is_empty() {
+            return Err(format!("taint {item:?}: empty key"));
+        }
+        out.push(Taint {
+            key: key.to_string(),
+            value: value.to_string(),
+            effect: effect.to_string(),
+        });
+    }
+    Ok(out)
+}
 
 /// The `apiVersion` and `kind` of a kubelet configuration file.
 pub const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -306,6 +540,11 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
         v.as_str()
             .map(str::to_string)
             .ok_or_else(|| err(field, format!("expected a string, found {v}")))
+    };
+    let unsigned = |field: &str, v: &Value| -> Result<u32, String> {
+        v.as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| err(field, format!("expected a non-negative integer, found {v}")))
     };
     let duration = |field: &str, v: &Value| -> Result<Duration, String> {
         let s = string(field, v)?;
@@ -349,6 +588,60 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
             "runtimeRequestTimeout" => o.runtime_request_timeout = duration(field, v)?,
             "containerRuntimeEndpoint" => o.container_runtime_endpoint = string(field, v)?,
             "podLogsDir" => o.pod_logs_dir = PathBuf::from(string(field, v)?),
+            "kubeAPIQPS" => {
+                o.kube_api_qps = v
+                    .as_f64()
+                    .filter(|q| *q >= 0.0)
+                    .ok_or_else(|| err(field, format!("expected a number >= 0, found {v}")))?
+                    as f32;
+            }
+            "kubeAPIBurst" => o.kube_api_burst = unsigned(field, v)?,
+            "maxPods" => o.max_pods = unsigned(field, v)?,
+            "nodeLeaseDurationSeconds" => o.node_lease_duration_seconds = unsigned(field, v)?,
+            "nodeStatusUpdateFrequency" => o.node_status_update_frequency = duration(field, v)?,
+            "nodeStatusReportFrequency" => o.node_status_report_frequency = duration(field, v)?,
+            "registerNode" => {
+                o.register_node = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "kubeReserved" | "systemReserved" => {
+                let Value::Object(map) = v else {
+                    return Err(err(
+                        field,
+                        format!("expected a map of quantities, found {v}"),
+                    ));
+                };
+                let mut pairs = Vec::new();
+                for (name, q) in map {
+                    pairs.push((name.clone(), string(&format!("{field}.{name}"), q)?));
+                }
+                if field == "kubeReserved" {
+                    o.kube_reserved = pairs;
+                } else {
+                    o.system_reserved = pairs;
+                }
+            }
+            "registerWithTaints" => {
+                let Value::Array(items) = v else {
+                    return Err(err(field, format!("expected a list of taints, found {v}")));
+                };
+                o.register_with_taints.clear();
+                for (i, t) in items.iter().enumerate() {
+                    let at = format!("{field}[{i}]");
+                    let get = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
+                    let text = if get("value").is_empty() {
+                        format!("{}:{}", get("key"), get("effect"))
+                    } else {
+                        format!("{}={}:{}", get("key"), get("value"), get("effect"))
+                    };
+                    let mut parsed = parse_taints(&text).map_err(|e| err(&at, e))?;
+                    if parsed.len() != 1 {
+                        return Err(err(&at, "expected one taint with key and effect".into()));
+                    }
+                    o.register_with_taints.append(&mut parsed);
+                }
+            }
             _ => o.ignored_config_fields.push(field.clone()),
         }
     }
@@ -481,6 +774,88 @@ mod tests {
         );
     }
 
+    #[test]
+    fn cluster_flags() {
+        let o = run(&[
+            "--kubeconfig",
+            "/etc/kubernetes/kubelet.conf",
+            "--kube-api-qps=5",
+            "--kube-api-burst",
+            "10",
+            "--node-status-update-frequency=4s",
+            "--node-lease-duration-seconds",
+            "20",
+            "--max-pods=30",
+            "--kube-reserved",
+            "cpu=100m,memory=256Mi",
+            "--node-ip",
+            "192.0.2.7",
+            "--node-labels",
+            "tier=edge,node.kubernetes.io/site=a,kubernetes.io/hostname=x",
+            "--register-with-taints",
+            "dedicated=edge:NoSchedule,spot:NoExecute",
+            "--register-node=false",
+        ]);
+        assert_eq!(
+            o.kubeconfig,
+            Some(PathBuf::from("/etc/kubernetes/kubelet.conf"))
+        );
+        assert_eq!((o.kube_api_qps, o.kube_api_burst), (5.0, 10));
+        assert_eq!(o.node_status_update_frequency, Duration::from_secs(4));
+        assert_eq!(o.node_status_report_frequency, Duration::from_secs(300));
+        assert_eq!((o.node_lease_duration_seconds, o.max_pods), (20, 30));
+        assert_eq!(
+            o.kube_reserved,
+            headers(&[("cpu", "100m"), ("memory", "256Mi")])
+        );
+        assert_eq!(o.node_ip, Some("192.0.2.7".parse().unwrap()));
+        assert_eq!(o.node_labels.len(), 3);
+        assert_eq!(
+            o.register_with_taints,
+            vec![
+                Taint {
+                    key: "dedicated".into(),
+                    value: "edge".into(),
+                    effect: "NoSchedule".into()
+                },
+                Taint {
+                    key: "spot".into(),
+                    value: "".into(),
+                    effect: "NoExecute".into()
+                },
+            ]
+        );
+        assert!(!o.register_node);
+        let d = run(&[]);
+        assert_eq!(
+            (d.kube_api_qps, d.kube_api_burst, d.max_pods),
+            (50.0, 100, 110)
+        );
+        assert!(d.register_node && d.kubeconfig.is_none());
+
+        for (args, want) in [
+            (
+                &["--node-labels", "kubernetes.io/role=master"][..],
+                "kubernetes.io/role",
+            ),
+            (
+                &["--node-labels", "node-restriction.kubernetes.io/x=y"][..],
+                "node-restriction",
+            ),
+            (
+                &["--register-with-taints", "a=b:Sometimes"][..],
+                "Sometimes",
+            ),
+            (&["--node-ip", "edge"][..], "--node-ip"),
+            (&["--kube-api-qps", "-1"][..], "--kube-api-qps"),
+            (&["--max-pods", "many"][..], "--max-pods"),
+            (&["--kube-reserved", "cpu"][..], "--kube-reserved"),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+    }
+
     const CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 staticPodPath: /etc/kubernetes/manifests
@@ -494,6 +869,12 @@ syncFrequency: 30s
 containerRuntimeEndpoint: unix:///run/crio/crio.sock
 podLogsDir: /srv/logs
 runtimeRequestTimeout: 15s
+kubeAPIQPS: 7
+kubeAPIBurst: 14
+maxPods: 50
+nodeStatusUpdateFrequency: 20s
+kubeReserved: {cpu: 200m}
+registerWithTaints: [{key: k, value: v, effect: NoSchedule}]
 authentication: {anonymous: {enabled: false}}
 cgroupDriver: systemd
 ";
@@ -530,6 +911,13 @@ cgroupDriver: systemd
         assert_eq!(o.pod_logs_dir, PathBuf::from("/srv/logs"));
         assert_eq!(o.runtime_request_timeout, Duration::from_secs(15));
         assert_eq!(o.ignored_config_fields, ["authentication", "cgroupDriver"]);
+        assert_eq!(
+            (o.kube_api_qps, o.kube_api_burst, o.max_pods),
+            (7.0, 14, 50)
+        );
+        assert_eq!(o.node_status_update_frequency, Duration::from_secs(20));
+        assert_eq!(o.kube_reserved, headers(&[("cpu", "200m")]));
+        assert_eq!(o.register_with_taints.len(), 1);
 
         // Flags win, wherever --config stands; header flags replace the
         // file's headers as a whole.
