@@ -14,10 +14,14 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use log::{debug, info, warn};
 
-use crate::config::{PodOperation, PodUpdate};
+use crate::admission::{admit, NodeInfo};
+use crate::config::storage::is_mirror_pod;
+use crate::config::{PodOperation, PodUpdate, API_SOURCE};
+use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::pleg::{PodCache, PodLifecycleEvent, PodLifecycleEventType};
 use crate::pod_workers::{PodWork, PodWorkers, UpdateType, WorkQueue};
 use crate::runtime::labels::{pod_full_name, pod_uid};
+use crate::status::manager::{is_static_pod, MirrorPod, StatusReporter};
 
 /// How often due resyncs are dispatched (upstream: 1 s).
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -77,6 +81,13 @@ pub struct Kubelet {
     inputs: Inputs,
     sync_tick: Receiver<Instant>,
     housekeeping: Receiver<Instant>,
+    /// Where pod status and mirror pods are reported.
+    reporter: StatusReporter,
+    recorder: EventRecorder,
+    /// What admission checks pods against; `None` admits every pod.
+    node: Option<Box<dyn Fn() -> NodeInfo + Send>>,
+    /// Pods refused by admission: never run, reported as Failed.
+    rejected: HashMap<String, Arc<Pod>>,
 }
 
 impl Kubelet {
@@ -97,6 +108,81 @@ impl Kubelet {
             inputs,
             sync_tick: tick(SYNC_TICK),
             housekeeping: tick(HOUSEKEEPING_PERIOD),
+            reporter: StatusReporter::standalone(),
+            recorder: EventRecorder::disabled(),
+            node: None,
+            rejected: HashMap::new(),
+        }
+    }
+
+    /// Reports status and mirror pods to `reporter`, events to `recorder`,
+    /// and admits pods against the node that `node` describes.
+    pub fn with_cluster(
+        mut self,
+        reporter: StatusReporter,
+        recorder: EventRecorder,
+        node: Box<dyn Fn() -> NodeInfo + Send>,
+    ) -> Self {
+        self.reporter = reporter;
+        self.recorder = recorder;
+        self.node = Some(node);
+        self
+    }
+
+    /// Admission (upstream `canAdmitPod`): a refused pod is reported as
+    /// Failed with the reason, gets a warning event, and never runs.
+    fn admit(&mut self, pod: &Arc<Pod>) -> bool {
+        let Some(node) = self.node.as_ref() else {
+            return true;
+        };
+        let uid = pod_uid(pod);
+        let active: Vec<&Pod> = self
+            .pods
+            .values()
+            .filter(|p| pod_uid(p) != uid && p.metadata.deletion_timestamp.is_none())
+            .map(|p| p.as_ref())
+            .collect();
+        let Err(r) = admit(pod, &active, &node()) else {
+            return true;
+        };
+        warn!(
+            "pod {}: rejected by admission: {}: {}",
+            pod_full_name(pod),
+            r.reason,
+            r.message
+        );
+        self.recorder.event(
+            &ObjectRef::pod(pod),
+            EventType::Warning,
+            &r.reason,
+            r.message.clone(),
+        );
+        let mut status = pod.status.clone().unwrap_or_default();
+        status.phase = Some("Failed".into());
+        status.reason = Some(r.reason);
+        status.message = Some(format!("Pod was rejected: {}", r.message));
+        self.reporter.set_status(pod, status);
+        self.rejected.insert(uid.to_string(), pod.clone());
+        false
+    }
+
+    /// Mirror pods are the API server's copies of static pods: they are
+    /// recorded for the status manager and never run.
+    fn take_mirror_pods(&mut self, u: &mut PodUpdate) {
+        if u.source != API_SOURCE && u.op != PodOperation::Set {
+            return;
+        }
+        let (mirrors, rest): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut u.pods)
+            .into_iter()
+            .partition(is_mirror_pod);
+        u.pods = rest;
+        for m in mirrors {
+            let full_name = pod_full_name(&m);
+            if u.op == PodOperation::Remove {
+                self.reporter.set_mirror(&full_name, None);
+            } else {
+                self.reporter.set_mirror(&full_name, MirrorPod::of(&m));
+            }
         }
     }
 
@@ -161,7 +247,11 @@ impl Kubelet {
         }
     }
 
-    fn handle_config(&mut self, u: PodUpdate) {
+    fn handle_config(&mut self, mut u: PodUpdate) {
+        self.take_mirror_pods(&mut u);
+        if u.pods.is_empty() && u.op != PodOperation::Set {
+            return;
+        }
         let names = || {
             u.pods
                 .iter()
@@ -174,9 +264,27 @@ impl Kubelet {
                 if !u.pods.is_empty() {
                     info!("SyncLoop ADD ({}): {}", u.source, names());
                 }
-                for p in u.pods {
+                let mut pods = u.pods;
+                // Admit in creation order, as upstream does.
+                pods.sort_by(|a, b| {
+                    a.metadata
+                        .creation_timestamp
+                        .cmp(&b.metadata.creation_timestamp)
+                });
+                for p in pods {
                     let p = Arc::new(p);
-                    self.pods.insert(pod_uid(&p).to_string(), p.clone());
+                    let uid = pod_uid(&p).to_string();
+                    if p.metadata.deletion_timestamp.is_some() {
+                        // Being deleted already (tinylet restarted meanwhile).
+                        self.pods.insert(uid, p.clone());
+                        let grace = p.metadata.deletion_grace_period_seconds;
+                        self.dispatch(p, UpdateType::Kill, grace);
+                        continue;
+                    }
+                    if !self.admit(&p) {
+                        continue;
+                    }
+                    self.pods.insert(uid, p.clone());
                     self.dispatch(p, UpdateType::Create, None);
                 }
             }
@@ -184,6 +292,9 @@ impl Kubelet {
                 info!("SyncLoop UPDATE ({}): {}", u.source, names());
                 for p in u.pods {
                     let p = Arc::new(p);
+                    if self.rejected.contains_key(pod_uid(&p)) {
+                        continue;
+                    }
                     self.pods.insert(pod_uid(&p).to_string(), p.clone());
                     self.dispatch(p, UpdateType::Update, None);
                 }
@@ -198,6 +309,11 @@ impl Kubelet {
                 for p in u.pods {
                     let grace = p.metadata.deletion_grace_period_seconds;
                     let p = Arc::new(p);
+                    if self.rejected.remove(pod_uid(&p)).is_some() {
+                        // Never ran: its API object can go at once.
+                        self.reporter.pod_finished(&p, true);
+                        continue;
+                    }
                     self.pods.insert(pod_uid(&p).to_string(), p.clone());
                     self.dispatch(p, UpdateType::Kill, grace);
                 }
@@ -205,6 +321,10 @@ impl Kubelet {
             PodOperation::Remove => {
                 info!("SyncLoop REMOVE ({}): {}", u.source, names());
                 for p in u.pods {
+                    if self.rejected.remove(pod_uid(&p)).is_some() {
+                        self.reporter.forget(pod_uid(&p));
+                        continue;
+                    }
                     let p = self.pods.remove(pod_uid(&p)).unwrap_or_else(|| Arc::new(p));
                     self.dispatch(p, UpdateType::Kill, None);
                 }
@@ -255,6 +375,17 @@ impl Kubelet {
         if !(self.sources_ready)() {
             debug!("housekeeping: waiting for all sources");
             return;
+        }
+        // Mirror pods whose static pod is gone.
+        for (full_name, mirror) in self.reporter.mirrors() {
+            let wanted = self
+                .pods
+                .values()
+                .any(|p| is_static_pod(p) && pod_full_name(p) == full_name);
+            if !wanted {
+                debug!("housekeeping: mirror pod {full_name} has no static pod");
+                self.reporter.delete_orphan_mirror(&full_name, &mirror.uid);
+            }
         }
         let (relisted, runtime_pods) = self.cache.runtime_pods();
         let Some(relisted) = relisted else { return };

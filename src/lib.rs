@@ -4,6 +4,8 @@
 //! else lives in these modules, named after their upstream kubelet
 //! counterparts. See ARCHITECTURE.md for the map.
 
+pub mod admission;
+pub mod apitime;
 pub mod config;
 pub mod cri;
 pub mod events;

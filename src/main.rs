@@ -10,15 +10,21 @@ use crossbeam_channel::{bounded, Receiver};
 use log::{error, info, warn};
 
 use tinylet::config::{
-    load_checkpoints, FileSource, HttpSource, NotificationMode, PodConfig, API_SOURCE, FILE_SOURCE,
-    HTTP_SOURCE,
+    load_checkpoints, ApiSource, FileSource, HttpSource, NotificationMode, PodConfig, API_SOURCE,
+    FILE_SOURCE, HTTP_SOURCE,
 };
 use tinylet::cri::RemoteRuntime;
+use tinylet::events::{EventBroadcaster, EventRecorder, EventType, ObjectRef};
+use tinylet::kube::{load_kubeconfig, Client, ClientOptions};
 use tinylet::kubelet::{Inputs, Kubelet};
+use tinylet::node::lease::LeaseController;
+use tinylet::node::status::{NodeConfig, NodeStatusController};
+use tinylet::node::{initial_node_state, node_info};
 use tinylet::options::{parse_args, Command, Options, USAGE};
 use tinylet::pleg::{Pleg, PodCache, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
 use tinylet::runtime::RuntimeManager;
+use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
 
 fn main() -> ExitCode {
@@ -140,8 +146,11 @@ fn protect_from_oom() {
 }
 
 /// Connects to the runtime, retrying with back-off until it answers or a
-/// signal arrives.
-fn connect_runtime(opts: &Options, stop: &Receiver<()>) -> anyhow::Result<Option<RemoteRuntime>> {
+/// signal arrives. Returns the runtime and its name (`containerd`).
+fn connect_runtime(
+    opts: &Options,
+    stop: &Receiver<()>,
+) -> anyhow::Result<Option<(RemoteRuntime, String)>> {
     let runtime = RemoteRuntime::new(
         &opts.container_runtime_endpoint,
         opts.runtime_request_timeout,
@@ -163,7 +172,7 @@ fn connect_runtime(opts: &Options, stop: &Receiver<()>) -> anyhow::Result<Option
                     v.runtime_api_version,
                     opts.container_runtime_endpoint
                 );
-                return Ok(Some(runtime));
+                return Ok(Some((runtime, v.runtime_name)));
             }
             Err(e) => {
                 warn!(
@@ -213,16 +222,116 @@ fn run(opts: Options) -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION")
     );
 
-    let Some(remote) = connect_runtime(&opts, &stop)? else {
+    // The API client first: a bad kubeconfig is an error before anything starts.
+    let client = match &opts.kubeconfig {
+        Some(path) => {
+            let kubeconfig = load_kubeconfig(path).map_err(anyhow::Error::msg)?;
+            let client = Client::new(
+                &kubeconfig,
+                ClientOptions {
+                    qps: opts.kube_api_qps,
+                    burst: opts.kube_api_burst,
+                    timeout: Duration::from_secs(30),
+                    user_agent: format!(
+                        "tinylet/v{} ({}/{})",
+                        env!("CARGO_PKG_VERSION"),
+                        std::env::consts::OS,
+                        tinylet::node::machine::go_arch()
+                    ),
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))?;
+            info!("API server {} (node {node:?})", client.server());
+            Some(client)
+        }
+        None => None,
+    };
+
+    let Some((remote, runtime_name)) = connect_runtime(&opts, &stop)? else {
         return Ok(());
     };
     let remote = Arc::new(remote);
-    let runtime = Arc::new(RuntimeManager::new(
-        remote.clone(),
-        remote,
-        opts.root_dir.clone(),
-        opts.pod_logs_dir.clone(),
-    ));
+
+    let node_state = Arc::new(parking_lot::RwLock::new(initial_node_state(
+        &node,
+        &opts.root_dir,
+        opts.max_pods,
+        &opts.node_labels,
+        &opts.kube_reserved,
+        &opts.system_reserved,
+    )));
+    let host_ip = tinylet::node::machine::node_addresses(opts.node_ip, &node)
+        .ok()
+        .and_then(|a| {
+            a.into_iter()
+                .find(|(t, _)| t == "InternalIP")
+                .map(|(_, a)| a)
+        });
+    let (_events, recorder) = match &client {
+        Some(c) => {
+            let (b, r) = EventBroadcaster::start(Box::new(c.clone()), "kubelet", &node)
+                .context("starting the event thread")?;
+            (Some(b), r)
+        }
+        None => (None, EventRecorder::disabled()),
+    };
+    recorder.event(
+        &ObjectRef::node(&node),
+        EventType::Normal,
+        "Starting",
+        "Starting kubelet.".to_string(),
+    );
+    let (_status_manager, reporter) = match &client {
+        Some(c) => {
+            let (m, r) = StatusManager::start(c.clone(), node_state.clone(), node.clone())
+                .context("starting the status manager")?;
+            (Some(m), r)
+        }
+        None => (None, StatusReporter::standalone()),
+    };
+    let runtime = Arc::new(
+        RuntimeManager::new(
+            remote.clone(),
+            remote.clone(),
+            opts.root_dir.clone(),
+            opts.pod_logs_dir.clone(),
+        )
+        .with_recorder(recorder.clone()),
+    );
+    let (_node_status, _lease) = match &client {
+        Some(c) => {
+            let status = NodeStatusController::start(
+                c.clone(),
+                remote.clone(),
+                remote.clone(),
+                NodeConfig {
+                    name: node.clone(),
+                    register: opts.register_node,
+                    labels: opts.node_labels.clone(),
+                    taints: opts.register_with_taints.clone(),
+                    update_frequency: opts.node_status_update_frequency,
+                    report_frequency: opts.node_status_report_frequency,
+                    max_pods: opts.max_pods,
+                    kube_reserved: opts.kube_reserved.clone(),
+                    system_reserved: opts.system_reserved.clone(),
+                    node_ip: opts.node_ip,
+                    root_dir: opts.root_dir.clone(),
+                },
+                node_state.clone(),
+                recorder.clone(),
+            )
+            .context("starting the node status thread")?;
+            let lease = LeaseController::start(
+                c.clone(),
+                node.clone(),
+                opts.node_lease_duration_seconds,
+                node_state.clone(),
+            )
+            .context("starting the node lease thread")?;
+            (Some(status), Some(lease))
+        }
+        None => (None, None),
+    };
 
     let cache = PodCache::new();
     let (pleg_tx, pleg_rx) = bounded(EVENTS_CAPACITY);
@@ -234,12 +343,20 @@ fn run(opts: Options) -> anyhow::Result<()> {
     if let Some(dir) = &opts.bootstrap_checkpoint_path {
         match load_checkpoints(dir) {
             Ok(found) if !found.pods.is_empty() => {
-                warn!(
-                    "restoring {} pod(s) from checkpoints in {}; no API source is configured, \
-                     so nothing will update or remove them",
-                    found.pods.len(),
-                    dir.display()
-                );
+                if client.is_some() {
+                    info!(
+                        "restoring {} pod(s) from checkpoints in {} until the API server answers",
+                        found.pods.len(),
+                        dir.display()
+                    );
+                } else {
+                    warn!(
+                        "restoring {} pod(s) from checkpoints in {}; no API source is configured, \
+                         so nothing will update or remove them",
+                        found.pods.len(),
+                        dir.display()
+                    );
+                }
                 config.restore(API_SOURCE, found.pods);
             }
             Ok(_) => {}
@@ -282,6 +399,21 @@ fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let _api_source = match &client {
+        Some(c) => {
+            sources.push(API_SOURCE);
+            Some(
+                ApiSource::start(
+                    c.clone(),
+                    &node,
+                    config.channel(API_SOURCE),
+                    opts.bootstrap_checkpoint_path.clone(),
+                )
+                .context("starting the API server pod source")?,
+            )
+        }
+        None => None,
+    };
     let pleg = Pleg::start(runtime.clone(), cache.clone(), RELIST_PERIOD, pleg_tx)
         .context("starting the PLEG")?;
 
@@ -294,7 +426,8 @@ fn run(opts: Options) -> anyhow::Result<()> {
         queue.clone(),
         opts.sync_frequency,
         done_tx,
-    );
+    )
+    .with_status(reporter.clone(), host_ip, runtime_name);
     let config = Arc::new(config);
     let ready_config = config.clone();
     let sources_ready = Box::new(move || ready_config.seen_all_sources(&sources));
@@ -309,6 +442,11 @@ fn run(opts: Options) -> anyhow::Result<()> {
             worker_done: done_rx,
             stop,
         },
+    )
+    .with_cluster(
+        reporter,
+        recorder,
+        Box::new(move || node_info(&node_state.read())),
     );
     info!("started in {} ms", started.elapsed().as_millis());
     kubelet.run();

@@ -34,7 +34,11 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::pleg::{PodCache, Wait};
 use crate::runtime::labels::{pod_full_name, pod_uid};
+use crate::runtime::labels::{pod_name, pod_namespace};
+use crate::runtime::PodStatus;
 use crate::runtime::{RuntimeManager, SyncError};
+use crate::status::generate::{generate_pod_status, StatusContext};
+use crate::status::manager::StatusReporter;
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// Delay before retrying a pod whose sync failed (upstream backOffPeriod).
@@ -184,6 +188,12 @@ pub struct Shared {
     /// A worker sends its pod's UID here when it has finished for good.
     pub done: Sender<String>,
     full_names: FullNames,
+    /// Where each pod's API status goes after every sync.
+    reporter: StatusReporter,
+    /// The node's IP for `status.hostIP`.
+    host_ip: Option<String>,
+    /// The runtime's name for container IDs (`containerd://...`).
+    runtime_name: String,
 }
 
 struct Worker {
@@ -214,9 +224,30 @@ impl PodWorkers {
                 resync_interval,
                 done,
                 full_names: FullNames::default(),
+                reporter: StatusReporter::standalone(),
+                host_ip: None,
+                runtime_name: String::new(),
             }),
             workers: HashMap::new(),
         }
+    }
+
+    /// Sends each pod's status to `reporter`, with the node's IP and the
+    /// runtime's name. Call before any pod is handed over.
+    pub fn with_status(
+        mut self,
+        reporter: StatusReporter,
+        host_ip: Option<String>,
+        runtime_name: String,
+    ) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.reporter = reporter;
+            shared.host_ip = host_ip;
+            shared.runtime_name = runtime_name;
+        } else {
+            error!("pod workers: status reporting set after workers started; ignored");
+        }
+        self
     }
 
     /// Hands `work` to the pod's worker, starting one for a new pod.
@@ -351,6 +382,9 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             if !terminate(&shared, &mailbox, &work, &uid, &full_name) {
                 break;
             }
+            shared
+                .reporter
+                .pod_finished(&work.pod, deleted_from_api(&work.pod));
             if let Some(name) = claimed.take() {
                 shared.full_names.release(&name, &uid);
             }
@@ -392,6 +426,8 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
         debug!("pod {full_name}: sync ({:?})", work.update_type);
         let result = shared.runtime.sync_pod(&work.pod, &status);
         last_sync = Some(Instant::now());
+        // The status seen at the start of this sync, with the reasons it found.
+        report_status(&shared, &work.pod, &status);
         match result {
             Ok(()) => {
                 shared.runtime.prune_dead(&status);
@@ -414,6 +450,33 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
         "pod {}: worker stopped",
         last_pod.map(|p| pod_full_name(&p)).unwrap_or(uid)
     );
+}
+
+/// An API pod that is being deleted gracefully: once its containers are
+/// gone, its final status is reported and its API object deleted.
+fn deleted_from_api(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+        && pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::config::CONFIG_SOURCE_ANNOTATION_KEY))
+            .is_some_and(|s| s == crate::config::API_SOURCE)
+}
+
+/// Generates the pod's API status from `status` and hands it to the reporter.
+fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) {
+    let uid = pod_uid(pod);
+    let reasons = shared.runtime.waiting_reasons(uid);
+    let old = shared.reporter.status(uid).or_else(|| pod.status.clone());
+    let ctx = StatusContext {
+        host_ip: shared.host_ip.as_deref(),
+        runtime_name: &shared.runtime_name,
+        waiting_reasons: &reasons,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    };
+    let api = generate_pod_status(pod, status, old.as_ref(), &ctx);
+    shared.reporter.set_status(pod, api);
 }
 
 /// Stops the pod's containers and sandbox and removes them, retrying until it
@@ -442,11 +505,14 @@ fn terminate(
             })
             .and_then(|_| {
                 // Inspect again: stopping may have changed what is there.
-                let st = shared.runtime.get_pod_status(
-                    uid,
-                    crate::runtime::labels::pod_name(pod),
-                    crate::runtime::labels::pod_namespace(pod),
-                )?;
+                let st = shared
+                    .runtime
+                    .get_pod_status(uid, pod_name(pod), pod_namespace(pod))?;
+                if deleted_from_api(pod) {
+                    // The final status, with the containers' exit codes,
+                    // before they are removed.
+                    report_status(shared, pod, &st);
+                }
                 shared.runtime.remove_pod(uid, &st)
             });
         match result {

@@ -3,13 +3,14 @@
 //! changes for the sync loop (upstream `pkg/kubelet/config`).
 //!
 //! The module owns the pod sources (the static manifest path in `file`, the
-//! manifest URL in `http`, pod checkpoints in `checkpoint`; the API server
-//! source will join them), the static-pod defaults and their validation,
+//! manifest URL in `http`, the pods bound to this node in the API server in
+//! `api`, pod checkpoints in `checkpoint`), the static-pod defaults and their validation,
 //! manifest decoding, and [`PodConfig`]: one Mux listener thread per source
 //! feeding [`storage::PodStorage::merge`], which turns each source's update
 //! into the minimal ADD/UPDATE/DELETE/REMOVE/RECONCILE/RESTORE (or SET)
 //! notifications on a bounded channel, in order.
 
+pub mod api;
 pub mod checkpoint;
 pub mod decode;
 pub mod defaults;
@@ -23,6 +24,7 @@ pub mod validation;
 
 pub use k8s_openapi::api::core::v1::Pod;
 
+pub use api::ApiSource;
 pub use checkpoint::{load_checkpoints, write_checkpoint, Checkpoints};
 pub use decode::{decode_pod, decode_pod_or_list, DecodeError};
 pub use defaults::{apply_static_defaults, generate_pod_name, static_pod_uid};

@@ -9,4 +9,9 @@
 //! /etc and statvfs, each with a variant that reads injected text or an
 //! injected root so tests need no particular host.
 
+pub mod lease;
 pub mod machine;
+pub mod state;
+pub mod status;
+
+pub use state::{initial_node_state, node_info, NodeState};

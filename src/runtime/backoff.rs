@@ -49,6 +49,11 @@ impl Backoff {
         e.backoff.checked_sub(since).filter(|d| !d.is_zero())
     }
 
+    /// The current window of `key`, if it has one.
+    pub fn current(&self, key: &str) -> Option<Duration> {
+        self.entries.get(key).map(|e| e.backoff)
+    }
+
     /// Records a restart of `key` at `now`, growing its window.
     pub fn next(&mut self, key: &str, exited_at: SystemTime, now: SystemTime) {
         let (initial, max) = (self.initial, self.max);

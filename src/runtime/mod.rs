@@ -21,6 +21,7 @@ pub mod labels;
 #[cfg(test)]
 pub mod fake;
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -31,6 +32,7 @@ use parking_lot::Mutex;
 use protobuf::EnumOrUnknown;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
+use crate::events::{EventRecorder, EventType, ObjectRef};
 use actions::{compute_pod_actions, PodActions};
 use backoff::Backoff;
 use labels::{pod_full_name, pod_uid};
@@ -137,6 +139,10 @@ pub struct RuntimeManager {
     root_dir: PathBuf,
     logs_root: PathBuf,
     backoff: Mutex<Backoff>,
+    recorder: EventRecorder,
+    /// Why each pod's containers could not start in the last sync, by pod
+    /// UID and container name (upstream `ReasonCache`), for pod status.
+    reasons: Mutex<HashMap<String, BTreeMap<String, (String, String)>>>,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -156,7 +162,63 @@ impl RuntimeManager {
             root_dir,
             logs_root,
             backoff: Mutex::new(Backoff::default()),
+            recorder: EventRecorder::disabled(),
+            reasons: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reports the pod lifecycle events (Pulling, Created, Killing, ...) to
+    /// `recorder`.
+    pub fn with_recorder(mut self, recorder: EventRecorder) -> Self {
+        self.recorder = recorder;
+        self
+    }
+
+    /// Why containers of pod `uid` are waiting, by container name:
+    /// `(reason, message)` from the last sync.
+    pub fn waiting_reasons(&self, uid: &str) -> BTreeMap<String, (String, String)> {
+        self.reasons.lock().get(uid).cloned().unwrap_or_default()
+    }
+
+    fn set_reason(&self, pod: &Pod, container: &str, reason: Option<(&str, String)>) {
+        let mut all = self.reasons.lock();
+        let uid = pod_uid(pod);
+        match reason {
+            Some((r, m)) => {
+                all.entry(uid.to_string())
+                    .or_default()
+                    .insert(container.to_string(), (r.to_string(), m));
+            }
+            None => {
+                if let Some(map) = all.get_mut(uid) {
+                    map.remove(container);
+                    if map.is_empty() {
+                        all.remove(uid);
+                    }
+                }
+            }
+        }
+    }
+
+    fn container_event(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        kind: EventType,
+        reason: &str,
+        message: String,
+    ) {
+        let init = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|v| v.iter().any(|i| i.name == c.name));
+        self.recorder.event(
+            &ObjectRef::container(pod, &c.name, init),
+            kind,
+            reason,
+            message,
+        );
     }
 
     /// Lists every pod the runtime holds that carries tinylet's labels.
@@ -390,6 +452,24 @@ impl RuntimeManager {
             let now = SystemTime::now();
             let mut b = self.backoff.lock();
             if let Some(left) = b.remaining(&key, exited, now) {
+                let total = b.current(&key).unwrap_or(left);
+                drop(b);
+                let message = format!(
+                    "back-off {} restarting failed container={} pod={}_{}({})",
+                    go_duration(total),
+                    c.name,
+                    labels::pod_name(pod),
+                    labels::pod_namespace(pod),
+                    pod_uid(pod)
+                );
+                self.set_reason(pod, &c.name, Some(("CrashLoopBackOff", message)));
+                self.container_event(
+                    pod,
+                    c,
+                    EventType::Warning,
+                    "BackOff",
+                    "Back-off restarting failed container".into(),
+                );
                 return Err(SyncError::BackOff(
                     format!(
                         "pod {who}: container {:?}: back-off restarting failed container",
@@ -407,8 +487,18 @@ impl RuntimeManager {
 
         let image_ref = self.ensure_image(pod, c, sandbox_config)?;
         let volumes_dir = config::pod_dir(&self.root_dir, pod_uid(pod)).join("volumes");
-        let cfg = config::container_config(pod, c, restart_count, &image_ref, &volumes_dir)
-            .map_err(|e| SyncError::Failed(format!("pod {who}: {e}")))?;
+        let cfg = match config::container_config(pod, c, restart_count, &image_ref, &volumes_dir) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                self.set_reason(
+                    pod,
+                    &c.name,
+                    Some(("CreateContainerConfigError", e.to_string())),
+                );
+                self.container_event(pod, c, EventType::Warning, "Failed", format!("Error: {e}"));
+                return Err(SyncError::Failed(format!("pod {who}: {e}")));
+            }
+        };
         for m in &cfg.mounts {
             if m.host_path.starts_with(&*volumes_dir.to_string_lossy()) {
                 std::fs::create_dir_all(&m.host_path)
@@ -418,13 +508,37 @@ impl RuntimeManager {
         let log_dir = config::pod_log_dir(&self.logs_root, pod).join(&c.name);
         std::fs::create_dir_all(&log_dir)
             .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
-        let id = self
+        let id = match self
             .runtime
             .create_container(sandbox_id, &cfg, sandbox_config)
-            .map_err(|e| fail("create", &e))?;
-        self.runtime
-            .start_container(&id)
-            .map_err(|e| fail("start", &e))?;
+        {
+            Ok(id) => id,
+            Err(e) => {
+                self.set_reason(pod, &c.name, Some(("CreateContainerError", e.to_string())));
+                self.container_event(pod, c, EventType::Warning, "Failed", format!("Error: {e}"));
+                return Err(fail("create", &e));
+            }
+        };
+        self.container_event(
+            pod,
+            c,
+            EventType::Normal,
+            "Created",
+            format!("Created container {}", c.name),
+        );
+        if let Err(e) = self.runtime.start_container(&id) {
+            self.set_reason(pod, &c.name, Some(("RunContainerError", e.to_string())));
+            self.container_event(pod, c, EventType::Warning, "Failed", format!("Error: {e}"));
+            return Err(fail("start", &e));
+        }
+        self.set_reason(pod, &c.name, None);
+        self.container_event(
+            pod,
+            c,
+            EventType::Normal,
+            "Started",
+            format!("Started container {}", c.name),
+        );
         info!(
             "pod {who}: container {:?} started ({id:.12}, restart count {restart_count})",
             c.name
@@ -460,25 +574,70 @@ impl RuntimeManager {
                 .map_err(|e| fail("inspect image", &e))?;
             match present {
                 Some(img) => {
+                    self.container_event(
+                        pod,
+                        c,
+                        EventType::Normal,
+                        "Pulled",
+                        format!("Container image {image:?} already present on machine"),
+                    );
                     return Ok(if img.id.is_empty() {
                         image.to_string()
                     } else {
                         img.id
-                    })
+                    });
                 }
                 None if policy == "Never" => {
+                    let message = format!(
+                        "Container image {image:?} is not present with pull policy of Never"
+                    );
+                    self.set_reason(pod, &c.name, Some(("ErrImageNeverPull", message.clone())));
+                    self.container_event(pod, c, EventType::Warning, "ErrImageNeverPull", message);
                     return Err(fail(
                         "image",
                         &"not present and imagePullPolicy is Never (ErrImageNeverPull)",
-                    ))
+                    ));
                 }
                 None => {}
             }
         }
         info!("pod {who}: pulling image {image:?}");
-        self.images
-            .pull_image(&spec, None, Some(sandbox_config))
-            .map_err(|e| fail("pull image", &e))
+        self.container_event(
+            pod,
+            c,
+            EventType::Normal,
+            "Pulling",
+            format!("Pulling image {image:?}"),
+        );
+        let started = std::time::Instant::now();
+        match self.images.pull_image(&spec, None, Some(sandbox_config)) {
+            Ok(r) => {
+                self.container_event(
+                    pod,
+                    c,
+                    EventType::Normal,
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image {image:?} in {:.3}s",
+                        started.elapsed().as_secs_f64()
+                    ),
+                );
+                Ok(r)
+            }
+            Err(e) => {
+                let message = format!("Failed to pull image {image:?}: {e}");
+                self.set_reason(pod, &c.name, Some(("ErrImagePull", message.clone())));
+                self.container_event(pod, c, EventType::Warning, "Failed", message);
+                self.container_event(
+                    pod,
+                    c,
+                    EventType::Warning,
+                    "Failed",
+                    "Error: ErrImagePull".into(),
+                );
+                Err(fail("pull image", &e))
+            }
+        }
     }
 
     fn kill_container(&self, id: &str, grace: i64) -> Result<(), CriError> {
@@ -508,6 +667,19 @@ impl RuntimeManager {
                 )
             })
             .collect();
+        for c in &running {
+            let init = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.init_containers.as_ref())
+                .is_some_and(|v| v.iter().any(|i| i.name == c.name));
+            self.recorder.event(
+                &ObjectRef::container(pod, &c.name, init),
+                EventType::Normal,
+                "Killing",
+                format!("Stopping container {}", c.name),
+            );
+        }
         let results: Vec<Result<(), CriError>> = std::thread::scope(|s| {
             let handles: Vec<_> = running
                 .iter()
@@ -565,6 +737,7 @@ impl RuntimeManager {
             }
         }
         self.backoff.lock().forget_prefix(&format!("{uid}/"));
+        self.reasons.lock().remove(uid);
         Ok(())
     }
 
@@ -592,6 +765,16 @@ impl RuntimeManager {
 
     pub fn runtime(&self) -> &Arc<dyn RuntimeService> {
         &self.runtime
+    }
+}
+
+/// A duration the way Go prints it in upstream messages: `10s`, `2m40s`, `5m0s`.
+fn go_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 60 {
+        format!("{}m{}s", secs / 60, secs % 60)
+    } else {
+        format!("{secs}s")
     }
 }
 

@@ -6,6 +6,7 @@
 //! strategic-merge patch it computes.
 
 pub mod generate;
+pub mod manager;
 
 pub use generate::{
     generate_pod_status, pod_phase, qos_class, status_equal, status_patch, StatusContext,

@@ -1,0 +1,50 @@
+//! Times in the API's wire formats: `metav1.Time` (RFC 3339, whole seconds)
+//! and `metav1.MicroTime` (six fraction digits), always in UTC.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::jiff::Timestamp;
+
+fn split(t: SystemTime) -> (i64, u32) {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    (
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        d.subsec_nanos(),
+    )
+}
+
+/// `2026-11-22T00:45:16Z`
+pub fn rfc3339(t: SystemTime) -> String {
+    let (secs, _) = split(t);
+    match Timestamp::from_second(secs) {
+        Ok(ts) => ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        Err(_) => "1970-01-01T00:00:00Z".to_string(),
+    }
+}
+
+/// `2026-11-22T00:45:16.681566Z`
+pub fn micro_time(t: SystemTime) -> String {
+    let (secs, nanos) = split(t);
+    match Timestamp::from_second(secs) {
+        Ok(ts) => format!("{}.{:06}Z", ts.strftime("%Y-%m-%dT%H:%M:%S"), nanos / 1000),
+        Err(_) => "1970-01-01T00:00:00.000000Z".to_string(),
+    }
+}
+
+pub fn now() -> String {
+    rfc3339(SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn formats_match_the_api() {
+        let t = UNIX_EPOCH + Duration::new(1_795_308_316, 681_566_123);
+        assert_eq!(rfc3339(t), "2026-11-22T00:45:16Z");
+        assert_eq!(micro_time(t), "2026-11-22T00:45:16.681566Z");
+        assert_eq!(micro_time(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+    }
+}

@@ -1,0 +1,600 @@
+//! The status manager (upstream `status_manager.go` and `mirror_client.go`):
+//! the one thread that writes pods to the API server. Pod workers hand it
+//! each pod's generated status; it patches `pods/<name>/status` when the
+//! status changed, keeps the mirror pod of every static pod right (created,
+//! recreated when stale or deleted, deleted with its static pod), reports
+//! static pods' status through their mirror pods, and deletes a gracefully
+//! deleted API pod's object (grace period 0, UID precondition) once its
+//! containers are gone.
+//!
+//! Threading: reporters write into a shared table under a short lock and
+//! wake the thread through a one-slot channel (a wake-up that finds one
+//! pending is coalesced). The table holds the latest status per pod with a
+//! version; the thread sends the newest version and records which one the
+//! server has, so a stale status never overwrites a newer one. No lock is
+//! held across a request. Failed writes are retried with back-off; nothing
+//! is polled.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use log::{debug, info, warn};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use super::generate::status_patch;
+use crate::config::{
+    pod_full_name, CONFIG_HASH_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY,
+    CONFIG_SOURCE_ANNOTATION_KEY,
+};
+use crate::kube::{ApiError, Client, PatchKind};
+use crate::node::NodeState;
+use crate::thread::{spawn_named, JoinOnDrop};
+
+/// A mirror pod as the API server holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorPod {
+    pub uid: String,
+    /// Its `kubernetes.io/config.mirror` annotation: the static pod's hash.
+    pub hash: String,
+    pub deleting: bool,
+}
+
+impl MirrorPod {
+    pub fn of(pod: &Pod) -> Option<MirrorPod> {
+        let hash = pod
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(CONFIG_MIRROR_ANNOTATION_KEY)?
+            .clone();
+        Some(MirrorPod {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            hash,
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+        })
+    }
+}
+
+/// A static pod: from a source other than the API server.
+pub fn is_static_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION_KEY))
+        .is_some_and(|s| s != crate::config::API_SOURCE)
+}
+
+struct Entry {
+    pod: Arc<Pod>,
+    status: Option<PodStatus>,
+    version: u64,
+    /// The version the server has.
+    sent: u64,
+    /// The containers are gone; `true`: delete the API object too.
+    finished: Option<bool>,
+    /// When a mirror pod was last asked for, so the next one waits for the watch.
+    mirror_asked: Option<Instant>,
+    retry_at: Option<Instant>,
+    failures: u32,
+}
+
+#[derive(Default)]
+struct Table {
+    pods: HashMap<String, Entry>,
+    /// Mirror pods by full name, as the API source reports them.
+    mirrors: HashMap<String, MirrorPod>,
+    /// Mirror pods whose static pod is gone: (full name, UID).
+    orphans: Vec<(String, String)>,
+}
+
+struct Shared {
+    table: Mutex<Table>,
+    wake: Sender<()>,
+}
+
+impl Shared {
+    fn wake(&self) {
+        match self.wake.try_send(()) {
+            // A wake-up is pending already: it covers this one.
+            Ok(()) | Err(TrySendError::Full(())) => {}
+            Err(TrySendError::Disconnected(())) => {}
+        }
+    }
+}
+
+/// Where pod workers and the sync loop report to. Cheap to clone. Without
+/// an API server (standalone) it only keeps the latest status of each pod.
+#[derive(Clone)]
+pub struct StatusReporter {
+    shared: Arc<Shared>,
+}
+
+impl StatusReporter {
+    /// A reporter with no thread behind it (standalone mode and tests).
+    pub fn standalone() -> StatusReporter {
+        let (tx, _) = bounded(1);
+        StatusReporter {
+            shared: Arc::new(Shared {
+                table: Mutex::new(Table::default()),
+                wake: tx,
+            }),
+        }
+    }
+
+    /// The latest status of pod `uid`, if any was set.
+    pub fn status(&self, uid: &str) -> Option<PodStatus> {
+        self.shared.table.lock().pods.get(uid)?.status.clone()
+    }
+
+    /// Records `status` for `pod`; it is sent if it differs from the last one.
+    pub fn set_status(&self, pod: &Arc<Pod>, status: PodStatus) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut t = self.shared.table.lock();
+        let e = t.pods.entry(uid).or_insert_with(|| Entry {
+            pod: pod.clone(),
+            status: None,
+            version: 0,
+            sent: 0,
+            finished: None,
+            mirror_asked: None,
+            retry_at: None,
+            failures: 0,
+        });
+        e.pod = pod.clone();
+        if e.finished.is_some() || e.status.as_ref() == Some(&status) {
+            return;
+        }
+        e.status = Some(status);
+        e.version += 1;
+        drop(t);
+        self.shared.wake();
+    }
+
+    /// The pod's containers are stopped and removed. A gracefully deleted API
+    /// pod (`delete_object`) then has its API object deleted; a static pod
+    /// loses its mirror pod; any other entry is forgotten.
+    pub fn pod_finished(&self, pod: &Arc<Pod>, delete_object: bool) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let mut t = self.shared.table.lock();
+        match t.pods.get_mut(&uid) {
+            Some(e) => {
+                e.finished = Some(delete_object);
+                e.retry_at = None;
+            }
+            None if delete_object || is_static_pod(pod) => {
+                t.pods.insert(
+                    uid,
+                    Entry {
+                        pod: pod.clone(),
+                        status: None,
+                        version: 0,
+                        sent: 0,
+                        finished: Some(delete_object),
+                        mirror_asked: None,
+                        retry_at: None,
+                        failures: 0,
+                    },
+                );
+            }
+            None => return,
+        }
+        drop(t);
+        self.shared.wake();
+    }
+
+    /// Forgets pod `uid` (its API object is gone).
+    pub fn forget(&self, uid: &str) {
+        self.shared.table.lock().pods.remove(uid);
+    }
+
+    /// The API source's view of the mirror pod named `full_name` (`None`: gone).
+    pub fn set_mirror(&self, full_name: &str, mirror: Option<MirrorPod>) {
+        let mut t = self.shared.table.lock();
+        let changed = match mirror {
+            Some(m) => t.mirrors.insert(full_name.to_string(), m.clone()) != Some(m),
+            None => t.mirrors.remove(full_name).is_some(),
+        };
+        if changed {
+            // A static pod waiting for its mirror can now report through it.
+            for e in t.pods.values_mut() {
+                if pod_full_name(&e.pod) == full_name {
+                    e.mirror_asked = None;
+                    e.retry_at = None;
+                }
+            }
+            drop(t);
+            self.shared.wake();
+        }
+    }
+
+    /// Deletes a mirror pod whose static pod is gone (housekeeping).
+    pub fn delete_orphan_mirror(&self, full_name: &str, uid: &str) {
+        let mut t = self.shared.table.lock();
+        if t.orphans.iter().any(|(_, u)| u == uid) {
+            return;
+        }
+        t.orphans.push((full_name.to_string(), uid.to_string()));
+        drop(t);
+        self.shared.wake();
+    }
+
+    /// Full names of the mirror pods the API source reported.
+    pub fn mirrors(&self) -> Vec<(String, MirrorPod)> {
+        self.shared
+            .table
+            .lock()
+            .mirrors
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Handle of the `status-manager` thread; dropping it stops and joins it.
+pub struct StatusManager {
+    _stop: Sender<()>,
+    _thread: JoinOnDrop<()>,
+}
+
+impl StatusManager {
+    pub fn start(
+        client: Client,
+        node: Arc<parking_lot::RwLock<NodeState>>,
+        node_name: String,
+    ) -> std::io::Result<(StatusManager, StatusReporter)> {
+        let (wake_tx, wake_rx) = bounded(1);
+        let shared = Arc::new(Shared {
+            table: Mutex::new(Table::default()),
+            wake: wake_tx,
+        });
+        let (stop_tx, stop_rx) = bounded::<()>(0);
+        let worker = Worker {
+            client,
+            shared: shared.clone(),
+            node,
+            node_name,
+        };
+        let thread = spawn_named("status-manager", move || worker.run(wake_rx, stop_rx))?;
+        Ok((
+            StatusManager {
+                _stop: stop_tx,
+                _thread: thread,
+            },
+            StatusReporter { shared },
+        ))
+    }
+}
+
+struct Worker {
+    client: Client,
+    shared: Arc<Shared>,
+    node: Arc<parking_lot::RwLock<NodeState>>,
+    node_name: String,
+}
+
+/// What one pod needs from the API server, taken from the table.
+enum Job {
+    /// Patch `status` (version `version`) to the object with this UID.
+    Patch {
+        uid: String,
+        target_uid: String,
+        namespace: String,
+        name: String,
+        old: Option<PodStatus>,
+        status: PodStatus,
+        version: u64,
+    },
+    CreateMirror {
+        uid: String,
+        pod: Arc<Pod>,
+    },
+    DeleteObject {
+        uid: String,
+        namespace: String,
+        name: String,
+        target_uid: String,
+        /// Remove the entry afterwards.
+        last: bool,
+    },
+    Forget(String),
+}
+
+const MIRROR_WAIT: Duration = Duration::from_secs(5);
+
+impl Worker {
+    fn run(self, wake: Receiver<()>, stop: Receiver<()>) {
+        loop {
+            let now = Instant::now();
+            let (jobs, next) = self.plan(now);
+            for job in jobs {
+                if !matches!(stop.try_recv(), Err(crossbeam_channel::TryRecvError::Empty)) {
+                    return;
+                }
+                self.run_job(job);
+            }
+            let timeout = next.map(|t| t.saturating_duration_since(Instant::now()));
+            crossbeam_channel::select! {
+                recv(stop) -> _ => return,
+                recv(wake) -> msg => if msg.is_err() { return },
+                recv(timeout.map(crossbeam_channel::after).unwrap_or_else(crossbeam_channel::never)) -> _ => {}
+            }
+        }
+    }
+
+    /// Decides the jobs to run now and when to look again.
+    fn plan(&self, now: Instant) -> (Vec<Job>, Option<Instant>) {
+        let mut t = self.shared.table.lock();
+        let mut jobs = Vec::new();
+        let mut next: Option<Instant> = None;
+        let mut wait_until = |at: Instant| next = Some(next.map_or(at, |n| n.min(at)));
+        for (full_name, uid) in std::mem::take(&mut t.orphans) {
+            let (namespace, name) = full_name.split_once('/').unwrap_or(("", &full_name));
+            jobs.push(Job::DeleteObject {
+                uid: String::new(),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                target_uid: uid,
+                last: false,
+            });
+        }
+        let mirrors = t.mirrors.clone();
+        for (uid, e) in t.pods.iter_mut() {
+            if let Some(at) = e.retry_at {
+                if at > now {
+                    wait_until(at);
+                    continue;
+                }
+            }
+            let pod = &e.pod;
+            let full_name = pod_full_name(pod);
+            let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if is_static_pod(pod) {
+                let hash = static_hash(pod);
+                let mirror = mirrors.get(&full_name);
+                if let Some(_delete) = e.finished {
+                    match mirror {
+                        Some(m) => jobs.push(Job::DeleteObject {
+                            uid: uid.clone(),
+                            namespace,
+                            name,
+                            target_uid: m.uid.clone(),
+                            last: true,
+                        }),
+                        None => jobs.push(Job::Forget(uid.clone())),
+                    }
+                    continue;
+                }
+                match mirror {
+                    Some(m) if m.hash == hash && !m.deleting => {
+                        if let Some(status) = e.status.clone().filter(|_| e.version > e.sent) {
+                            jobs.push(Job::Patch {
+                                uid: uid.clone(),
+                                target_uid: m.uid.clone(),
+                                namespace,
+                                name,
+                                old: None,
+                                status,
+                                version: e.version,
+                            });
+                        }
+                    }
+                    Some(m) => {
+                        // Stale or being deleted: remove it; the new one follows.
+                        info!("mirror pod {full_name} is stale or being deleted; deleting it");
+                        jobs.push(Job::DeleteObject {
+                            uid: uid.clone(),
+                            namespace,
+                            name,
+                            target_uid: m.uid.clone(),
+                            last: false,
+                        });
+                        e.mirror_asked = None;
+                    }
+                    None => {
+                        if let Some(asked) = e.mirror_asked {
+                            if now < asked + MIRROR_WAIT {
+                                wait_until(asked + MIRROR_WAIT);
+                                continue;
+                            }
+                        }
+                        e.mirror_asked = Some(now);
+                        jobs.push(Job::CreateMirror {
+                            uid: uid.clone(),
+                            pod: pod.clone(),
+                        });
+                    }
+                }
+                continue;
+            }
+            if e.version > e.sent {
+                if let Some(status) = e.status.clone() {
+                    jobs.push(Job::Patch {
+                        uid: uid.clone(),
+                        target_uid: uid.clone(),
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        old: pod.status.clone(),
+                        status,
+                        version: e.version,
+                    });
+                }
+            }
+            match e.finished {
+                Some(true) => jobs.push(Job::DeleteObject {
+                    uid: uid.clone(),
+                    namespace,
+                    name,
+                    target_uid: uid.clone(),
+                    last: true,
+                }),
+                Some(false) => jobs.push(Job::Forget(uid.clone())),
+                None => {}
+            }
+        }
+        (jobs, next)
+    }
+
+    fn failed(&self, uid: &str, what: &str, e: &ApiError) {
+        let mut t = self.shared.table.lock();
+        if let Some(entry) = t.pods.get_mut(uid) {
+            entry.failures += 1;
+            let delay = Duration::from_millis(500)
+                .saturating_mul(1 << entry.failures.min(6))
+                .min(Duration::from_secs(30));
+            entry.retry_at = Some(Instant::now() + delay);
+            if entry.failures <= 3 || entry.failures.is_multiple_of(10) {
+                warn!("{what}: {e}; retrying in {:.1}s", delay.as_secs_f32());
+            }
+        } else {
+            warn!("{what}: {e}");
+        }
+    }
+
+    fn succeeded(&self, uid: &str, f: impl FnOnce(&mut Entry)) {
+        let mut t = self.shared.table.lock();
+        if let Some(entry) = t.pods.get_mut(uid) {
+            entry.failures = 0;
+            entry.retry_at = None;
+            f(entry);
+        }
+    }
+
+    fn run_job(&self, job: Job) {
+        match job {
+            Job::Forget(uid) => {
+                self.shared.table.lock().pods.remove(&uid);
+            }
+            Job::Patch {
+                uid,
+                target_uid,
+                namespace,
+                name,
+                old,
+                status,
+                version,
+            } => {
+                let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/status");
+                let patch = status_patch(&target_uid, old.as_ref(), &status);
+                match self.client.patch(&path, PatchKind::Strategic, &patch) {
+                    Ok(_) => {
+                        debug!("pod {namespace}/{name}: status sent (version {version})");
+                        self.succeeded(&uid, |e| e.sent = e.sent.max(version));
+                    }
+                    Err(e) if e.is_not_found() || e.code() == Some(422) || e.is_conflict() => {
+                        // The object is gone or is another pod by now.
+                        debug!("pod {namespace}/{name}: status not sent: {e}");
+                        self.succeeded(&uid, |e| e.sent = e.sent.max(version));
+                    }
+                    Err(e) => self.failed(&uid, &format!("pod {namespace}/{name}: status"), &e),
+                }
+            }
+            Job::CreateMirror { uid, pod } => {
+                let full_name = pod_full_name(&pod);
+                let Some(body) = self.mirror_body(&pod) else {
+                    debug!("mirror pod {full_name}: waiting for the Node's UID");
+                    let mut t = self.shared.table.lock();
+                    if let Some(e) = t.pods.get_mut(&uid) {
+                        e.mirror_asked = None;
+                        e.retry_at = Some(Instant::now() + Duration::from_secs(1));
+                    }
+                    return;
+                };
+                let ns = pod.metadata.namespace.clone().unwrap_or_default();
+                match self
+                    .client
+                    .create(&format!("/api/v1/namespaces/{ns}/pods"), &body)
+                {
+                    Ok(_) => info!("mirror pod {full_name} created"),
+                    Err(e) if e.is_already_exists() => {
+                        debug!("mirror pod {full_name}: exists already")
+                    }
+                    Err(e) => self.failed(&uid, &format!("mirror pod {full_name}: create"), &e),
+                }
+            }
+            Job::DeleteObject {
+                uid,
+                namespace,
+                name,
+                target_uid,
+                last,
+            } => {
+                let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
+                let options = json!({
+                    "kind": "DeleteOptions",
+                    "apiVersion": "v1",
+                    "gracePeriodSeconds": 0,
+                    "preconditions": {"uid": target_uid},
+                });
+                match self.client.delete(&path, &options) {
+                    Ok(_) => info!("pod {namespace}/{name} ({target_uid}): API object deleted"),
+                    // Gone, or replaced by a new pod of the same name: not ours to delete.
+                    Err(e) if e.is_not_found() || e.is_conflict() => {
+                        debug!("pod {namespace}/{name}: delete: {e}")
+                    }
+                    Err(e) => {
+                        if uid.is_empty() {
+                            warn!("pod {namespace}/{name}: delete: {e}");
+                            // An orphan: housekeeping reports it again.
+                        } else {
+                            self.failed(&uid, &format!("pod {namespace}/{name}: delete"), &e);
+                        }
+                        return;
+                    }
+                }
+                if last && !uid.is_empty() {
+                    self.shared.table.lock().pods.remove(&uid);
+                }
+            }
+        }
+    }
+
+    /// The mirror pod of a static pod (as upstream: its spec and metadata,
+    /// the mirror annotation, and the Node as controlling owner).
+    fn mirror_body(&self, pod: &Pod) -> Option<Value> {
+        let node_uid = self.node.read().uid.clone()?;
+        let mut v = serde_json::to_value(pod).ok()?;
+        let hash = static_hash(pod);
+        let meta = v.get_mut("metadata")?.as_object_mut()?;
+        for key in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+            "selfLink",
+            "generation",
+        ] {
+            meta.remove(key);
+        }
+        let annotations = meta
+            .entry("annotations")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()?;
+        annotations.insert(CONFIG_MIRROR_ANNOTATION_KEY.into(), json!(hash));
+        meta.insert(
+            "ownerReferences".into(),
+            json!([{"apiVersion": "v1", "kind": "Node", "name": self.node_name,
+                    "uid": node_uid, "controller": true}]),
+        );
+        v["spec"]["nodeName"] = json!(self.node_name);
+        v["status"] = json!({});
+        v["kind"] = json!("Pod");
+        v["apiVersion"] = json!("v1");
+        Some(v)
+    }
+}
+
+/// The static pod's hash (its `kubernetes.io/config.hash`, else its UID).
+pub fn static_hash(pod: &Pod) -> String {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_HASH_ANNOTATION_KEY))
+        .cloned()
+        .or_else(|| pod.metadata.uid.clone())
+        .unwrap_or_default()
+}
