@@ -7,6 +7,7 @@ use protobuf::{EnumOrUnknown, MessageField};
 
 use super::labels::{self, pod_name, pod_namespace, pod_uid};
 use crate::cri::api;
+use crate::node::machine::parse_quantity;
 
 /// Where a pod's container logs go: `<logs_root>/<namespace>_<name>_<uid>`,
 /// the layout log collectors expect from the kubelet.
@@ -316,45 +317,18 @@ fn resources(container: &Container) -> Result<api::LinuxContainerResources, Stri
     Ok(r)
 }
 
-/// A Kubernetes quantity in thousandths ("500m" → 500, "2" → 2000).
+/// A non-negative Kubernetes quantity in thousandths, rounded up ("500m"
+/// → 500, "2" → 2000, "1k" → 1000000); None if malformed or negative.
 pub fn parse_millis(q: &str) -> Option<i64> {
-    let q = q.trim();
-    if let Some(m) = q.strip_suffix('m') {
-        return m.parse::<i64>().ok().filter(|v| *v >= 0);
-    }
-    let v: f64 = q.parse().ok()?;
-    (v >= 0.0 && v.is_finite()).then(|| (v * 1000.0).ceil() as i64)
+    let q = parse_quantity(q.trim()).ok().filter(|q| !q.is_negative())?;
+    i64::try_from(q.milli_value()).ok()
 }
 
-/// A Kubernetes quantity in bytes ("128Mi", "1G", "1e6", "1000").
+/// A non-negative Kubernetes quantity in bytes, rounded up ("128Mi", "1G",
+/// "1e6", "1000"); None if malformed or negative.
 pub fn parse_bytes(q: &str) -> Option<i64> {
-    let q = q.trim();
-    const SUFFIXES: [(&str, f64); 12] = [
-        ("Ki", 1024.0),
-        ("Mi", 1048576.0),
-        ("Gi", 1073741824.0),
-        ("Ti", 1099511627776.0),
-        ("Pi", 1125899906842624.0),
-        ("Ei", 1152921504606846976.0),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-        ("E", 1e18),
-    ];
-    for (s, mult) in SUFFIXES {
-        if let Some(n) = q.strip_suffix(s) {
-            let v: f64 = n.parse().ok()?;
-            return (v >= 0.0 && v.is_finite()).then(|| (v * mult).ceil() as i64);
-        }
-    }
-    if let Some(n) = q.strip_suffix('m') {
-        let v: f64 = n.parse().ok()?;
-        return (v >= 0.0).then(|| (v / 1000.0).ceil() as i64);
-    }
-    let v: f64 = q.parse().ok()?;
-    (v >= 0.0 && v.is_finite()).then(|| v.ceil() as i64)
+    let q = parse_quantity(q.trim()).ok().filter(|q| !q.is_negative())?;
+    i64::try_from(q.value()).ok()
 }
 
 #[cfg(test)]
@@ -373,6 +347,11 @@ mod tests {
         assert_eq!(parse_bytes("4096"), Some(4096));
         assert_eq!(parse_bytes("-1"), None);
         assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_millis("1k"), Some(1_000_000));
+        assert_eq!(parse_millis("-500m"), None);
+        assert_eq!(parse_bytes("500m"), Some(1));
+        assert_eq!(parse_bytes("1 Gi"), None);
+        assert_eq!(parse_bytes("8Ei"), None);
     }
 
     #[test]
