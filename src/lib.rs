@@ -4,6 +4,7 @@
 //! else lives in these modules, named after their upstream kubelet
 //! counterparts. See ARCHITECTURE.md for the map.
 
+pub mod admission;
 pub mod config;
 pub mod cri;
 pub mod kube;
