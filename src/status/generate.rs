@@ -9,9 +9,9 @@
 //! started and ready. When probes come, readiness and startup results feed
 //! `ready`/`started` where `container_statuses` sets them.
 //!
-//! Deviation from the brief's wording, on purpose: regular container statuses
-//! are sorted by name as upstream sorts them (init containers keep spec
-//! order), so a node switched between tinylet and a kubelet sees no reorder.
+//! Regular container statuses are sorted by name, as upstream sorts them
+//! (init containers keep spec order), so a node switched between tinylet and
+//! a kubelet sees no reorder.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -1015,7 +1015,7 @@ mod tests {
         Some((w.reason.clone().unwrap_or_default(), w.message.clone()))
     }
 
-    fn term<'a>(st: &'a Option<ApiState>) -> &'a ContainerStateTerminated {
+    fn term(st: &Option<ApiState>) -> &ContainerStateTerminated {
         st.as_ref()
             .and_then(|s| s.terminated.as_ref())
             .expect("terminated state")
