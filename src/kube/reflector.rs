@@ -67,6 +67,24 @@ impl Reflector {
             + Sync
             + 'static,
     {
+        Self::start_with_backoff(name, client, lw, sink, BACKOFF_START)
+    }
+
+    /// `start` with the first back-off step given (tests make it short).
+    fn start_with_backoff<T>(
+        name: &str,
+        client: Client,
+        lw: ListWatch,
+        sink: Box<dyn FnMut(Vec<Arc<T>>) + Send>,
+        backoff_start: Duration,
+    ) -> std::io::Result<Reflector>
+    where
+        T: k8s_openapi::Metadata<Ty = ObjectMeta>
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
         // Capacity 0 and nothing is ever sent: only the disconnection counts.
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let actor = Actor {
@@ -78,7 +96,8 @@ impl Reflector {
             store: BTreeMap::new(),
             rv: None,
             rng: XorShift::seeded(),
-            backoff: BACKOFF_START,
+            backoff_start,
+            backoff: backoff_start,
             failures: 0,
         };
         let thread = crate::thread::spawn_named(format!("reflector/{name}"), move || actor.run())?;
@@ -109,6 +128,7 @@ struct Actor<T> {
     /// The last resourceVersion seen (list, event or bookmark).
     rv: Option<String>,
     rng: XorShift,
+    backoff_start: Duration,
     backoff: Duration,
     /// Watch failures in a row that were not transport errors.
     failures: u32,
@@ -243,7 +263,7 @@ where
             .watch(&path, Duration::from_secs(secs) + IDLE_MARGIN)
         {
             Ok(s) => s,
-            Err(e) => return self.watch_failed(e),
+            Err(e) => return self.watch_failed(e, 0),
         };
         let mut events = 0u64;
         for event in stream {
@@ -252,7 +272,7 @@ where
             }
             let event = match event {
                 Ok(ev) => ev,
-                Err(e) => return self.watch_failed(e),
+                Err(e) => return self.watch_failed(e, events),
             };
             match event {
                 WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
@@ -274,13 +294,14 @@ where
                 WatchEvent::Bookmark { resource_version } => {
                     self.rv = Some(resource_version);
                 }
-                WatchEvent::Error(e) => return self.watch_failed(e),
+                WatchEvent::Error(e) => return self.watch_failed(e, events),
             }
         }
-        if events > 0 {
-            self.backoff = BACKOFF_START;
+        if events > 0 || started.elapsed() >= SHORT_WATCH {
+            // The connection worked: the next failure starts a new back-off.
+            self.backoff = self.backoff_start;
             self.failures = 0;
-        } else if started.elapsed() < SHORT_WATCH {
+        } else {
             log::warn!(
                 "reflector {}: GET {path}: the watch ended at once without an event",
                 self.name
@@ -290,9 +311,15 @@ where
         Ok(Next::Watch)
     }
 
-    /// Handles a watch that failed: relist after a 410 or after repeated
-    /// failures that are not transport errors, else wait and watch again.
-    fn watch_failed(&mut self, e: ApiError) -> Result<Next, Stopped> {
+    /// Handles a watch that failed after delivering `events`: relist after a
+    /// 410 or after repeated failures that are not transport errors, else
+    /// wait and watch again.
+    fn watch_failed(&mut self, e: ApiError, events: u64) -> Result<Next, Stopped> {
+        if events > 0 {
+            // It worked for a while: this is a new failure, not another one.
+            self.backoff = self.backoff_start;
+            self.failures = 0;
+        }
         if e.is_gone() {
             log::info!("reflector {}: {e}; relisting", self.name);
             return Ok(Next::List { quorum: true });
@@ -659,6 +686,47 @@ mod tests {
         );
         // The empty watches end at once: the reflector backs off, and a
         // drop ends that wait.
+        drop(reflector);
+        assert_stops(&rx);
+    }
+
+    #[test]
+    fn repeated_watch_failures_that_are_not_transport_errors_relist() {
+        let server = TestServer::start(move |r| {
+            if r.target.contains("watch=true") {
+                Reply::json(
+                    500,
+                    r#"{"kind":"Status","status":"Failure","message":"boom","code":500}"#,
+                )
+            } else {
+                Reply::json(200, fixture_body("04h-pods-list-node-rv0"))
+            }
+        });
+        let (sink, rx) = recording_sink();
+        let lw = ListWatch {
+            path: PODS.into(),
+            field_selector: None,
+        };
+        let client = client_for(&server);
+        let reflector =
+            Reflector::start_with_backoff::<Pod>("r", client, lw, sink, Duration::from_millis(5))
+                .unwrap();
+        let targets = wait_for_requests(&server, 6);
+        let targets: Vec<String> = targets.iter().map(|t| without_timeout(t)).collect();
+        let watch = format!("{PODS}?resourceVersion=401&allowWatchBookmarks=true&watch=true");
+        assert_eq!(
+            targets[..6],
+            [
+                format!("{PODS}?limit=500&resourceVersion=0"),
+                watch.clone(),
+                watch.clone(),
+                watch.clone(),
+                format!("{PODS}?limit=500"),
+                watch,
+            ]
+        );
+        assert_eq!(rx.recv().unwrap().len(), 2);
+        assert_eq!(rx.recv().unwrap().len(), 2);
         drop(reflector);
         assert_stops(&rx);
     }
