@@ -408,7 +408,7 @@ fn parse_key(pem: &[u8]) -> Result<PrivateKey<'static>, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::kube::testserver::{fixture_body, Reply, TestServer};
     use serde_json::json;
@@ -668,5 +668,187 @@ mod tests {
             e,
             "/etc/k.conf: certificate authority: no PEM certificate found"
         );
+    }
+
+    /// TLS against a rustls server that requires a client certificate
+    /// signed by its CA; the certificates are made with the openssl CLI.
+    mod tls {
+        use super::*;
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use std::path::Path;
+        use std::process::Command;
+
+        fn openssl(dir: &Path, args: &[&str]) {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+
+        /// ca.crt/key, server.crt/key (SAN IP:127.0.0.1), client.crt/key.
+        fn make_pki(dir: &Path) {
+            let ec = [
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+            ];
+            let mut args = vec!["req", "-x509", "-days", "2", "-subj", "/CN=test-ca"];
+            args.extend(ec);
+            args.extend([
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ]);
+            openssl(dir, &args);
+            for (name, cn, ext) in [
+                (
+                    "server",
+                    "/CN=127.0.0.1",
+                    "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+                ),
+                (
+                    "client",
+                    "/O=system:nodes/CN=system:node:edge-1",
+                    "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
+                ),
+            ] {
+                let (key, csr, crt, extfile) = (
+                    format!("{name}.key"),
+                    format!("{name}.csr"),
+                    format!("{name}.crt"),
+                    format!("{name}.ext"),
+                );
+                std::fs::write(dir.join(&extfile), ext).unwrap();
+                let mut args = vec!["req", "-subj", cn, "-keyout", &key, "-out", &csr];
+                args.extend(ec);
+                openssl(dir, &args);
+                openssl(
+                    dir,
+                    &[
+                        "x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key",
+                        "-CAcreateserial", "-days", "2", "-out", &crt, "-extfile", &extfile,
+                    ],
+                );
+            }
+        }
+
+        fn server_config(dir: &Path) -> Arc<rustls::ServerConfig> {
+            let chain: Vec<_> = CertificateDer::pem_file_iter(dir.join("server.crt"))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(CertificateDer::from_pem_file(dir.join("ca.crt")).unwrap())
+                .unwrap();
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .build()
+            .unwrap();
+            Arc::new(
+                rustls::ServerConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_client_cert_verifier(verifier)
+                    .with_single_cert(chain, key)
+                    .unwrap(),
+            )
+        }
+
+        /// A PKI, a TLS server answering `/version`, and a kubeconfig
+        /// writer: `cluster` and `user` are the YAML lines of each.
+        struct Setup {
+            dir: tempfile::TempDir,
+            server: TestServer,
+        }
+
+        impl Setup {
+            fn new() -> Setup {
+                let dir = tempfile::tempdir().unwrap();
+                make_pki(dir.path());
+                let server = TestServer::start_tls(server_config(dir.path()), |_| {
+                    Reply::json(200, fixture_body("13a-version"))
+                });
+                Setup { dir, server }
+            }
+
+            fn client(&self, cluster: &str, user: &str) -> Client {
+                let text = format!(
+                    "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster:\n    server: {}\n{cluster}users:\n- name: u\n  user:\n{user}",
+                    self.server.url()
+                );
+                let path = self.dir.path().join("kubelet.conf");
+                std::fs::write(&path, text).unwrap();
+                let config = crate::kube::load_kubeconfig(&path).unwrap();
+                Client::new(&config, options()).unwrap()
+            }
+
+            fn ca_data(&self) -> String {
+                use base64::Engine;
+                let pem = std::fs::read(self.dir.path().join("ca.crt")).unwrap();
+                let b64 = base64::engine::general_purpose::STANDARD.encode(pem);
+                format!("    certificate-authority-data: {b64}\n")
+            }
+        }
+
+        const CLIENT_FILES: &str =
+            "    client-certificate: client.crt\n    client-key: client.key\n";
+
+        #[test]
+        fn ca_data_and_client_certificate_files() {
+            let s = Setup::new();
+            let client = s.client(&s.ca_data(), CLIENT_FILES);
+            let v = client.get("/version").unwrap();
+            assert_eq!(v["gitVersion"], "v1.20.2");
+            assert!(client.server().starts_with("https://127.0.0.1:"));
+        }
+
+        #[test]
+        fn insecure_skip_tls_verify_without_a_ca() {
+            let s = Setup::new();
+            let client = s.client("    insecure-skip-tls-verify: true\n", CLIENT_FILES);
+            assert_eq!(client.get("/version").unwrap()["gitVersion"], "v1.20.2");
+        }
+
+        #[test]
+        fn no_ca_fails_with_a_tls_error_naming_the_server() {
+            let s = Setup::new();
+            let e = s.client("", CLIENT_FILES).get("/version").unwrap_err();
+            assert!(e.is_transport(), "{e}");
+            let text = e.to_string();
+            let prefix = format!("GET /version: {}: ", s.server.url());
+            assert!(text.starts_with(&prefix), "{text}");
+            assert!(text.contains("certificate"), "{text}");
+            assert!(s.server.requests().is_empty());
+        }
+
+        #[test]
+        fn no_client_certificate_is_refused_by_the_server() {
+            let s = Setup::new();
+            let e = s
+                .client(&s.ca_data(), "    token: x\n")
+                .get("/version")
+                .unwrap_err();
+            assert!(e.is_transport(), "{e}");
+            assert!(s.server.requests().is_empty());
+        }
     }
 }

@@ -104,6 +104,12 @@ fn resolve(doc: &Value, path: &Path, base: &Path) -> Result<KubeConfig, String> 
         }
     };
 
+    if config.insecure_skip_tls_verify && config.ca_pem.is_some() {
+        return Err(format!(
+            "{cf}: insecure-skip-tls-verify is set together with a certificate authority"
+        ));
+    }
+
     let user_name = opt_str(&context, &context_field, "user")?.unwrap_or_default();
     if user_name.is_empty() {
         return Ok(config);
@@ -435,6 +441,18 @@ mod tests {
         assert_eq!(
             e,
             format!("{file}: clusters[1].cluster: both certificate-authority-data and certificate-authority are set")
+        );
+    }
+
+    #[test]
+    fn insecure_with_a_ca_is_refused() {
+        let (file, e) = err_of(&yaml(
+            "    server: https://h:6443\n    insecure-skip-tls-verify: true\n    certificate-authority-data: Q0E=",
+            "    token: t",
+        ));
+        assert_eq!(
+            e,
+            format!("{file}: clusters[1].cluster: insecure-skip-tls-verify is set together with a certificate authority")
         );
     }
 

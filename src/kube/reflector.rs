@@ -1,10 +1,45 @@
-//! The reflector: lists and watches one collection on its own thread and
-//! hands the complete current set of objects to a sink after every change.
-//! (Its body follows in the next change.)
+//! The reflector (upstream client-go's reflector and store, for one
+//! collection): a thread that lists, then watches from the list's
+//! resourceVersion, keeps the objects by `namespace/name`, and hands the
+//! complete current set to a sink after the list and after every change.
+//!
+//! The resourceVersion protocol it follows (see the apiserver fixtures):
+//! - The first LIST asks for `resourceVersion=0`, served from the
+//!   apiserver's watch cache. Every later LIST is a quorum read (no
+//!   resourceVersion): it follows a 410 (the version we had is compacted
+//!   away) or repeated watch failures, when the cache may be what is wrong.
+//! - A WATCH starts from the last version seen: the list's, then that of
+//!   every event and BOOKMARK. The server ends a watch cleanly after
+//!   `timeoutSeconds` (random in [300, 600) s, so that many nodes do not
+//!   rewatch in step); the reflector then watches again at once.
+//! - A lost connection is retried from the same version after a back-off
+//!   (1 s doubling to 30 s, with jitter); a 410, by relisting.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::{Client, ListWatch};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+use super::{ApiError, Client, ErrorKind, ListWatch, WatchEvent};
+
+/// Objects asked for in one LIST page.
+const PAGE: u32 = 500;
+/// The watch lasts a random number of seconds in this range.
+const WATCH_MIN_SECS: u64 = 300;
+const WATCH_SPREAD_SECS: u64 = 300;
+/// A read may wait this much longer than the watch's own timeout before
+/// the connection is taken for dead.
+const IDLE_MARGIN: Duration = Duration::from_secs(30);
+const BACKOFF_START: Duration = Duration::from_secs(1);
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// Watch failures other than transport errors, in a row, before a relist.
+const FAILURES_BEFORE_RELIST: u32 = 3;
+/// A watch that ends cleanly this soon without an event counts as a failure
+/// (a server that closes at once must not make us spin).
+const SHORT_WATCH: Duration = Duration::from_secs(1);
 
 /// Handle of a reflector thread (`reflector/<name>`): it lists, then watches
 /// from the list's resourceVersion, keeps the objects by `namespace/name`,
@@ -13,25 +48,708 @@ use super::{Client, ListWatch};
 /// blocked in a read ends at its next event or read deadline (it is not
 /// joined).
 pub struct Reflector {
-    _private: (),
+    /// Never sent on: dropping it disconnects the channel, which is the
+    /// stop signal (it also wakes a back-off sleep at once).
+    _stop: Sender<()>,
 }
 
 impl Reflector {
     pub fn start<T>(
         name: &str,
-        _client: Client,
-        _lw: ListWatch,
-        _sink: Box<dyn FnMut(Vec<Arc<T>>) + Send>,
+        client: Client,
+        lw: ListWatch,
+        sink: Box<dyn FnMut(Vec<Arc<T>>) + Send>,
     ) -> std::io::Result<Reflector>
     where
-        T: k8s_openapi::Metadata<Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>
+        T: k8s_openapi::Metadata<Ty = ObjectMeta>
             + serde::de::DeserializeOwned
             + Send
             + Sync
             + 'static,
     {
-        Err(std::io::Error::other(format!(
-            "reflector {name}: not built yet"
-        )))
+        Self::start_with_backoff(name, client, lw, sink, BACKOFF_START)
+    }
+
+    /// `start` with the first back-off step given (tests make it short).
+    fn start_with_backoff<T>(
+        name: &str,
+        client: Client,
+        lw: ListWatch,
+        sink: Box<dyn FnMut(Vec<Arc<T>>) + Send>,
+        backoff_start: Duration,
+    ) -> std::io::Result<Reflector>
+    where
+        T: k8s_openapi::Metadata<Ty = ObjectMeta>
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        // Capacity 0 and nothing is ever sent: only the disconnection counts.
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let actor = Actor {
+            name: name.to_string(),
+            client,
+            lw,
+            sink,
+            stop: stop_rx,
+            store: BTreeMap::new(),
+            rv: None,
+            rng: XorShift::seeded(),
+            backoff_start,
+            backoff: backoff_start,
+            failures: 0,
+        };
+        let thread = crate::thread::spawn_named(format!("reflector/{name}"), move || actor.run())?;
+        // A thread blocked in a read cannot be interrupted; it notices the
+        // stop at its next event or read deadline, so it is not joined.
+        thread.detach();
+        Ok(Reflector { _stop: stop_tx })
+    }
+}
+
+/// What the thread does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// LIST; `quorum` leaves out resourceVersion (a read from etcd).
+    List {
+        quorum: bool,
+    },
+    Watch,
+}
+
+struct Actor<T> {
+    name: String,
+    client: Client,
+    lw: ListWatch,
+    sink: Box<dyn FnMut(Vec<Arc<T>>) + Send>,
+    stop: Receiver<()>,
+    store: BTreeMap<String, Arc<T>>,
+    /// The last resourceVersion seen (list, event or bookmark).
+    rv: Option<String>,
+    rng: XorShift,
+    backoff_start: Duration,
+    backoff: Duration,
+    /// Watch failures in a row that were not transport errors.
+    failures: u32,
+}
+
+/// Why the thread stops.
+struct Stopped;
+
+impl<T> Actor<T>
+where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta> + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    fn run(mut self) {
+        let mut next = Next::List { quorum: false };
+        loop {
+            let step = match next {
+                Next::List { quorum } => self.list(quorum),
+                Next::Watch => self.watch(),
+            };
+            match step {
+                Ok(n) => next = n,
+                Err(Stopped) => return,
+            }
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        matches!(self.stop.try_recv(), Err(TryRecvError::Disconnected))
+    }
+
+    /// Sleeps for the current back-off (with jitter) and doubles it; a stop
+    /// ends the sleep at once. `at_least` is a server's Retry-After.
+    fn back_off(&mut self, at_least: Option<u64>) -> Result<(), Stopped> {
+        let base = self.backoff;
+        self.backoff = (self.backoff * 2).min(BACKOFF_CAP);
+        let jitter = base.mul_f64(self.rng.unit() * 0.5);
+        let mut wait = base + jitter;
+        if let Some(secs) = at_least {
+            wait = wait.max(Duration::from_secs(secs.min(BACKOFF_CAP.as_secs())));
+        }
+        match self.stop.recv_timeout(wait) {
+            Err(RecvTimeoutError::Timeout) => Ok(()),
+            // Nothing is ever sent; anything else is the stop.
+            _ => Err(Stopped),
+        }
+    }
+
+    fn query(&self, params: &[(&str, &str)]) -> String {
+        let mut q = String::new();
+        let mut push = |k: &str, v: &str| {
+            q.push(if q.is_empty() && !self.lw.path.contains('?') {
+                '?'
+            } else {
+                '&'
+            });
+            q.push_str(k);
+            q.push('=');
+            q.push_str(&percent_encode(v));
+        };
+        if let Some(fs) = &self.lw.field_selector {
+            push("fieldSelector", fs);
+        }
+        for (k, v) in params {
+            push(k, v);
+        }
+        format!("{}{}", self.lw.path, q)
+    }
+
+    /// Lists all pages, replaces the store and publishes it.
+    fn list(&mut self, quorum: bool) -> Result<Next, Stopped> {
+        if quorum {
+            log::info!("reflector {}: relisting {}", self.name, self.lw.path);
+        }
+        let page = PAGE.to_string();
+        let mut store = BTreeMap::new();
+        let mut continue_token: Option<String> = None;
+        let rv = loop {
+            let mut params = vec![("limit", page.as_str())];
+            match &continue_token {
+                Some(token) => params.push(("continue", token.as_str())),
+                None if !quorum => params.push(("resourceVersion", "0")),
+                None => {}
+            }
+            let path = self.query(&params);
+            let answer = self.client.get(&path);
+            if self.stopped() {
+                return Err(Stopped);
+            }
+            let list = match answer.and_then(|v| check_list(&path, v)) {
+                Ok(list) => list,
+                Err(e) if e.is_gone() => {
+                    log::info!("reflector {}: {e}; relisting", self.name);
+                    return Ok(Next::List { quorum: true });
+                }
+                Err(e) => {
+                    log::warn!("reflector {}: {e}", self.name);
+                    self.back_off(retry_after(&e))?;
+                    return Ok(Next::List { quorum });
+                }
+            };
+            for item in list.items {
+                if let Some((key, obj)) = self.decode(&path, item) {
+                    store.insert(key, obj);
+                }
+            }
+            match list.continue_token {
+                Some(token) => continue_token = Some(token),
+                None => break list.resource_version,
+            }
+        };
+        self.store = store;
+        self.rv = Some(rv);
+        self.failures = 0;
+        self.publish()?;
+        Ok(Next::Watch)
+    }
+
+    /// Runs one watch to its end and says what comes next.
+    fn watch(&mut self) -> Result<Next, Stopped> {
+        let rv = self.rv.clone().unwrap_or_default();
+        let secs = WATCH_MIN_SECS + self.rng.next() % WATCH_SPREAD_SECS;
+        let secs_text = secs.to_string();
+        let path = self.query(&[
+            ("resourceVersion", &rv),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", &secs_text),
+            ("watch", "true"),
+        ]);
+        let started = Instant::now();
+        let stream = match self
+            .client
+            .watch(&path, Duration::from_secs(secs) + IDLE_MARGIN)
+        {
+            Ok(s) => s,
+            Err(e) => return self.watch_failed(e, 0),
+        };
+        let mut events = 0u64;
+        for event in stream {
+            if self.stopped() {
+                return Err(Stopped);
+            }
+            let event = match event {
+                Ok(ev) => ev,
+                Err(e) => return self.watch_failed(e, events),
+            };
+            match event {
+                WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
+                    events += 1;
+                    self.advance(&obj);
+                    if let Some((key, obj)) = self.decode(&path, obj) {
+                        self.store.insert(key, obj);
+                        self.publish()?;
+                    }
+                }
+                WatchEvent::Deleted(obj) => {
+                    events += 1;
+                    self.advance(&obj);
+                    let key = key_of_value(&obj);
+                    if self.store.remove(&key).is_some() {
+                        self.publish()?;
+                    }
+                }
+                WatchEvent::Bookmark { resource_version } => {
+                    self.rv = Some(resource_version);
+                }
+                WatchEvent::Error(e) => return self.watch_failed(e, events),
+            }
+        }
+        if events > 0 || started.elapsed() >= SHORT_WATCH {
+            // The connection worked: the next failure starts a new back-off.
+            self.backoff = self.backoff_start;
+            self.failures = 0;
+        } else {
+            log::warn!(
+                "reflector {}: GET {path}: the watch ended at once without an event",
+                self.name
+            );
+            self.back_off(None)?;
+        }
+        Ok(Next::Watch)
+    }
+
+    /// Handles a watch that failed after delivering `events`: relist after a
+    /// 410 or after repeated failures that are not transport errors, else
+    /// wait and watch again.
+    fn watch_failed(&mut self, e: ApiError, events: u64) -> Result<Next, Stopped> {
+        if events > 0 {
+            // It worked for a while: this is a new failure, not another one.
+            self.backoff = self.backoff_start;
+            self.failures = 0;
+        }
+        if e.is_gone() {
+            log::info!("reflector {}: {e}; relisting", self.name);
+            return Ok(Next::List { quorum: true });
+        }
+        log::warn!("reflector {}: {e}", self.name);
+        if !e.is_transport() {
+            self.failures += 1;
+        }
+        self.back_off(retry_after(&e))?;
+        if self.failures >= FAILURES_BEFORE_RELIST {
+            self.failures = 0;
+            return Ok(Next::List { quorum: true });
+        }
+        Ok(Next::Watch)
+    }
+
+    /// Takes the resourceVersion of an event's object as the last one seen.
+    fn advance(&mut self, obj: &Value) {
+        if let Some(rv) = obj
+            .get("metadata")
+            .and_then(|m| m.get("resourceVersion"))
+            .and_then(Value::as_str)
+            .filter(|rv| !rv.is_empty())
+        {
+            self.rv = Some(rv.to_string());
+        }
+    }
+
+    /// Decodes one object; one that does not decode is logged and skipped.
+    fn decode(&self, path: &str, obj: Value) -> Option<(String, Arc<T>)> {
+        let key = key_of_value(&obj);
+        match serde_json::from_value::<T>(obj) {
+            Ok(t) => {
+                let meta = t.metadata();
+                let key = match &meta.namespace {
+                    Some(ns) if !ns.is_empty() => {
+                        format!("{ns}/{}", meta.name.as_deref().unwrap_or(""))
+                    }
+                    _ => meta.name.clone().unwrap_or_default(),
+                };
+                Some((key, Arc::new(t)))
+            }
+            Err(e) => {
+                log::error!(
+                    "reflector {}: GET {path}: skipping {key:?}: cannot decode it: {e}",
+                    self.name
+                );
+                None
+            }
+        }
+    }
+
+    fn publish(&mut self) -> Result<(), Stopped> {
+        if self.stopped() {
+            return Err(Stopped);
+        }
+        (self.sink)(self.store.values().cloned().collect());
+        Ok(())
+    }
+}
+
+/// A LIST answer's parts.
+struct ListAnswer {
+    items: Vec<Value>,
+    resource_version: String,
+    continue_token: Option<String>,
+}
+
+fn check_list(path: &str, mut v: Value) -> Result<ListAnswer, ApiError> {
+    let bad = |m: &str| ApiError {
+        verb: "GET",
+        path: path.to_string(),
+        kind: ErrorKind::Decode(m.to_string()),
+    };
+    let meta = v.get("metadata");
+    let text = |k: &str| {
+        meta.and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let resource_version =
+        text("resourceVersion").ok_or_else(|| bad("a list without metadata.resourceVersion"))?;
+    let continue_token = text("continue");
+    let items = match v.get_mut("items").map(Value::take) {
+        Some(Value::Array(items)) => items,
+        None | Some(Value::Null) => Vec::new(),
+        Some(_) => return Err(bad("items: expected a list")),
+    };
+    Ok(ListAnswer {
+        items,
+        resource_version,
+        continue_token,
+    })
+}
+
+fn retry_after(e: &ApiError) -> Option<u64> {
+    match &e.kind {
+        ErrorKind::Status { retry_after, .. } => *retry_after,
+        _ => None,
+    }
+}
+
+/// `namespace/name` (or `name`) from an object's raw metadata.
+fn key_of_value(obj: &Value) -> String {
+    let field = |k: &str| {
+        obj.get("metadata")
+            .and_then(|m| m.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    match field("namespace") {
+        "" => field("name").to_string(),
+        ns => format!("{ns}/{}", field("name")),
+    }
+}
+
+/// Percent-encodes a query value (everything but the unreserved characters).
+fn percent_encode(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A small xorshift generator for jitter; no cryptographic use.
+struct XorShift(u64);
+
+impl XorShift {
+    fn seeded() -> XorShift {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let seed = nanos ^ (u64::from(std::process::id()) << 32) ^ 0x9E37_79B9_7F4A_7C15;
+        XorShift(if seed == 0 { 1 } else { seed })
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A number in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::client::tests::client_for;
+    use crate::kube::testserver::{fixture_body, fixture_lines, End, Reply, TestServer};
+    use k8s_openapi::api::core::v1::Pod;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const PODS: &str = "/api/v1/pods";
+    const NODE: &str = "spec.nodeName=edge-1";
+
+    /// A sink that sends `ns/name@rv` lists to the returned receiver
+    /// (bounded; a test that stops reading blocks the reflector, which is
+    /// what it wants).
+    type Sink = Box<dyn FnMut(Vec<Arc<Pod>>) + Send>;
+
+    fn recording_sink() -> (Sink, Receiver<Vec<String>>) {
+        let (tx, rx) = crossbeam_channel::bounded(100);
+        let sink = Box::new(move |pods: Vec<Arc<Pod>>| {
+            let names = pods
+                .iter()
+                .map(|p| {
+                    let m = &p.metadata;
+                    format!(
+                        "{}/{}@{}",
+                        m.namespace.as_deref().unwrap_or(""),
+                        m.name.as_deref().unwrap_or(""),
+                        m.resource_version.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            let _ = tx.send(names);
+        });
+        (sink, rx)
+    }
+
+    /// Waits until the server has seen `n` requests.
+    fn wait_for_requests(server: &TestServer, n: usize) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let targets = server.targets();
+            if targets.len() >= n || Instant::now() > deadline {
+                return targets;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Takes the timeoutSeconds out of a watch target, checking its range.
+    fn without_timeout(target: &str) -> String {
+        let Some(at) = target.find("&timeoutSeconds=") else {
+            return target.to_string();
+        };
+        let rest = &target[at + "&timeoutSeconds=".len()..];
+        let end = rest.find('&').unwrap_or(rest.len());
+        let secs: u64 = rest[..end].parse().unwrap();
+        assert!((300..600).contains(&secs), "{target}");
+        format!("{}{}", &target[..at], &rest[end..])
+    }
+
+    /// Waits for the reflector thread to end: its sink (and the sender in
+    /// it) is dropped with it.
+    fn assert_stops(rx: &Receiver<Vec<String>>) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match rx.recv_deadline(deadline) {
+                Ok(_) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                Err(e) => panic!("the reflector did not stop: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn lists_watches_relists_after_410_and_rewatches_after_a_drop() {
+        let watches = AtomicUsize::new(0);
+        let lines = fixture_lines("05a-pods-watch-node-timeout30");
+        let later = fixture_lines("05k-pods-watch-node-timed-timeout90");
+        let bad = br#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"bad","namespace":"default","resourceVersion":"406"},"spec":{"containers":"nope"}}}
+"#
+        .to_vec();
+        let server = TestServer::start(move |r| {
+            if !r.target.contains("watch=true") {
+                return if r.target.contains("resourceVersion=0") {
+                    Reply::json(200, fixture_body("04h-pods-list-node-rv0"))
+                } else {
+                    Reply::json(200, fixture_body("04i-pods-list-node-quorum"))
+                };
+            }
+            let (chunks, end) = match watches.fetch_add(1, Ordering::SeqCst) {
+                // The recorded stream, ending at its timeout.
+                0 => (lines.clone(), End::Clean),
+                // An undecodable object, one event, then the connection drops.
+                1 => (vec![bad.clone(), later[0].clone()], End::Drop),
+                2 => (vec![fixture_body("06a-pods-watch-rv1-too-old")], End::Clean),
+                _ => (vec![], End::Clean),
+            };
+            Reply::Chunked {
+                status: 200,
+                chunks,
+                end,
+            }
+        });
+        let (sink, rx) = recording_sink();
+        let lw = ListWatch {
+            path: PODS.into(),
+            field_selector: Some(NODE.into()),
+        };
+        let reflector = Reflector::start::<Pod>("pods", client_for(&server), lw, sink).unwrap();
+
+        let targets = wait_for_requests(&server, 6);
+        let targets: Vec<String> = targets.iter().map(|t| without_timeout(t)).collect();
+        let fs = "fieldSelector=spec.nodeName%3Dedge-1";
+        let watch = |rv: &str| {
+            format!("{PODS}?{fs}&resourceVersion={rv}&allowWatchBookmarks=true&watch=true")
+        };
+        assert_eq!(
+            targets[..6],
+            [
+                format!("{PODS}?{fs}&limit=500&resourceVersion=0"),
+                watch("401"),
+                // The stream ended after BOOKMARK 406.
+                watch("406"),
+                // The connection dropped after MODIFIED 407.
+                watch("407"),
+                // ERROR 410: a quorum list.
+                format!("{PODS}?{fs}&limit=500"),
+                watch("401"),
+            ]
+        );
+
+        let sets: Vec<Vec<String>> = (0..8)
+            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        let s = |v: &[&str]| v.iter().map(|x| format!("default/{x}")).collect::<Vec<_>>();
+        assert_eq!(
+            sets,
+            [
+                s(&["app-1@399", "app-2@400"]),
+                s(&["app-1@399", "app-2@400", "app-3@402"]),
+                s(&["app-1@399", "app-2@403", "app-3@402"]),
+                s(&["app-1@404", "app-2@403", "app-3@402"]),
+                s(&["app-1@405", "app-2@403", "app-3@402"]),
+                s(&["app-2@403", "app-3@402"]),
+                // "bad" was skipped.
+                s(&["app-2@407", "app-3@402"]),
+                s(&["app-1@399", "app-2@400"]),
+            ]
+        );
+        drop(reflector);
+        assert_stops(&rx);
+    }
+
+    #[test]
+    fn a_list_410_relists_from_etcd_following_continue_pages() {
+        let list: Value = serde_json::from_slice(&fixture_body("04h-pods-list-node-rv0")).unwrap();
+        let page = |item: &Value, cont: Option<&str>| {
+            let mut meta = serde_json::json!({"resourceVersion": "401"});
+            if let Some(c) = cont {
+                meta["continue"] = c.into();
+            }
+            serde_json::json!({"kind":"PodList","apiVersion":"v1","metadata":meta,"items":[item]})
+                .to_string()
+        };
+        let page1 = page(&list["items"][0], Some("tok/en="));
+        let page2 = page(&list["items"][1], None);
+        let server = TestServer::start(move |r| {
+            if r.target.contains("watch=true") {
+                Reply::Chunked {
+                    status: 200,
+                    chunks: vec![],
+                    end: End::Clean,
+                }
+            } else if r.target.contains("resourceVersion=0") {
+                Reply::json(
+                    410,
+                    fixture_body("06d-pods-list-rv1-exact-after-compaction"),
+                )
+            } else if r.target.contains("continue=") {
+                Reply::json(200, page2.clone())
+            } else {
+                Reply::json(200, page1.clone())
+            }
+        });
+        let (sink, rx) = recording_sink();
+        let lw = ListWatch {
+            path: "/api/v1/namespaces/default/pods".into(),
+            field_selector: None,
+        };
+        let reflector = Reflector::start::<Pod>("ns", client_for(&server), lw, sink).unwrap();
+        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(first, ["default/app-1@399", "default/app-2@400"]);
+        let targets = wait_for_requests(&server, 4);
+        let p = "/api/v1/namespaces/default/pods";
+        assert_eq!(
+            targets[..3],
+            [
+                format!("{p}?limit=500&resourceVersion=0"),
+                format!("{p}?limit=500"),
+                format!("{p}?limit=500&continue=tok%2Fen%3D"),
+            ]
+        );
+        assert_eq!(
+            without_timeout(&targets[3]),
+            format!("{p}?resourceVersion=401&allowWatchBookmarks=true&watch=true")
+        );
+        // The empty watches end at once: the reflector backs off, and a
+        // drop ends that wait.
+        drop(reflector);
+        assert_stops(&rx);
+    }
+
+    #[test]
+    fn repeated_watch_failures_that_are_not_transport_errors_relist() {
+        let server = TestServer::start(move |r| {
+            if r.target.contains("watch=true") {
+                Reply::json(
+                    500,
+                    r#"{"kind":"Status","status":"Failure","message":"boom","code":500}"#,
+                )
+            } else {
+                Reply::json(200, fixture_body("04h-pods-list-node-rv0"))
+            }
+        });
+        let (sink, rx) = recording_sink();
+        let lw = ListWatch {
+            path: PODS.into(),
+            field_selector: None,
+        };
+        let client = client_for(&server);
+        let reflector =
+            Reflector::start_with_backoff::<Pod>("r", client, lw, sink, Duration::from_millis(5))
+                .unwrap();
+        let targets = wait_for_requests(&server, 6);
+        let targets: Vec<String> = targets.iter().map(|t| without_timeout(t)).collect();
+        let watch = format!("{PODS}?resourceVersion=401&allowWatchBookmarks=true&watch=true");
+        assert_eq!(
+            targets[..6],
+            [
+                format!("{PODS}?limit=500&resourceVersion=0"),
+                watch.clone(),
+                watch.clone(),
+                watch.clone(),
+                format!("{PODS}?limit=500"),
+                watch,
+            ]
+        );
+        assert_eq!(rx.recv().unwrap().len(), 2);
+        assert_eq!(rx.recv().unwrap().len(), 2);
+        drop(reflector);
+        assert_stops(&rx);
+    }
+
+    #[test]
+    fn keys_and_query_encoding() {
+        assert_eq!(
+            percent_encode("spec.nodeName=edge-1"),
+            "spec.nodeName%3Dedge-1"
+        );
+        assert_eq!(percent_encode("a b/~_"), "a%20b%2F~_");
+        assert_eq!(
+            key_of_value(&serde_json::json!({"metadata":{"namespace":"ns","name":"n"}})),
+            "ns/n"
+        );
+        assert_eq!(
+            key_of_value(&serde_json::json!({"metadata":{"name":"node"}})),
+            "node"
+        );
+        let mut rng = XorShift(7);
+        for _ in 0..1000 {
+            let u = rng.unit();
+            assert!((0.0..1.0).contains(&u));
+        }
     }
 }

@@ -292,4 +292,149 @@ mod tests {
         );
         assert!(s.next().is_none());
     }
+
+    mod over_http {
+        use super::*;
+        use crate::kube::client::tests::client_for;
+        use crate::kube::testserver::{fixture_body, fixture_lines, End, Reply, TestServer};
+        use std::time::Duration;
+
+        const PATH: &str = "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&resourceVersion=401&allowWatchBookmarks=true&timeoutSeconds=30&watch=true";
+
+        fn rv_of(v: &Value) -> &str {
+            v["metadata"]["resourceVersion"].as_str().unwrap()
+        }
+
+        #[test]
+        fn a_recorded_stream_in_chunks_that_split_events() {
+            let l = fixture_lines("05a-pods-watch-node-timeout30");
+            assert_eq!(l.len(), 7);
+            let cat = |parts: &[&[u8]]| parts.concat();
+            let chunks = vec![
+                l[0][..100].to_vec(),
+                l[0][100..].to_vec(),
+                // Two events in one chunk.
+                cat(&[&l[1], &l[2]]),
+                l[3][..10].to_vec(),
+                cat(&[&l[3][10..], &l[4][..20]]),
+                cat(&[&l[4][20..], &l[5], &l[6]]),
+            ];
+            let server = TestServer::start(move |_| Reply::Chunked {
+                status: 200,
+                chunks: chunks.clone(),
+                end: End::Clean,
+            });
+            let stream = client_for(&server)
+                .watch(PATH, Duration::from_secs(10))
+                .unwrap();
+            let events: Vec<WatchEvent> = stream.map(Result::unwrap).collect();
+            assert_eq!(events.len(), 7, "{events:?}");
+            let summary: Vec<String> = events
+                .iter()
+                .map(|e| match e {
+                    WatchEvent::Added(v) => format!("ADDED {} {}", v["metadata"]["name"], rv_of(v)),
+                    WatchEvent::Modified(v) => {
+                        format!("MODIFIED {} {}", v["metadata"]["name"], rv_of(v))
+                    }
+                    WatchEvent::Deleted(v) => {
+                        format!("DELETED {} {}", v["metadata"]["name"], rv_of(v))
+                    }
+                    WatchEvent::Bookmark { resource_version } => {
+                        format!("BOOKMARK {resource_version}")
+                    }
+                    WatchEvent::Error(e) => format!("ERROR {e}"),
+                })
+                .collect();
+            assert_eq!(
+                summary,
+                [
+                    "ADDED \"app-3\" 402",
+                    "MODIFIED \"app-2\" 403",
+                    "MODIFIED \"app-1\" 404",
+                    "MODIFIED \"app-1\" 405",
+                    "DELETED \"app-1\" 406",
+                    "BOOKMARK 406",
+                    "BOOKMARK 406",
+                ]
+            );
+            assert_eq!(server.targets(), [PATH]);
+        }
+
+        #[test]
+        fn an_error_410_event_carries_its_status() {
+            let server = TestServer::start(|_| Reply::Chunked {
+                status: 200,
+                chunks: vec![fixture_body("06a-pods-watch-rv1-too-old")],
+                end: End::Clean,
+            });
+            let mut stream = client_for(&server)
+                .watch(
+                    "/api/v1/pods?resourceVersion=1&watch=true",
+                    Duration::from_secs(10),
+                )
+                .unwrap();
+            let Some(Ok(WatchEvent::Error(e))) = stream.next() else {
+                panic!("not an ERROR event")
+            };
+            assert!(e.is_gone());
+            assert_eq!(
+                e.to_string(),
+                "GET /api/v1/pods?resourceVersion=1&watch=true: 410 Expired: too old resource version: 1 (388)"
+            );
+            assert!(stream.next().is_none());
+        }
+
+        #[test]
+        fn a_watch_answered_with_an_error_status_is_err() {
+            let server = TestServer::start(|_| {
+                Reply::json(
+                    410,
+                    fixture_body("06d-pods-list-rv1-exact-after-compaction"),
+                )
+            });
+            let e = client_for(&server)
+                .watch("/api/v1/pods?watch=true", Duration::from_secs(10))
+                .err()
+                .unwrap();
+            assert!(e.is_gone(), "{e}");
+            assert_eq!(e.reason(), "Expired");
+        }
+
+        #[test]
+        fn a_silent_connection_fails_after_the_idle_time() {
+            let l = fixture_lines("05a-pods-watch-node-timeout30");
+            let first = l[0].clone();
+            let server = TestServer::start(move |_| Reply::Chunked {
+                status: 200,
+                chunks: vec![first.clone()],
+                end: End::Silent,
+            });
+            let mut stream = client_for(&server)
+                .watch(PATH, Duration::from_millis(300))
+                .unwrap();
+            assert!(matches!(stream.next(), Some(Ok(WatchEvent::Added(_)))));
+            let e = stream.next().unwrap().unwrap_err();
+            assert!(e.is_transport(), "{e}");
+            assert!(e.to_string().contains("timeout"), "{e}");
+            assert!(stream.next().is_none());
+        }
+
+        #[test]
+        fn a_dropped_connection_is_a_transport_error() {
+            let l = fixture_lines("05a-pods-watch-node-timeout30");
+            let first = l[0].clone();
+            let server = TestServer::start(move |_| Reply::Chunked {
+                status: 200,
+                chunks: vec![first.clone()],
+                end: End::Drop,
+            });
+            let mut stream = client_for(&server)
+                .watch(PATH, Duration::from_secs(10))
+                .unwrap();
+            assert!(matches!(stream.next(), Some(Ok(WatchEvent::Added(_)))));
+            let e = stream.next().unwrap().unwrap_err();
+            assert!(e.is_transport(), "{e}");
+            assert!(stream.next().is_none());
+        }
+    }
 }
