@@ -35,7 +35,10 @@ pub struct KubeConfig {
 /// Reads `path` and resolves its current context. Errors name the file and
 /// the field (`users[0].user.client-certificate: ...`).
 pub fn load_kubeconfig(path: &Path) -> Result<KubeConfig, String> {
-    Err(format!("{}: kubeconfig loading is not built yet", path.display()))
+    Err(format!(
+        "{}: kubeconfig loading is not built yet",
+        path.display()
+    ))
 }
 
 /// Client settings.
@@ -149,7 +152,9 @@ pub enum WatchEvent {
     Modified(Value),
     Deleted(Value),
     /// Only the resourceVersion of a BOOKMARK is kept.
-    Bookmark { resource_version: String },
+    Bookmark {
+        resource_version: String,
+    },
     /// An ERROR event: the `Status` it carried, as an error of the watch
     /// request (410 Expired means relist).
     Error(ApiError),
