@@ -1309,6 +1309,7 @@ fn pagination_field_selector_moves_and_handles() {
     let second = c
         .get(&format!("/api/v1/pods?limit=10&continue={token}"))
         .json();
+    assert_eq!(second["kind"], "PodList", "{second}");
     let names: Vec<_> = second["items"]
         .as_array()
         .unwrap()
@@ -1361,6 +1362,108 @@ fn pagination_field_selector_moves_and_handles() {
     assert!(f.count("GET", "/api/v1/pods") >= 2);
     f.clear_requests();
     assert!(f.requests().is_empty());
+}
+
+#[test]
+fn status_put_node_rules_and_node_bookmarks() {
+    let f = fake();
+    let mut uids = Uids::default();
+    with_nodes(&f, &mut uids);
+    let mut node = Client::node(&f);
+    let start = f.resource_version();
+    let mut w = Client::node(&f).watch(&format!(
+        "/api/v1/nodes?fieldSelector=metadata.name%3Dedge-1&watch=true&allowWatchBookmarks=true&resourceVersion={start}&timeoutSeconds=1"
+    ));
+    f.set_bookmark_interval(Duration::from_millis(200));
+
+    // PUT of nodes/status takes the status only.
+    let mut body = f.node("edge-1").unwrap();
+    body["spec"]["taints"] = json!([]);
+    body["status"]["capacity"]["pods"] = json!("50");
+    let resp = node.send(
+        "PUT",
+        "/api/v1/nodes/edge-1/status",
+        Some("application/json"),
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(resp.code, 200, "{}", resp.text());
+    let v = resp.json();
+    assert_eq!(v["status"]["capacity"]["pods"], "50");
+    assert_eq!(
+        v["spec"]["taints"].as_array().unwrap().len(),
+        1,
+        "spec is not changed through status"
+    );
+    // A stale RV in a PUT is a conflict.
+    let resp = node.send(
+        "PUT",
+        "/api/v1/nodes/edge-1/status",
+        Some("application/json"),
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(resp.code, 409);
+    assert_eq!(
+        resp.json()["details"],
+        json!({"name": "edge-1", "kind": "nodes"})
+    );
+
+    // Nodes may not delete nodes, or create another node or another node's lease.
+    let resp = node.delete("/api/v1/nodes/edge-1", &json!({}));
+    assert_eq!(resp.code, 403);
+    assert_eq!(
+        resp.json()["message"],
+        "nodes \"edge-1\" is forbidden: User \"system:node:edge-1\" cannot delete resource \"nodes\" in API group \"\" at the cluster scope"
+    );
+    let resp = node.send(
+        "POST",
+        "/api/v1/nodes",
+        Some("application/json"),
+        json!({"metadata": {"name": "edge-3"}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(
+        resp.json()["message"],
+        "nodes \"edge-3\" is forbidden: node \"edge-1\" is not allowed to modify node \"edge-3\""
+    );
+    let lease = json!({"metadata": {"name": "edge-2"}, "spec": {"holderIdentity": "edge-2"}});
+    let resp = node.send(
+        "POST",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+        Some("application/json"),
+        lease.to_string().as_bytes(),
+    );
+    assert_eq!(
+        resp.json()["message"],
+        "leases.coordination.k8s.io \"edge-2\" is forbidden: can only access node lease with the same name as the requesting node"
+    );
+    let resp = node.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-2");
+    assert_eq!(
+        resp.json()["message"],
+        "leases.coordination.k8s.io \"edge-2\" is forbidden: User \"system:node:edge-1\" cannot get resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"kube-node-lease\": can only access node lease with the same name as the requesting node"
+    );
+
+    // The watch saw the status write, then bookmarks with the empty Node.
+    let events = w.all();
+    assert_eq!(events[0]["type"], "MODIFIED");
+    let bookmark = events
+        .iter()
+        .find(|e| e["type"] == "BOOKMARK")
+        .expect("a bookmark");
+    assert_eq!(bookmark["object"]["kind"], "Node");
+    assert_eq!(
+        bookmark["object"]["metadata"]["resourceVersion"],
+        json!((start + 1).to_string())
+    );
+    assert_eq!(
+        bookmark["object"]["status"]["daemonEndpoints"],
+        json!({"kubeletEndpoint": {"Port": 0}})
+    );
+
+    // generateName.
+    let p = f.create_pod(json!({"metadata": {"generateName": "web-", "namespace": "default"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}));
+    let name = p["metadata"]["name"].as_str().unwrap();
+    assert!(name.starts_with("web-") && name.len() == 9, "{name}");
 }
 
 #[test]

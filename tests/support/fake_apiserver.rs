@@ -2522,11 +2522,11 @@ fn list_json(res: Res, rv: u64, cont: Option<(String, Option<usize>)>, items: &[
 fn continue_token(rv: u64, after: &Key) -> String {
     let raw =
         json!({"v": "meta.k8s.io/v1", "rv": rv, "start": format!("{}/{}\u{0}", after.1, after.2)});
-    base64::engine::general_purpose::STANDARD.encode(raw.to_string())
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw.to_string())
 }
 
 fn parse_continue(token: &str) -> Option<(u64, String, String)> {
-    let raw = base64::engine::general_purpose::STANDARD
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .ok()?;
     let v: Value = serde_json::from_slice(&raw).ok()?;
