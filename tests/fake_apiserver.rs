@@ -1765,3 +1765,37 @@ fn tls_with_client_certificates_and_kubeconfigs() {
     let mut c = tls_client(&f, &ca, Some((&cert, &key)), None);
     assert!(c.try_send("GET", "/version", &[], b"").is_err());
 }
+
+#[test]
+fn ureq_with_a_client_certificate_talks_to_the_tls_fake() {
+    use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
+    let f = FakeApiServer::start_tls();
+    let (cert, key) = f.client_cert("system:node:edge-1", &["system:nodes"]);
+    let ca = f.ca_pem().unwrap();
+    let tls = TlsConfig::builder()
+        .root_certs(RootCerts::new_with_certs(&[Certificate::from_pem(
+            ca.as_bytes(),
+        )
+        .unwrap()]))
+        .client_cert(Some(ClientCert::new_with_certs(
+            &[Certificate::from_pem(cert.as_bytes()).unwrap()],
+            PrivateKey::from_pem(key.as_bytes()).unwrap(),
+        )))
+        .build();
+    let agent = ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    for _ in 0..2 {
+        let mut resp = agent
+            .get(&format!("{}/api/v1/nodes/edge-1", f.url()))
+            .call()
+            .unwrap();
+        assert_eq!(resp.status(), 404);
+        let body: Value = serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
+        assert_eq!(body["message"], "nodes \"edge-1\" not found");
+    }
+    let users: Vec<_> = f.requests().iter().map(|r| r.user.clone()).collect();
+    assert_eq!(users, ["system:node:edge-1", "system:node:edge-1"]);
+}
