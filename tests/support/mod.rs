@@ -2,4 +2,5 @@
 
 pub mod agent;
 pub mod containerd;
+pub mod fake_apiserver;
 pub mod fake_cri;
