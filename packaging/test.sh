@@ -21,3 +21,7 @@ cargo --version
 # --no-fail-fast keeps one failing test binary from hiding the others' results.
 echo "test.sh: cargo test --lib --bins --tests (target dir $CARGO_TARGET_DIR)" >&2
 timeout --foreground 45m cargo test --lib --bins --tests --no-fail-fast
+
+# The tier against a real kube-apiserver, when one was built on this machine
+# (../shared/tools/kube-control-plane); it says so and passes when absent.
+TINYLET_BIN=$CARGO_TARGET_DIR/debug/tinylet timeout --foreground 10m bash packaging/real-apiserver.sh

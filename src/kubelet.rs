@@ -361,6 +361,9 @@ impl Kubelet {
     }
 
     fn dispatch(&mut self, pod: Arc<Pod>, update_type: UpdateType, grace_period: Option<i64>) {
+        if update_type == UpdateType::Kill {
+            self.reporter.pod_killed(&pod);
+        }
         self.workers.update_pod(PodWork {
             pod,
             update_type,

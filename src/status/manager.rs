@@ -76,6 +76,8 @@ struct Entry {
     sent: u64,
     /// The containers are gone; `true`: delete the API object too.
     finished: Option<bool>,
+    /// The pod is being stopped: a static pod's mirror is no longer kept.
+    killed: bool,
     /// When a mirror pod was last asked for, so the next one waits for the watch.
     mirror_asked: Option<Instant>,
     retry_at: Option<Instant>,
@@ -140,6 +142,7 @@ impl StatusReporter {
             version: 0,
             sent: 0,
             finished: None,
+            killed: false,
             mirror_asked: None,
             retry_at: None,
             failures: 0,
@@ -174,6 +177,7 @@ impl StatusReporter {
                         version: 0,
                         sent: 0,
                         finished: Some(delete_object),
+                        killed: true,
                         mirror_asked: None,
                         retry_at: None,
                         failures: 0,
@@ -184,6 +188,29 @@ impl StatusReporter {
         }
         drop(t);
         self.shared.wake();
+    }
+
+    /// The pod is being stopped: from now on a static pod's mirror pod is
+    /// neither created nor updated (housekeeping deletes it).
+    pub fn pod_killed(&self, pod: &Arc<Pod>) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.shared
+            .table
+            .lock()
+            .pods
+            .entry(uid)
+            .or_insert_with(|| Entry {
+                pod: pod.clone(),
+                status: None,
+                version: 0,
+                sent: 0,
+                finished: None,
+                killed: true,
+                mirror_asked: None,
+                retry_at: None,
+                failures: 0,
+            })
+            .killed = true;
     }
 
     /// Forgets pod `uid` (its API object is gone).
@@ -367,6 +394,10 @@ impl Worker {
                         }),
                         None => jobs.push(Job::Forget(uid.clone())),
                     }
+                    continue;
+                }
+                if e.killed {
+                    // Stopping: its mirror goes (housekeeping, or when finished).
                     continue;
                 }
                 match mirror {

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# The test tier against a real kube-apiserver (v1.20.2, Node and RBAC
+# authorizers, NodeRestriction), run when the control plane built by
+# ../shared/tools/kube-control-plane/build.sh is present ($KCP_DIR, default
+# /var/lib/kube-control-plane); otherwise it says so and does nothing.
+#
+# It wipes that control plane's objects and starts it, starts a private
+# containerd, and runs tinylet as node edge-1 with the node's client
+# certificate, then checks with kubectl what a cluster user sees:
+#   the Node is Ready with node info; an API pod runs and reports Running
+#   with containerd's container ID; a static pod gets its mirror pod; a
+#   crashing pod shows CrashLoopBackOff; events are posted; a graceful
+#   delete stops the pod within its grace period and removes the object;
+#   an apiserver restart loses, restarts and duplicates nothing.
+#
+#   bash packaging/real-apiserver.sh            # uses $TINYLET_BIN or builds
+# Needs root. Environment: KCP_DIR, TINYLET_BIN, CARGO_TARGET_DIR.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+KCP=${KCP_DIR:-/var/lib/kube-control-plane}
+say() { echo "real-apiserver.sh: $*" >&2; }
+if [ ! -x "$KCP/start.sh" ] || [ ! -f "$KCP/node-edge-1.kubeconfig" ]; then
+    say "skipped: no control plane at $KCP (build one with ../shared/tools/kube-control-plane/build.sh)"
+    exit 0
+fi
+[ "$(id -u)" = 0 ] || { say "must run as root"; exit 1; }
+
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/tinylet/target}
+if [ -z "${TINYLET_BIN:-}" ]; then
+    cargo build --offline --bin tinylet >&2 2>/dev/null || cargo build --bin tinylet >&2
+    TINYLET_BIN=$CARGO_TARGET_DIR/debug/tinylet
+fi
+KUBECTL="$KCP/bin/kubectl --kubeconfig $KCP/admin.kubeconfig"
+work=$(mktemp -d /tmp/tl-real.XXXXXX)
+ctd=$work/ctd
+tinylet_pid=
+passed=0
+
+cleanup() {
+    if [ -n "$tinylet_pid" ]; then
+        kill -9 "$tinylet_pid" 2>/dev/null || true
+        wait "$tinylet_pid" 2>/dev/null || true
+    fi
+    bash packaging/containerd-private.sh stop "$ctd" >/dev/null 2>&1 || true
+    "$KCP/stop.sh" --wipe >/dev/null 2>&1 || true
+    if ! grep -qF " $work" /proc/self/mountinfo; then rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+fail() {
+    say "FAILED: $*"
+    cp "$work/tinylet.log" /tmp/tinylet-real-apiserver.log 2>/dev/null || true
+    say "--- tinylet log (last 40 lines; all of it in /tmp/tinylet-real-apiserver.log) ---"
+    tail -40 "$work/tinylet.log" >&2 || true
+    echo "real-apiserver: $passed passed, 1 failed"
+    exit 1
+}
+ok() { passed=$((passed + 1)); say "ok: $*"; }
+
+# Polls "$@" for up to $1 seconds until it succeeds.
+within() {
+    local secs=$1; shift
+    local end=$((SECONDS + secs))
+    until "$@" >/dev/null 2>&1; do
+        [ $SECONDS -lt $end ] || return 1
+        sleep 0.5
+    done
+}
+
+start_tinylet() {
+    "$TINYLET_BIN" --v "${TINYLET_V:-0}" --kubeconfig "$KCP/node-edge-1.kubeconfig" --hostname-override edge-1 \
+        --container-runtime-endpoint "unix://$ctd/containerd.sock" \
+        --pod-manifest-path "$work/manifests" --root-dir "$work/root" \
+        --pod-logs-dir "$work/logs" --node-status-update-frequency 2s >>"$work/tinylet.log" 2>&1 &
+    tinylet_pid=$!
+}
+
+"$KCP/stop.sh" --wipe >/dev/null 2>&1 || true
+"$KCP/start.sh" >/dev/null || fail "the control plane did not start (logs in $KCP/run)"
+bash packaging/containerd-private.sh start "$ctd" >/dev/null 2>&1 || fail "private containerd did not start"
+image=docker.io/tinylet/busybox:1
+mkdir -p "$work/manifests"
+start_tinylet
+
+# 1. The node registers and is Ready, with node info.
+within 30 $KUBECTL wait --for=condition=Ready node/edge-1 --timeout=2s || fail "node edge-1 not Ready"
+runtime=$($KUBECTL get node edge-1 -o jsonpath='{.status.nodeInfo.containerRuntimeVersion}')
+[[ $runtime == containerd://* ]] || fail "containerRuntimeVersion is '$runtime'"
+within 15 $KUBECTL -n kube-node-lease get lease edge-1 || fail "no lease"
+ok "node edge-1 Ready ($runtime), lease present"
+
+# 2. An API pod runs and reports Running with containerd's container ID.
+pod() { # NAME COMMAND GRACE
+    cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default}
+spec:
+  nodeName: edge-1
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: $3
+  containers:
+  - name: app
+    image: $image
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "$2"]
+EOF
+}
+# Pods are admitted only once the controller-manager made the default service account.
+within 60 $KUBECTL -n default get serviceaccount default || fail "no default service account"
+pod app "trap 'exit 0' TERM; while :; do sleep 1; done" 5 | $KUBECTL apply -f - >/dev/null ||
+    fail "cannot create pod app" 
+within 30 $KUBECTL wait --for=condition=Ready pod/app --timeout=2s || fail "pod app not Ready"
+cid=$($KUBECTL get pod app -o jsonpath='{.status.containerStatuses[0].containerID}')
+running=$(ctr -a "$ctd/containerd.sock" -n k8s.io containers ls -q 'labels."io.kubernetes.pod.name"==app,labels."io.kubernetes.container.name"==app')
+[ "containerd://$running" = "$cid" ] || fail "pod app reports '$cid', containerd runs '$running'"
+[ -n "$($KUBECTL get pod app -o jsonpath='{.status.podIP}')" ] || fail "pod app has no podIP"
+ok "API pod Running as $cid"
+
+# 3. A static pod gets its mirror pod.
+cat >"$work/manifests/.web.yaml" <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  containers:
+  - name: web
+    image: $image
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+EOF
+mv "$work/manifests/.web.yaml" "$work/manifests/web.yaml"
+within 30 $KUBECTL wait --for=condition=Ready pod/web-edge-1 --timeout=2s || fail "mirror pod web-edge-1 not Ready"
+mirror=$($KUBECTL get pod web-edge-1 -o jsonpath='{.metadata.annotations.kubernetes\.io/config\.mirror}')
+[ -n "$mirror" ] || fail "web-edge-1 has no config.mirror annotation"
+ok "static pod web has mirror pod web-edge-1 ($mirror)"
+
+# 4. A crashing pod shows CrashLoopBackOff with restarts climbing, and events.
+pod crash "sleep 1; exit 3" 0 | $KUBECTL apply -f - >/dev/null || fail "cannot create pod crash" 
+crashloop() {
+    [ "$($KUBECTL get pod crash -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}')" = CrashLoopBackOff ] &&
+        [ "$($KUBECTL get pod crash -o jsonpath='{.status.containerStatuses[0].restartCount}')" -ge 1 ]
+}
+within 60 crashloop || fail "pod crash never showed CrashLoopBackOff"
+events=$($KUBECTL get events --field-selector involvedObject.name=crash -o jsonpath='{.items[*].reason}')
+[[ $events == *Started* && $events == *BackOff* ]] || fail "events for crash: '$events'"
+$KUBECTL delete pod crash --wait=false >/dev/null
+ok "CrashLoopBackOff shown, events: $events"
+
+# 5. An apiserver restart: nothing restarted, nothing duplicated.
+before=$(ctr -a "$ctd/containerd.sock" -n k8s.io containers ls -q | sort)
+"$KCP/stop.sh" >/dev/null
+sleep 15
+"$KCP/start.sh" >/dev/null || fail "the control plane did not restart"
+within 60 $KUBECTL wait --for=condition=Ready node/edge-1 --timeout=2s || fail "node not Ready after the restart"
+within 30 $KUBECTL wait --for=condition=Ready pod/app --timeout=2s || fail "pod app not Ready after the restart"
+sleep 3
+gone_crash() { ! ctr -a "$ctd/containerd.sock" -n k8s.io containers ls -q 'labels."io.kubernetes.pod.name"==crash' | grep -q .; }
+within 30 gone_crash || fail "pod crash's containers remain"
+after=$(ctr -a "$ctd/containerd.sock" -n k8s.io containers ls -q | sort)
+for id in $(ctr -a "$ctd/containerd.sock" -n k8s.io containers ls -q 'labels."io.kubernetes.pod.name"==app') \
+    $(ctr -a "$ctd/containerd.sock" -n k8s.io containers ls -q 'labels."io.kubernetes.pod.name"==web-edge-1'); do
+    grep -qx "$id" <<<"$before" || fail "container $id is new after the apiserver restart"
+done
+ok "apiserver restart: app and web kept their containers"
+
+# 6. A graceful delete stops the pod within its grace period and removes it.
+start=$SECONDS
+$KUBECTL delete pod app --timeout=30s >/dev/null || fail "kubectl delete pod app did not finish"
+took=$((SECONDS - start))
+gone_app() { ! ctr -a "$ctd/containerd.sock" -n k8s.io containers ls -q 'labels."io.kubernetes.pod.name"==app' | grep -q .; }
+within 10 gone_app || fail "pod app's containers remain after the delete"
+[ $took -le 10 ] || fail "deleting pod app took ${took}s (grace 5s)"
+ok "graceful delete of app in ${took}s"
+
+# 7. Removing the manifest removes the mirror pod.
+rm "$work/manifests/web.yaml"
+no_mirror() { ! $KUBECTL get pod web-edge-1; }
+within 30 no_mirror || fail "mirror pod web-edge-1 not deleted"
+ok "mirror pod deleted with its static pod"
+
+echo "real-apiserver: $passed passed, 0 failed"
