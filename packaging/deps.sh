@@ -6,7 +6,9 @@
 #   build:  cmake g++ make pkg-config (grpcio-sys builds gRPC's C core)
 #   tests:  containerd runc containernetworking-plugins busybox-static
 #           iproute2 iptables util-linux (a private containerd with CNI and
-#           locally built busybox images; see containerd-private.sh)
+#           locally built busybox images; see containerd-private.sh);
+#           openssl (certificates for the TLS tests of the API client and
+#           the fake apiserver)
 # The Rust toolchain itself is expected from rustup.
 set -euo pipefail
 
@@ -16,7 +18,7 @@ packages=(
     ca-certificates
     cmake g++ make pkg-config
     containerd runc containernetworking-plugins busybox-static
-    iproute2 iptables util-linux tar coreutils
+    iproute2 iptables util-linux tar coreutils openssl
 )
 
 installed() {
