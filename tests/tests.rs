@@ -5,6 +5,7 @@
 mod support;
 
 mod agent;
+mod cluster;
 mod config_sources;
 mod e2e;
 mod fake_apiserver;

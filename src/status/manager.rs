@@ -15,7 +15,7 @@
 //! held across a request. Failed writes are retried with back-off; nothing
 //! is polled.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,6 +91,20 @@ struct Table {
     mirrors: HashMap<String, MirrorPod>,
     /// Mirror pods whose static pod is gone: (full name, UID).
     orphans: Vec<(String, String)>,
+    /// UIDs of API objects this manager deleted (newest last, at most
+    /// [`MAX_DELETED`]): a late report about one of them (a second
+    /// termination after the watch's DELETED) sends nothing.
+    deleted: VecDeque<String>,
+}
+
+/// Deleted UIDs remembered; older ones fall off (their late reports are
+/// rare and only cost a 404).
+const MAX_DELETED: usize = 256;
+
+impl Table {
+    fn was_deleted(&self, uid: &str) -> bool {
+        self.deleted.iter().any(|u| u == uid)
+    }
 }
 
 struct Shared {
@@ -136,6 +150,9 @@ impl StatusReporter {
     pub fn set_status(&self, pod: &Arc<Pod>, status: PodStatus) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut t = self.shared.table.lock();
+        if t.was_deleted(&uid) {
+            return;
+        }
         let e = t.pods.entry(uid).or_insert_with(|| Entry {
             pod: pod.clone(),
             status: None,
@@ -163,6 +180,9 @@ impl StatusReporter {
     pub fn pod_finished(&self, pod: &Arc<Pod>, delete_object: bool) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut t = self.shared.table.lock();
+        if t.was_deleted(&uid) {
+            return;
+        }
         match t.pods.get_mut(&uid) {
             Some(e) => {
                 e.finished = Some(delete_object);
@@ -578,7 +598,16 @@ impl Worker {
                     }
                 }
                 if last && !uid.is_empty() {
-                    self.shared.table.lock().pods.remove(&uid);
+                    let mut t = self.shared.table.lock();
+                    t.pods.remove(&uid);
+                    // The pod's own object (not a mirror pod: a static pod
+                    // comes back with the same UID when its file does).
+                    if target_uid == uid {
+                        if t.deleted.len() >= MAX_DELETED {
+                            t.deleted.pop_front();
+                        }
+                        t.deleted.push_back(uid);
+                    }
                 }
             }
         }

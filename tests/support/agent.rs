@@ -118,6 +118,20 @@ impl Agent {
         }
     }
 
+    /// Waits (15 s at most) for the binary to exit on its own.
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let end = Instant::now() + Duration::from_secs(15);
+        loop {
+            let c = self.child.as_mut().expect("running");
+            if let Ok(Some(s)) = c.try_wait() {
+                self.child = None;
+                return s;
+            }
+            assert!(Instant::now() < end, "no exit\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn wait(&mut self, what: &str, mut f: impl FnMut() -> bool) {
         let end = Instant::now() + Duration::from_secs(15);
         while !f() {

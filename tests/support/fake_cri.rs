@@ -171,6 +171,12 @@ impl FakeCri {
             .count()
     }
 
+    /// The timeout (seconds) of every served StopContainer, in order, with
+    /// the container ID as given.
+    pub fn stop_timeouts(&self) -> Vec<(String, i64)> {
+        self.state.lock().stop_timeouts.clone()
+    }
+
     /// Forgets the recorded calls.
     pub fn clear_calls(&self) {
         self.state.lock().calls.clear();
@@ -371,6 +377,8 @@ struct State {
     pullable: Vec<String>,
     conditions: BTreeMap<String, bool>,
     calls: Vec<(String, String)>,
+    /// (container ID as given, timeout) of each StopContainer that was served.
+    stop_timeouts: Vec<(String, i64)>,
     failures: HashMap<String, Injected>,
 }
 
@@ -388,6 +396,7 @@ impl Default for State {
             pullable: Vec::new(),
             conditions,
             calls: Vec::new(),
+            stop_timeouts: Vec::new(),
             failures: HashMap::new(),
         }
     }
@@ -824,6 +833,8 @@ impl State {
         else {
             return Err(not_found("container", &req.container_id));
         };
+        self.stop_timeouts
+            .push((req.container_id.clone(), req.timeout));
         let now = self.now();
         let code = if req.timeout > 0 {
             EXIT_TERMINATED

@@ -1,0 +1,752 @@
+//! The real `tinylet` binary as a cluster node: against the fake apiserver
+//! (as node `edge-1` with its own credentials) and the fake CRI. Node
+//! registration, status and lease, API pods with their status, graceful
+//! deletion, watch recovery, admission, mirror pods, events, an apiserver
+//! that is down or refuses, and the kubeconfig's credential kinds.
+
+use std::fs;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{json, Value};
+
+use crate::support::agent::{running_containers, Agent};
+use crate::support::containerd::write_manifest;
+use crate::support::fake_apiserver::{
+    FakeApiServer, KubeconfigAuth, RecordedRequest, MIRROR_ANNOTATION, NODE_LEASE_NAMESPACE,
+};
+use crate::support::fake_cri::{FakeCri, EXIT_TERMINATED};
+
+const NODE: &str = "edge-1";
+const NODE_USER: &str = "system:node:edge-1";
+const STATUS_PATH: &str = "/api/v1/nodes/edge-1/status";
+
+/// The agent, its fake apiserver and fake runtime. The agent is declared
+/// first so it is killed before the servers go.
+struct Cluster {
+    agent: Agent,
+    api: FakeApiServer,
+    cri: FakeCri,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// An agent joined to a plain-HTTP fake apiserver with a token.
+    fn start(extra: &[&str]) -> Cluster {
+        Cluster::start_with(FakeApiServer::start(), KubeconfigAuth::token(), extra)
+    }
+
+    fn start_with(api: FakeApiServer, auth: KubeconfigAuth, extra: &[&str]) -> Cluster {
+        let cri = FakeCri::start();
+        let dir = tempfile::Builder::new()
+            .prefix("tinylet-kubeconfig")
+            .tempdir()
+            .expect("temp dir");
+        let kubeconfig = api.write_kubeconfig(dir.path(), NODE_USER, auth);
+        let kubeconfig = kubeconfig.display().to_string();
+        let mut flags = vec![
+            "--kubeconfig",
+            kubeconfig.as_str(),
+            "--node-status-update-frequency",
+            "1s",
+            "--node-lease-duration-seconds",
+            "4",
+        ];
+        flags.extend_from_slice(extra);
+        let agent = Agent::start(&cri.endpoint(), &flags);
+        Cluster {
+            agent,
+            api,
+            cri,
+            _dir: dir,
+        }
+    }
+
+    fn wait_node_ready(&mut self) -> Value {
+        let api = &self.api;
+        self.agent.wait("the Node is Ready", || {
+            api.node(NODE)
+                .is_some_and(|n| condition(&n, "Ready")["status"] == "True")
+        });
+        api.node(NODE).unwrap()
+    }
+
+    fn wait_pod(&mut self, name: &str, what: &str, mut f: impl FnMut(&Value) -> bool) -> Value {
+        let api = &self.api;
+        self.agent.wait(&format!("pod {name}: {what}"), || {
+            api.pod("default", name).is_some_and(|p| f(&p))
+        });
+        api.pod("default", name).unwrap()
+    }
+
+    fn wait_running(&mut self, pod: &str) {
+        let cri = &self.cri;
+        self.agent.wait(&format!("{pod} runs in the runtime"), || {
+            running_containers(cri, pod) == 1
+        });
+    }
+
+    fn log_has(&mut self, what: &str, needles: &[&str]) {
+        let path = self.agent.log_path();
+        self.agent.wait(what, || {
+            let log = fs::read_to_string(&path).unwrap_or_default();
+            needles.iter().all(|n| log.contains(n))
+        });
+    }
+}
+
+/// The condition of `kind` in a Node's or Pod's status (Null if absent).
+fn condition(obj: &Value, kind: &str) -> Value {
+    obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// A pod bound to edge-1 as a scheduler would leave it; no service account
+/// token volume (the agent only mounts hostPath and emptyDir volumes).
+fn api_pod(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": NODE,
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{
+                "name": "app",
+                "image": "busybox:latest",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sleep", "1000"],
+            }],
+        },
+    })
+}
+
+fn static_pod(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: app\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"1000\"]\n"
+    )
+}
+
+fn phase(pod: &Value) -> &str {
+    pod["status"]["phase"].as_str().unwrap_or("")
+}
+
+fn requests_to(api: &FakeApiServer, verb: &str, path: &str) -> Vec<RecordedRequest> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.verb == verb && r.path == path)
+        .collect()
+}
+
+fn parse_time(v: &Value) -> Timestamp {
+    v.as_str()
+        .unwrap_or_else(|| panic!("not a time: {v}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("bad time {v}: {e}"))
+}
+
+#[test]
+fn node_registers_with_labels_and_status_and_registers_again_only_when_gone() {
+    let mut c = Cluster::start(&[]);
+    let node = c.wait_node_ready();
+    let labels = &node["metadata"]["labels"];
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    assert_eq!(labels["kubernetes.io/hostname"], NODE, "{node:#}");
+    assert_eq!(labels["kubernetes.io/os"], "linux", "{node:#}");
+    assert_eq!(labels["kubernetes.io/arch"], arch, "{node:#}");
+    assert_eq!(labels["beta.kubernetes.io/os"], "linux", "{node:#}");
+    assert_eq!(labels["beta.kubernetes.io/arch"], arch, "{node:#}");
+    let status = &node["status"];
+    for list in ["capacity", "allocatable"] {
+        for r in ["cpu", "memory", "pods", "ephemeral-storage"] {
+            let q = status[list][r].as_str().unwrap_or("");
+            assert!(!q.is_empty(), "status.{list}.{r}: {node:#}");
+        }
+        assert_eq!(status[list]["pods"], "110", "{node:#}");
+    }
+    assert!(
+        status["addresses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a["type"] == "Hostname" && a["address"] == NODE),
+        "{node:#}"
+    );
+    let info = &status["nodeInfo"];
+    let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(info["bootID"], boot_id.trim(), "{node:#}");
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_eq!(info["kernelVersion"], kernel.trim(), "{node:#}");
+    assert_eq!(
+        info["containerRuntimeVersion"], "fake-cri://1.0.0",
+        "{node:#}"
+    );
+    assert!(
+        info["kubeletVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1.")),
+        "{node:#}"
+    );
+    assert_eq!(condition(&node, "Ready")["reason"], "KubeletReady");
+    let creates = requests_to(&c.api, "POST", "/api/v1/nodes");
+    assert_eq!(creates.len(), 1, "{creates:?}");
+    assert_eq!(
+        (creates[0].user.as_str(), creates[0].status),
+        (NODE_USER, 201)
+    );
+    let uid = node["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // A restarted agent finds its Node: 409, no second Node, no retry loop.
+    c.agent.kill();
+    c.api.clear_requests();
+    c.agent.spawn();
+    let api = &c.api;
+    c.agent
+        .wait("the restarted agent patches the existing Node", || {
+            requests_to(api, "PATCH", STATUS_PATH)
+                .iter()
+                .any(|r| r.status == 200)
+        });
+    std::thread::sleep(Duration::from_secs(2));
+    let creates = requests_to(&c.api, "POST", "/api/v1/nodes");
+    assert_eq!(
+        creates.iter().map(|r| r.status).collect::<Vec<_>>(),
+        vec![409],
+        "one create, refused as AlreadyExists"
+    );
+    assert_eq!(c.api.node(NODE).unwrap()["metadata"]["uid"], uid.as_str());
+
+    // Deleted by the admin: registered again, as a new object.
+    assert!(c.api.delete_node(NODE));
+    let api = &c.api;
+    c.agent.wait("the Node is registered again", || {
+        api.node(NODE)
+            .is_some_and(|n| n["metadata"]["uid"] != uid.as_str())
+    });
+}
+
+#[test]
+fn node_status_is_patched_only_when_it_changes() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = c.api.count("PATCH", STATUS_PATH);
+    std::thread::sleep(Duration::from_secs(4));
+    let after = c.api.count("PATCH", STATUS_PATH);
+    assert!(
+        after - before <= 1,
+        "{} status patches in 4 s with nothing changed: {:#?}",
+        after - before,
+        requests_to(&c.api, "PATCH", STATUS_PATH)
+    );
+
+    c.cri.set_condition("NetworkReady", false);
+    let api = &c.api;
+    c.agent.wait("Ready False naming NetworkReady", || {
+        api.node(NODE).is_some_and(|n| {
+            let r = condition(&n, "Ready");
+            r["status"] == "False"
+                && r["reason"] == "KubeletNotReady"
+                && r["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("NetworkReady"))
+        })
+    });
+    c.cri.set_condition("NetworkReady", true);
+    c.wait_node_ready();
+}
+
+#[test]
+fn node_lease_is_owned_by_the_node_and_renewed() {
+    let mut c = Cluster::start(&[]);
+    let node = c.wait_node_ready();
+    let api = &c.api;
+    c.agent.wait("the lease has its owner", || {
+        api.lease(NODE)
+            .is_some_and(|l| l["metadata"]["ownerReferences"].is_array())
+    });
+    let lease = c.api.lease(NODE).unwrap();
+    assert_eq!(lease["metadata"]["namespace"], NODE_LEASE_NAMESPACE);
+    assert_eq!(lease["spec"]["holderIdentity"], NODE, "{lease:#}");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 4, "{lease:#}");
+    let owner = &lease["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["name"], &owner["uid"]),
+        (&json!("Node"), &json!(NODE), &node["metadata"]["uid"]),
+        "{lease:#}"
+    );
+    let first = parse_time(&lease["spec"]["renewTime"]);
+    std::thread::sleep(Duration::from_secs(3));
+    let later = parse_time(&c.api.lease(NODE).unwrap()["spec"]["renewTime"]);
+    assert!(
+        later > first,
+        "renewTime did not advance in 3 s: {first} -> {later}"
+    );
+}
+
+#[test]
+fn api_pod_runs_and_reports_its_status_and_crash_loop() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    c.api.create_pod(api_pod("web"));
+    c.wait_running("web");
+    let pod = c.wait_pod("web", "Running and ready", |p| {
+        phase(p) == "Running" && p["status"]["containerStatuses"][0]["ready"] == true
+    });
+    let id = c.cri.containers_named("app")[0].id.clone();
+    let cs = &pod["status"]["containerStatuses"][0];
+    assert_eq!(cs["containerID"], format!("fake-cri://{id}"), "{pod:#}");
+    assert_eq!(cs["restartCount"], 0, "{pod:#}");
+    assert!(cs["state"]["running"]["startedAt"].is_string(), "{pod:#}");
+    let sandbox_ip = c.cri.sandboxes()[0]
+        .network
+        .as_ref()
+        .map(|n| n.ip.clone())
+        .unwrap_or_default();
+    assert!(!sandbox_ip.is_empty());
+    assert_eq!(pod["status"]["podIP"], sandbox_ip.as_str(), "{pod:#}");
+    assert!(
+        pod["status"]["hostIP"]
+            .as_str()
+            .is_some_and(|ip| !ip.is_empty()),
+        "{pod:#}"
+    );
+    assert_eq!(condition(&pod, "Ready")["status"], "True", "{pod:#}");
+    let patches = requests_to(
+        &c.api,
+        "PATCH",
+        "/api/v1/namespaces/default/pods/web/status",
+    );
+    assert!(patches.iter().all(|r| r.user == NODE_USER), "{patches:?}");
+
+    // A crash: restarted at once, counted.
+    c.cri.exit_container(&id, 3);
+    c.wait_pod("web", "restartCount 1", |p| {
+        p["status"]["containerStatuses"][0]["restartCount"] == 1
+    });
+    let cri = &c.cri;
+    c.agent.wait("the second container runs", || {
+        running_containers(cri, "web") == 1
+    });
+    let second = c
+        .cri
+        .containers_named("app")
+        .into_iter()
+        .find(|s| s.id != id && s.finished_at == 0)
+        .map(|s| s.id)
+        .unwrap();
+    // A second crash falls in the back-off window.
+    c.cri.exit_container(&second, 3);
+    let pod = c.wait_pod("web", "waiting in CrashLoopBackOff", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    });
+    let cs = &pod["status"]["containerStatuses"][0];
+    assert!(cs["restartCount"].as_u64() >= Some(1), "{pod:#}");
+    assert_eq!(cs["lastState"]["terminated"]["exitCode"], 3, "{pod:#}");
+    assert_eq!(cs["ready"], false, "{pod:#}");
+}
+
+#[test]
+fn graceful_deletion_stops_reports_then_deletes_with_uid_precondition() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    let created = c.api.create_pod(api_pod("web"));
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+    c.wait_running("web");
+    c.wait_pod("web", "Running", |p| phase(p) == "Running");
+    let id = c.cri.containers_named("app")[0].id.clone();
+    c.api.clear_requests();
+
+    let deleting = c.api.delete_pod("default", "web", Some(30)).unwrap();
+    assert!(deleting["metadata"]["deletionTimestamp"].is_string());
+    let api = &c.api;
+    c.agent.wait("the pod object is gone", || {
+        api.pod("default", "web").is_none()
+    });
+    assert_eq!(c.cri.stop_timeouts(), vec![(id.clone(), 30)]);
+
+    let reqs = c.api.requests();
+    let pos = |f: &dyn Fn(&RecordedRequest) -> bool| reqs.iter().position(f);
+    let delete = pos(&|r| r.verb == "DELETE" && r.path == "/api/v1/namespaces/default/pods/web")
+        .unwrap_or_else(|| panic!("no DELETE: {reqs:#?}"));
+    let del = &reqs[delete];
+    assert_eq!((del.user.as_str(), del.status), (NODE_USER, 200), "{del:?}");
+    let body: Value = serde_json::from_str(&del.body).unwrap();
+    assert_eq!(body["gracePeriodSeconds"], 0, "{body}");
+    assert_eq!(body["preconditions"]["uid"], uid.as_str(), "{body}");
+    let terminated = pos(&|r| {
+        r.verb == "PATCH"
+            && r.path == "/api/v1/namespaces/default/pods/web/status"
+            && r.status == 200
+            && serde_json::from_str::<Value>(&r.body).is_ok_and(|b| {
+                b.pointer("/status/containerStatuses/0/state/terminated/exitCode")
+                    == Some(&json!(EXIT_TERMINATED))
+            })
+    })
+    .unwrap_or_else(|| panic!("no status patch with the terminated container: {reqs:#?}"));
+    assert!(
+        terminated < delete,
+        "the terminated status must be sent before the DELETE: {reqs:#?}"
+    );
+    assert_eq!(
+        reqs.iter()
+            .filter(|r| r.verb == "DELETE" && r.user == NODE_USER)
+            .count(),
+        1,
+        "{reqs:#?}"
+    );
+    let cri = &c.cri;
+    c.agent
+        .wait("the sandbox is removed", || cri.sandboxes().is_empty());
+}
+
+/// Pod lists (not watches) the agent sent.
+fn pod_lists(api: &FakeApiServer) -> usize {
+    api.requests()
+        .iter()
+        .filter(|r| r.verb == "GET" && r.path == "/api/v1/pods" && !r.query.contains("watch="))
+        .count()
+}
+
+#[test]
+fn pods_created_after_a_compaction_or_a_cut_watch_still_run() {
+    let mut c = Cluster::start(&[]);
+    c.api.create_pod(api_pod("a"));
+    c.wait_running("a");
+
+    // A pod written while the agent cannot see it, then the history is
+    // compacted: the watch from the agent's resourceVersion gets 410 Gone
+    // and the agent lists again.
+    let lists = pod_lists(&c.api);
+    c.api.set_down(true);
+    c.api.create_pod(api_pod("b"));
+    c.api.compact();
+    c.api.drop_watches();
+    c.api.set_down(false);
+    c.wait_running("b");
+    assert!(pod_lists(&c.api) > lists, "no list after the 410");
+
+    // A watch cut mid-stream: watched again from where it was.
+    c.api.drop_watches();
+    c.api.create_pod(api_pod("c"));
+    c.wait_running("c");
+}
+
+fn wait_rejected(c: &mut Cluster, name: &str, reason: &str) -> Value {
+    let pod = c.wait_pod(name, &format!("Failed {reason}"), |p| {
+        phase(p) == "Failed" && p["status"]["reason"] == reason
+    });
+    assert!(
+        pod["status"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{pod:#}"
+    );
+    let api = &c.api;
+    c.agent.wait(&format!("an event {reason} for {name}"), || {
+        api.events().iter().any(|e| {
+            e["reason"] == reason && e["involvedObject"]["name"] == name && e["type"] == "Warning"
+        })
+    });
+    assert!(
+        !c.cri
+            .calls_to("RunPodSandbox")
+            .contains(&format!("default/{name}")),
+        "a rejected pod never runs: {:?}",
+        c.cri.calls()
+    );
+    pod
+}
+
+#[test]
+fn admission_rejects_pods_that_do_not_fit() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    let mut big = api_pod("big");
+    big["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1000"}});
+    c.api.create_pod(big);
+    wait_rejected(&mut c, "big", "OutOfcpu");
+
+    let mut ssd = api_pod("ssd");
+    ssd["spec"]["nodeSelector"] = json!({"disk": "ssd"});
+    c.api.create_pod(ssd);
+    wait_rejected(&mut c, "ssd", "NodeAffinity");
+
+    let ported = |name: &str| {
+        let mut p = api_pod(name);
+        p["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 8080}]);
+        p
+    };
+    c.api.create_pod(ported("first"));
+    c.wait_running("first");
+    c.api.create_pod(ported("second"));
+    wait_rejected(&mut c, "second", "NodePorts");
+    assert_eq!(running_containers(&c.cri, "first"), 1);
+}
+
+#[test]
+fn max_pods_rejects_the_pod_beyond_it() {
+    let mut c = Cluster::start(&["--max-pods", "1"]);
+    let node = c.wait_node_ready();
+    assert_eq!(node["status"]["capacity"]["pods"], "1", "{node:#}");
+    c.api.create_pod(api_pod("one"));
+    c.wait_running("one");
+    c.api.create_pod(api_pod("two"));
+    wait_rejected(&mut c, "two", "OutOfpods");
+    assert_eq!(running_containers(&c.cri, "one"), 1);
+}
+
+#[test]
+fn static_pod_gets_a_mirror_pod_that_is_kept_and_removed_with_it() {
+    let mut c = Cluster::start(&[]);
+    let node = c.wait_node_ready();
+    write_manifest(&c.agent.manifests(), "web.yaml", &static_pod("web"));
+    c.wait_running("web-edge-1");
+    let hash = c.cri.sandboxes()[0]
+        .labels
+        .get("io.kubernetes.pod.uid")
+        .cloned()
+        .unwrap();
+    let mirror = c.wait_pod("web-edge-1", "the mirror pod is Running", |p| {
+        phase(p) == "Running"
+    });
+    assert_eq!(
+        mirror["metadata"]["annotations"][MIRROR_ANNOTATION],
+        hash.as_str(),
+        "{mirror:#}"
+    );
+    assert_eq!(mirror["spec"]["nodeName"], NODE);
+    let owner = &mirror["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (
+            &owner["kind"],
+            &owner["name"],
+            &owner["uid"],
+            &owner["controller"]
+        ),
+        (
+            &json!("Node"),
+            &json!(NODE),
+            &node["metadata"]["uid"],
+            &json!(true)
+        ),
+        "{mirror:#}"
+    );
+    let created = requests_to(&c.api, "POST", "/api/v1/namespaces/default/pods");
+    assert!(
+        created
+            .iter()
+            .all(|r| r.user == NODE_USER && r.status == 201),
+        "{created:?}"
+    );
+
+    // Deleted by the admin: created again.
+    let old = mirror["metadata"]["uid"].clone();
+    c.api.delete_pod("default", "web-edge-1", Some(0));
+    c.wait_pod("web-edge-1", "a new mirror pod", |p| {
+        p["metadata"]["uid"] != old
+    });
+    // The mirror pod itself never runs; the static pod was not restarted.
+    assert_eq!(
+        c.cri.calls_to("RunPodSandbox"),
+        vec!["default/web-edge-1".to_string()]
+    );
+    assert_eq!(running_containers(&c.cri, "web-edge-1"), 1);
+
+    fs::remove_file(c.agent.manifests().join("web.yaml")).unwrap();
+    let api = &c.api;
+    c.agent.wait("the mirror pod is deleted", || {
+        api.pod("default", "web-edge-1").is_none()
+    });
+    let cri = &c.cri;
+    c.agent
+        .wait("the static pod is torn down", || cri.sandboxes().is_empty());
+}
+
+#[test]
+fn kubelet_events_are_posted_for_the_node_and_pods() {
+    let mut c = Cluster::start(&[]);
+    c.api.create_pod(api_pod("web"));
+    c.wait_running("web");
+    let from_kubelet =
+        |e: &Value| e["source"]["component"] == "kubelet" && e["source"]["host"] == NODE;
+    let api = &c.api;
+    c.agent
+        .wait("Created, Started and the node's Starting", || {
+            let events = api.events();
+            let about = |kind: &str, name: &str, reason: &str| {
+                events.iter().any(|e| {
+                    from_kubelet(e)
+                        && e["involvedObject"]["kind"] == kind
+                        && e["involvedObject"]["name"] == name
+                        && e["reason"] == reason
+                })
+            };
+            about("Pod", "web", "Created")
+                && about("Pod", "web", "Started")
+                && about("Node", NODE, "Starting")
+        });
+    let started = c
+        .api
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "Started" && e["involvedObject"]["name"] == "web")
+        .unwrap();
+    assert_eq!(
+        started["involvedObject"]["fieldPath"], "spec.containers{app}",
+        "{started:#}"
+    );
+    assert_eq!(started["metadata"]["namespace"], "default");
+
+    // The same event again is counted on the same object, not posted anew.
+    let id = c.cri.containers_named("app")[0].id.clone();
+    c.cri.exit_container(&id, 1);
+    let api = &c.api;
+    c.agent.wait("Started counted twice", || {
+        api.events().iter().any(|e| {
+            e["reason"] == "Started" && e["involvedObject"]["name"] == "web" && e["count"] == 2
+        })
+    });
+    let started: Vec<Value> = c
+        .api
+        .events()
+        .into_iter()
+        .filter(|e| e["reason"] == "Started" && e["involvedObject"]["name"] == "web")
+        .collect();
+    assert_eq!(started.len(), 1, "{started:#?}");
+}
+
+#[test]
+fn apiserver_down_at_start_is_retried_and_static_pods_run_meanwhile() {
+    let api = FakeApiServer::start();
+    api.set_down(true);
+    let mut c = Cluster::start_with(api, KubeconfigAuth::token(), &[]);
+    write_manifest(&c.agent.manifests(), "web.yaml", &static_pod("web"));
+    c.wait_running("web-edge-1");
+    c.log_has(
+        "a registration retry is logged",
+        &["unable to register node"],
+    );
+    assert!(c.api.node(NODE).is_none());
+    c.api.create_pod(api_pod("api"));
+
+    c.api.set_down(false);
+    c.wait_node_ready();
+    c.wait_running("api");
+    c.wait_pod("web-edge-1", "the mirror pod", |_| true);
+}
+
+fn registers_with(api: FakeApiServer, auth: KubeconfigAuth) {
+    let mut c = Cluster::start_with(api, auth, &[]);
+    c.wait_node_ready();
+    let reqs = requests_to(&c.api, "POST", "/api/v1/nodes");
+    assert_eq!(reqs[0].user, NODE_USER, "{reqs:?}");
+}
+
+#[test]
+fn kubeconfig_with_a_token_file() {
+    registers_with(FakeApiServer::start(), KubeconfigAuth::token_file());
+}
+
+#[test]
+fn kubeconfig_with_client_certificate_files_over_tls() {
+    registers_with(
+        FakeApiServer::start_tls(),
+        KubeconfigAuth::client_cert_files(),
+    );
+}
+
+#[test]
+fn kubeconfig_with_client_certificate_data_over_tls() {
+    registers_with(
+        FakeApiServer::start_tls(),
+        KubeconfigAuth::client_cert_data(),
+    );
+}
+
+#[test]
+fn kubeconfig_naming_a_missing_key_file_is_fatal_and_named() {
+    let api = FakeApiServer::start_tls();
+    let cri = FakeCri::start();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig =
+        api.write_kubeconfig(dir.path(), NODE_USER, KubeconfigAuth::client_cert_files());
+    fs::remove_file(dir.path().join("client.key")).unwrap();
+    let kc = kubeconfig.display().to_string();
+    let mut agent = Agent::start(&cri.endpoint(), &["--kubeconfig", &kc]);
+    let status = agent.wait_exit();
+    let log = agent.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains(&kc), "the error names the kubeconfig:\n{log}");
+    assert!(
+        log.contains("client-key"),
+        "the error names the field:\n{log}"
+    );
+    assert_eq!(api.requests().len(), 0);
+}
+
+#[test]
+fn a_refused_status_patch_is_logged_readably_and_retried() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    c.api.fail_next(
+        "PATCH",
+        "/pods/web/status",
+        403,
+        "Forbidden",
+        "pods \"web\" is forbidden: refused for the test",
+        1,
+    );
+    c.api.create_pod(api_pod("web"));
+    c.log_has(
+        "the refusal is logged",
+        &["403", "pods \"web\" is forbidden: refused for the test"],
+    );
+    c.wait_pod("web", "Running after the retry", |p| phase(p) == "Running");
+}
+
+// FIXME: secret (and projected) volumes are not mounted yet, so a pod with
+// the service account token volume the apiserver adds by default never
+// starts its containers. This pins today's behaviour: the reason is reported
+// in the pod's status and as an event, and nothing else breaks.
+#[test]
+fn a_pod_with_the_default_service_account_token_volume_reports_why_it_cannot_start() {
+    let mut c = Cluster::start(&[]);
+    let mut pod = api_pod("sa");
+    pod["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("automountServiceAccountToken");
+    let created = c.api.create_pod(pod);
+    let volume = created["spec"]["volumes"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(created["spec"]["volumes"][0]["secret"].is_object());
+    let pod = c.wait_pod("sa", "CreateContainerConfigError", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+            == "CreateContainerConfigError"
+    });
+    let message = pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or("");
+    assert!(message.contains(&volume), "{pod:#}");
+    assert_eq!(phase(&pod), "Pending", "{pod:#}");
+    assert_eq!(c.cri.count("CreateContainer"), 0);
+    let api = &c.api;
+    c.agent.wait("a Failed event", || {
+        api.events()
+            .iter()
+            .any(|e| e["reason"] == "Failed" && e["involvedObject"]["name"] == "sa")
+    });
+}
