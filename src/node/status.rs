@@ -450,14 +450,6 @@ impl NodeStatus {
             .sent_at
             .is_none_or(|t| t.elapsed() >= self.config.report_frequency);
         if !changed && !due {
-            // Nothing to send. Look at the Node anyway, as upstream does every
-            // period (from the server's cache): a Node deleted meanwhile is
-            // noticed now, not at the next report, and its labels stay current.
-            let node = self.client.get(&format!(
-                "{}?resourceVersion=0",
-                node_path(&self.config.name)
-            ))?;
-            self.remember(&node);
             return Ok(());
         }
         let patch = status_patch(self.sent.as_ref(), &status);
