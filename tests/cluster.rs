@@ -153,7 +153,9 @@ fn parse_time(v: &Value) -> Timestamp {
 
 #[test]
 fn node_registers_with_labels_and_status_and_registers_again_only_when_gone() {
-    let mut c = Cluster::start(&[]);
+    // A Node deleted meanwhile is noticed by the next status report: the node
+    // does not read its Node between reports (no polling).
+    let mut c = Cluster::start(&["--node-status-report-frequency", "3s"]);
     let node = c.wait_node_ready();
     let labels = &node["metadata"]["labels"];
     let arch = match std::env::consts::ARCH {
@@ -226,13 +228,20 @@ fn node_registers_with_labels_and_status_and_registers_again_only_when_gone() {
     );
     assert_eq!(c.api.node(NODE).unwrap()["metadata"]["uid"], uid.as_str());
 
-    // Deleted by the admin: registered again, as a new object.
+    // Deleted by the admin: registered again, as a new object, at the next
+    // report; and nothing read the Node in between.
+    let gets_before = c.api.count("GET", "/api/v1/nodes/");
     assert!(c.api.delete_node(NODE));
     let api = &c.api;
     c.agent.wait("the Node is registered again", || {
         api.node(NODE)
             .is_some_and(|n| n["metadata"]["uid"] != uid.as_str())
     });
+    assert_eq!(
+        c.api.count("GET", "/api/v1/nodes/"),
+        gets_before,
+        "the Node was read between reports"
+    );
 }
 
 #[test]
