@@ -133,6 +133,9 @@ impl std::fmt::Display for SyncError {
     }
 }
 
+/// Why containers are waiting, by container name: `(reason, message)`.
+pub type WaitingReasons = BTreeMap<String, (String, String)>;
+
 pub struct RuntimeManager {
     runtime: Arc<dyn RuntimeService>,
     images: Arc<dyn ImageService>,
@@ -142,7 +145,7 @@ pub struct RuntimeManager {
     recorder: EventRecorder,
     /// Why each pod's containers could not start in the last sync, by pod
     /// UID and container name (upstream `ReasonCache`), for pod status.
-    reasons: Mutex<HashMap<String, BTreeMap<String, (String, String)>>>,
+    reasons: Mutex<HashMap<String, WaitingReasons>>,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -176,7 +179,7 @@ impl RuntimeManager {
 
     /// Why containers of pod `uid` are waiting, by container name:
     /// `(reason, message)` from the last sync.
-    pub fn waiting_reasons(&self, uid: &str) -> BTreeMap<String, (String, String)> {
+    pub fn waiting_reasons(&self, uid: &str) -> WaitingReasons {
         self.reasons.lock().get(uid).cloned().unwrap_or_default()
     }
 

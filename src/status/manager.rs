@@ -331,8 +331,8 @@ enum Job {
         target_uid: String,
         namespace: String,
         name: String,
-        old: Option<PodStatus>,
-        status: PodStatus,
+        old: Option<Box<PodStatus>>,
+        status: Box<PodStatus>,
         version: u64,
     },
     CreateMirror {
@@ -429,7 +429,7 @@ impl Worker {
                                 namespace,
                                 name,
                                 old: None,
-                                status,
+                                status: Box::new(status),
                                 version: e.version,
                             });
                         }
@@ -469,8 +469,8 @@ impl Worker {
                         target_uid: uid.clone(),
                         namespace: namespace.clone(),
                         name: name.clone(),
-                        old: pod.status.clone(),
-                        status,
+                        old: pod.status.clone().map(Box::new),
+                        status: Box::new(status),
                         version: e.version,
                     });
                 }
@@ -490,7 +490,9 @@ impl Worker {
         (jobs, next)
     }
 
-    fn failed(&self, uid: &str, what: &str, e: &ApiError) {
+    /// Schedules a retry of `uid`'s work; false when the apiserver could not
+    /// be reached at all.
+    fn failed(&self, uid: &str, what: &str, e: &ApiError) -> bool {
         let mut t = self.shared.table.lock();
         if let Some(entry) = t.pods.get_mut(uid) {
             entry.failures += 1;
@@ -504,6 +506,7 @@ impl Worker {
         } else {
             warn!("{what}: {e}");
         }
+        !e.is_transport()
     }
 
     fn succeeded(&self, uid: &str, f: impl FnOnce(&mut Entry)) {
@@ -515,10 +518,12 @@ impl Worker {
         }
     }
 
-    fn run_job(&self, job: Job) {
+    /// Runs one job; false when the apiserver could not be reached.
+    fn run_job(&self, job: Job) -> bool {
         match job {
             Job::Forget(uid) => {
                 self.shared.table.lock().pods.remove(&uid);
+                true
             }
             Job::Patch {
                 uid,
@@ -530,16 +535,18 @@ impl Worker {
                 version,
             } => {
                 let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/status");
-                let patch = status_patch(&target_uid, old.as_ref(), &status);
+                let patch = status_patch(&target_uid, old.as_deref(), &status);
                 match self.client.patch(&path, PatchKind::Strategic, &patch) {
                     Ok(_) => {
                         debug!("pod {namespace}/{name}: status sent (version {version})");
                         self.succeeded(&uid, |e| e.sent = e.sent.max(version));
+                        true
                     }
                     Err(e) if e.is_not_found() || e.code() == Some(422) || e.is_conflict() => {
                         // The object is gone or is another pod by now.
                         debug!("pod {namespace}/{name}: status not sent: {e}");
                         self.succeeded(&uid, |e| e.sent = e.sent.max(version));
+                        true
                     }
                     Err(e) => self.failed(&uid, &format!("pod {namespace}/{name}: status"), &e),
                 }
@@ -553,16 +560,20 @@ impl Worker {
                         e.mirror_asked = None;
                         e.retry_at = Some(Instant::now() + Duration::from_secs(1));
                     }
-                    return;
+                    return true;
                 };
                 let ns = pod.metadata.namespace.clone().unwrap_or_default();
                 match self
                     .client
                     .create(&format!("/api/v1/namespaces/{ns}/pods"), &body)
                 {
-                    Ok(_) => info!("mirror pod {full_name} created"),
+                    Ok(_) => {
+                        info!("mirror pod {full_name} created");
+                        true
+                    }
                     Err(e) if e.is_already_exists() => {
-                        debug!("mirror pod {full_name}: exists already")
+                        debug!("mirror pod {full_name}: exists already");
+                        true
                     }
                     Err(e) => self.failed(&uid, &format!("mirror pod {full_name}: create"), &e),
                 }
@@ -591,10 +602,9 @@ impl Worker {
                         if uid.is_empty() {
                             warn!("pod {namespace}/{name}: delete: {e}");
                             // An orphan: housekeeping reports it again.
-                        } else {
-                            self.failed(&uid, &format!("pod {namespace}/{name}: delete"), &e);
+                            return !e.is_transport();
                         }
-                        return;
+                        return self.failed(&uid, &format!("pod {namespace}/{name}: delete"), &e);
                     }
                 }
                 if last && !uid.is_empty() {
@@ -609,6 +619,7 @@ impl Worker {
                         t.deleted.push_back(uid);
                     }
                 }
+                true
             }
         }
     }
