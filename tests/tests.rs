@@ -7,6 +7,7 @@ mod support;
 mod agent;
 mod config_sources;
 mod e2e;
+mod e2e_cluster;
 mod fake_apiserver;
 mod fake_cri;
 mod http_source;
