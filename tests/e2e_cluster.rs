@@ -395,6 +395,7 @@ fn static_pods_get_mirror_pods_and_a_restart_loses_and_doubles_nothing() {
         },
     );
     assert!(restarted.elapsed() >= Duration::from_secs(8));
+
     // The restarted tinylet did talk to the apiserver (so the checks above
     // saw it at work): it watched pods for its node.
     assert!(
@@ -413,6 +414,17 @@ fn static_pods_get_mirror_pods_and_a_restart_loses_and_doubles_nothing() {
     assert!(
         writes.is_empty(),
         "the restarted tinylet created or deleted pods: {writes:?}"
+    );
+    // The API pod's status in the API is what the restarted tinylet
+    // generates: nothing to patch.
+    let api_patches: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "PATCH" && r.path == "/api/v1/namespaces/default/pods/api/status")
+        .collect();
+    assert!(
+        api_patches.is_empty(),
+        "the restarted tinylet patched the unchanged status of pod api: {api_patches:?}"
     );
 
     // Removing the manifest: the static pod stops, its mirror pod goes.
