@@ -5,7 +5,7 @@
 //! blocks on I/O; it owns the pod manager (the desired pods by UID) and the
 //! pod workers, and only dispatches. A slow turn is logged with its event.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -78,6 +78,10 @@ pub struct Kubelet {
     /// When each finished worker's pod was removed, so housekeeping does not
     /// mistake a relist taken before that for a pod still running.
     finished: HashMap<String, Instant>,
+    /// Pods still in the pod manager whose worker has finished: gracefully
+    /// deleted pods waiting for their API object to go. Nothing starts or
+    /// kills them again; their REMOVE forgets them.
+    terminated: HashSet<String>,
     inputs: Inputs,
     sync_tick: Receiver<Instant>,
     housekeeping: Receiver<Instant>,
@@ -105,6 +109,7 @@ impl Kubelet {
             queue,
             sources_ready,
             finished: HashMap::new(),
+            terminated: HashSet::new(),
             inputs,
             sync_tick: tick(SYNC_TICK),
             housekeeping: tick(HOUSEKEEPING_PERIOD),
@@ -241,6 +246,9 @@ impl Kubelet {
             }
             Event::WorkerDone(uid) => {
                 self.workers.forget(&uid);
+                if self.pods.contains_key(&uid) {
+                    self.terminated.insert(uid.clone());
+                }
                 self.finished.insert(uid, Instant::now());
             }
             Event::Housekeeping => self.housekeeping(),
@@ -326,6 +334,9 @@ impl Kubelet {
                         continue;
                     }
                     let p = self.pods.remove(pod_uid(&p)).unwrap_or_else(|| Arc::new(p));
+                    if self.terminated.remove(pod_uid(&p)) {
+                        continue;
+                    }
                     self.dispatch(p, UpdateType::Kill, None);
                 }
             }
@@ -344,6 +355,9 @@ impl Kubelet {
                     .collect();
                 for p in gone {
                     self.pods.remove(pod_uid(&p));
+                    if self.terminated.remove(pod_uid(&p)) {
+                        continue;
+                    }
                     self.dispatch(p, UpdateType::Kill, None);
                 }
                 for (uid, p) in keep {
@@ -361,6 +375,13 @@ impl Kubelet {
     }
 
     fn dispatch(&mut self, pod: Arc<Pod>, update_type: UpdateType, grace_period: Option<i64>) {
+        if self.terminated.contains(pod_uid(&pod)) {
+            debug!(
+                "pod {}: terminated already, {update_type:?} ignored",
+                pod_full_name(&pod)
+            );
+            return;
+        }
         if update_type == UpdateType::Kill {
             self.reporter.pod_killed(&pod);
         }
@@ -525,6 +546,65 @@ mod tests {
         assert_eq!(r.fake.count("RunPodSandbox"), 1);
         assert!(r.kubelet.workers.is_empty());
         assert!(r.kubelet.pods.is_empty());
+    }
+
+    #[test]
+    fn a_deleted_pod_whose_worker_finished_is_not_started_or_killed_again() {
+        let mut r = rig();
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
+        wait_for("container started", || r.fake.count("StartContainer") == 1);
+        let mut deleting = pod("u1", "web");
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        deleting.metadata.deletion_grace_period_seconds = Some(30);
+        r.kubelet
+            .handle_event(update(PodOperation::Delete, vec![deleting.clone()]));
+        let uid = r
+            .done
+            .recv_timeout(Duration::from_secs(5))
+            .expect("worker finished");
+        r.kubelet.handle_event(Event::WorkerDone(uid));
+        assert!(r.fake.sandboxes().is_empty());
+        let stops = r.fake.count("StopPodSandbox");
+
+        // Until the API object is gone, neither a PLEG event from the relist
+        // after the removal, nor a resync, nor the final DELETE's grace-0
+        // update runs the pod again or starts a second termination.
+        std::thread::sleep(Duration::from_millis(20));
+        let status = r.rm.get_pod_status("u1", "web", "default").unwrap();
+        r.cache.set("u1", status, None, Instant::now());
+        r.kubelet.handle_event(Event::Pleg(PodLifecycleEvent {
+            uid: "u1".into(),
+            kind: PodLifecycleEventType::ContainerRemoved,
+            data: "x".into(),
+        }));
+        r.kubelet.queue.enqueue("u1", Duration::ZERO);
+        r.kubelet.handle_event(Event::SyncTick);
+        // Time for a wrongly started worker to run its sync.
+        std::thread::sleep(Duration::from_millis(300));
+        deleting.metadata.deletion_grace_period_seconds = Some(0);
+        r.kubelet
+            .handle_event(update(PodOperation::Delete, vec![deleting.clone()]));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(r.kubelet.workers.is_empty(), "a worker was started again");
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+        assert_eq!(r.fake.count("StopPodSandbox"), stops);
+
+        r.kubelet
+            .handle_event(update(PodOperation::Remove, vec![deleting]));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(r.kubelet.workers.is_empty());
+        assert!(r.kubelet.pods.is_empty());
+        assert_eq!(r.fake.count("StopPodSandbox"), stops);
+
+        // The same UID added again afterwards is a new pod (a static pod
+        // whose manifest came back).
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
+        wait_for("sandbox run again", || r.fake.count("RunPodSandbox") == 2);
     }
 
     #[test]

@@ -17,16 +17,16 @@ use crate::support::containerd::{
     POD_UID_LABEL,
 };
 
-const NODE: &str = "edge-1";
+pub(crate) const NODE: &str = "edge-1";
 /// How long a pod may take to start, stop or be removed: generous, so a
 /// loaded CI machine does not make the tests flaky.
-const SETTLE: Duration = Duration::from_secs(30);
+pub(crate) const SETTLE: Duration = Duration::from_secs(30);
 
 /// A container command that runs until SIGTERM and then exits at once.
-const LONG_RUNNING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
+pub(crate) const LONG_RUNNING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
 
 /// A YAML static pod with one container `app` running `sh -c SCRIPT`.
-fn yaml_pod(name: &str, script: &str, extra_spec: &str) -> String {
+pub(crate) fn yaml_pod(name: &str, script: &str, extra_spec: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod

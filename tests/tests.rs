@@ -8,6 +8,7 @@ mod agent;
 mod cluster;
 mod config_sources;
 mod e2e;
+mod e2e_cluster;
 mod fake_apiserver;
 mod fake_cri;
 mod http_source;

@@ -25,7 +25,7 @@ use log::{debug, info, warn};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::generate::status_patch;
+use super::generate::{status_equal, status_patch};
 use crate::config::{
     pod_full_name, CONFIG_HASH_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY,
     CONFIG_SOURCE_ANNOTATION_KEY,
@@ -534,6 +534,13 @@ impl Worker {
                 status,
                 version,
             } => {
+                if old.as_ref().is_some_and(|o| status_equal(o, &status)) {
+                    // The server has this status already (after a restart,
+                    // say): an empty patch would only cost a request.
+                    debug!("pod {namespace}/{name}: status unchanged (version {version})");
+                    self.succeeded(&uid, |e| e.sent = e.sent.max(version));
+                    return;
+                }
                 let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/status");
                 let patch = status_patch(&target_uid, old.as_deref(), &status);
                 match self.client.patch(&path, PatchKind::Strategic, &patch) {
