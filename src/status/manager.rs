@@ -539,7 +539,7 @@ impl Worker {
                     // say): an empty patch would only cost a request.
                     debug!("pod {namespace}/{name}: status unchanged (version {version})");
                     self.succeeded(&uid, |e| e.sent = e.sent.max(version));
-                    return;
+                    return true;
                 }
                 let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/status");
                 let patch = status_patch(&target_uid, old.as_deref(), &status);
