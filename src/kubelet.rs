@@ -256,6 +256,10 @@ impl Kubelet {
     }
 
     fn handle_config(&mut self, mut u: PodUpdate) {
+        if u.source == API_SOURCE && u.op != PodOperation::Restore {
+            // Only a SET from the API source gets here: its first list is in.
+            self.reporter.api_seen();
+        }
         self.take_mirror_pods(&mut u);
         if u.pods.is_empty() && u.op != PodOperation::Set {
             return;

@@ -759,3 +759,49 @@ fn a_pod_with_the_default_service_account_token_volume_reports_why_it_cannot_sta
             .any(|e| e["reason"] == "Failed" && e["involvedObject"]["name"] == "sa")
     });
 }
+
+#[test]
+fn checkpointed_api_pods_start_after_a_reboot_while_the_apiserver_is_down() {
+    let checkpoints = tempfile::tempdir().expect("checkpoint dir");
+    let dir = checkpoints.path().display().to_string();
+    let flags = ["--bootstrap-checkpoint-path", dir.as_str()];
+    let mut c = Cluster::start(&flags);
+    c.wait_node_ready();
+    let created = c.api.create_pod(api_pod("keep"));
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+    c.wait_running("keep");
+    let checkpoint = checkpoints.path().join(format!("Pod_{uid}.yaml"));
+    c.agent
+        .wait("the pod is checkpointed", || checkpoint.exists());
+
+    // A reboot during an outage: tinylet killed, every container gone (a
+    // new runtime), the apiserver unreachable.
+    let Cluster { api, mut agent, .. } = c;
+    agent.kill();
+    drop(agent);
+    api.set_down(true);
+    let mut c = Cluster::start_with(api, KubeconfigAuth::token(), &flags);
+    c.wait_running("keep");
+    assert_eq!(c.cri.count("RunPodSandbox"), 1);
+    let sandbox_uid = c.cri.sandboxes()[0]
+        .labels
+        .get("io.kubernetes.pod.uid")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(sandbox_uid, uid, "the checkpointed pod keeps its UID");
+
+    // The apiserver comes back: the same pod, not a second one; its status
+    // converges, and its deletion removes the checkpoint.
+    c.api.set_down(false);
+    c.wait_node_ready();
+    c.wait_pod("keep", "Running again in the API", |p| {
+        phase(p) == "Running"
+    });
+    assert_eq!(c.cri.count("RunPodSandbox"), 1, "{:?}", c.cri.calls());
+    c.api.delete_pod("default", "keep", Some(0));
+    let cri = &c.cri;
+    c.agent
+        .wait("the pod is stopped and its checkpoint removed", || {
+            cri.sandboxes().is_empty() && !checkpoint.exists()
+        });
+}

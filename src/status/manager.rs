@@ -91,6 +91,9 @@ struct Table {
     mirrors: HashMap<String, MirrorPod>,
     /// Mirror pods whose static pod is gone: (full name, UID).
     orphans: Vec<(String, String)>,
+    /// The API source's first list has been merged: until then a missing
+    /// mirror pod may only be unknown yet, and is not created.
+    api_seen: bool,
     /// UIDs of API objects this manager deleted (newest last, at most
     /// [`MAX_DELETED`]): a late report about one of them (a second
     /// termination after the watch's DELETED) sends nothing.
@@ -258,6 +261,17 @@ impl StatusReporter {
         }
     }
 
+    /// The API source's first list has been merged, so the mirror pods it
+    /// holds are known.
+    pub fn api_seen(&self) {
+        let mut t = self.shared.table.lock();
+        if !t.api_seen {
+            t.api_seen = true;
+            drop(t);
+            self.shared.wake();
+        }
+    }
+
     /// Deletes a mirror pod whose static pod is gone (housekeeping).
     pub fn delete_orphan_mirror(&self, full_name: &str, uid: &str) {
         let mut t = self.shared.table.lock();
@@ -389,6 +403,7 @@ impl Worker {
             });
         }
         let mirrors = t.mirrors.clone();
+        let api_seen = t.api_seen;
         for (uid, e) in t.pods.iter_mut() {
             if let Some(at) = e.retry_at {
                 if at > now {
@@ -446,6 +461,7 @@ impl Worker {
                         });
                         e.mirror_asked = None;
                     }
+                    None if !api_seen => {}
                     None => {
                         if let Some(asked) = e.mirror_asked {
                             if now < asked + MIRROR_WAIT {
