@@ -211,13 +211,8 @@ impl RuntimeManager {
         reason: &str,
         message: String,
     ) {
-        let init = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.init_containers.as_ref())
-            .is_some_and(|v| v.iter().any(|i| i.name == c.name));
         self.recorder.event(
-            &ObjectRef::container(pod, &c.name, init),
+            &ObjectRef::container(pod, &c.name, is_init_container(pod, &c.name)),
             kind,
             reason,
             message,
@@ -671,13 +666,8 @@ impl RuntimeManager {
             })
             .collect();
         for c in &running {
-            let init = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.init_containers.as_ref())
-                .is_some_and(|v| v.iter().any(|i| i.name == c.name));
             self.recorder.event(
-                &ObjectRef::container(pod, &c.name, init),
+                &ObjectRef::container(pod, &c.name, is_init_container(pod, &c.name)),
                 EventType::Normal,
                 "Killing",
                 format!("Stopping container {}", c.name),
@@ -769,6 +759,13 @@ impl RuntimeManager {
     pub fn runtime(&self) -> &Arc<dyn RuntimeService> {
         &self.runtime
     }
+}
+
+fn is_init_container(pod: &Pod, name: &str) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|v| v.iter().any(|i| i.name == name))
 }
 
 /// A duration the way Go prints it in upstream messages: `10s`, `2m40s`, `5m0s`.
