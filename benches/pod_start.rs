@@ -23,6 +23,12 @@
 //! 3. the footprint of a fresh tinylet: binary size, RSS, threads and CPU
 //!    idle and with pods.
 //!
+//! 4. the cluster part (`pod_start/cluster.rs`): tinylet joined to the
+//!    integration tests' fake apiserver, running API pods: its footprint
+//!    connected, idle and with up to 110 pods, the requests it sends idle,
+//!    and the time from a pod's creation to its containers running and to
+//!    its Running status patch.
+//!
 //! Floor and tinylet runs take turns, so that drift in the machine's load
 //! hits both alike. The report adds where tinylet's time went, from its own
 //! log (`--v 2` logs each sandbox's RunPodSandbox time) and from the CPU time
@@ -43,9 +49,12 @@
 //!   --quick               fewer runs and shorter windows (a smoke run)
 //!   --cases 1x30,20x5     other CNI cases: pods x runs (default 1x9,20x3,50x3)
 //!   --no-footprint        skip the footprint part
+//!   --no-cluster          skip the cluster part (4. below)
+//!   --cluster-only        run only the cluster part
 //!   --keep                leave the work dir and containerd dir in place
 
 use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -57,6 +66,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use protobuf::{EnumOrUnknown, MessageField};
+
+#[path = "pod_start/cluster.rs"]
+mod cluster;
+#[path = "../tests/support/fake_apiserver.rs"]
+mod fake_apiserver;
 
 use tinylet::cri::{api, ImageService, RemoteRuntime, RuntimeService};
 use tinylet::runtime::config::{container_config, pod_dir, pod_log_dir, sandbox_config};
@@ -109,11 +123,14 @@ struct Options {
     /// Replaces the CNI cases: (pods, runs).
     cases: Option<Vec<(usize, usize)>>,
     footprint: bool,
+    cluster: bool,
+    cluster_only: bool,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
     let mut o = Options {
         footprint: true,
+        cluster: true,
         max_pods: 110,
         ..Options::default()
     };
@@ -140,6 +157,8 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--quick" => o.quick = true,
             "--keep" => o.keep = true,
             "--no-footprint" => o.footprint = false,
+            "--no-cluster" => o.cluster = false,
+            "--cluster-only" => o.cluster_only = true,
             "--cases" => {
                 let v = value()?;
                 o.cases = Some(parse_cases(&v)?);
@@ -149,6 +168,9 @@ fn parse_options(args: &[String]) -> Result<Options> {
     }
     if o.endpoint.is_some() && o.containerd_dir.is_some() {
         bail!("--endpoint and --containerd-dir exclude each other");
+    }
+    if o.cluster_only && !o.cluster {
+        bail!("--cluster-only and --no-cluster exclude each other");
     }
     Ok(o)
 }
@@ -902,6 +924,19 @@ struct Tinylet {
 
 impl Tinylet {
     fn start(bin: &Path, endpoint: &str, dir: &Path) -> Result<Tinylet> {
+        Tinylet::start_with(bin, endpoint, dir, NODE, true, &[])
+    }
+
+    /// A tinylet named `node`, with a manifest directory if `static_pods`,
+    /// and `extra` flags.
+    fn start_with(
+        bin: &Path,
+        endpoint: &str,
+        dir: &Path,
+        node: &str,
+        static_pods: bool,
+        extra: &[&OsStr],
+    ) -> Result<Tinylet> {
         let manifests = dir.join("manifests");
         for d in [&manifests, &dir.join("root"), &dir.join("logs")] {
             fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
@@ -911,18 +946,20 @@ impl Tinylet {
         let err = out
             .try_clone()
             .with_context(|| format!("opening {} twice", log.display()))?;
-        let child = Command::new(bin)
-            .arg("--container-runtime-endpoint")
-            .arg(endpoint)
-            .arg("--pod-manifest-path")
-            .arg(&manifests)
+        let mut cmd = Command::new(bin);
+        cmd.arg("--container-runtime-endpoint").arg(endpoint);
+        if static_pods {
+            cmd.arg("--pod-manifest-path").arg(&manifests);
+        }
+        let child = cmd
             .arg("--hostname-override")
-            .arg(NODE)
+            .arg(node)
             .arg("--root-dir")
             .arg(dir.join("root"))
             .arg("--pod-logs-dir")
             .arg(dir.join("logs"))
             .args(["--v", "2"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -1557,6 +1594,31 @@ fn run(o: &Options) -> Result<()> {
         image.id.clone()
     };
 
+    let cluster_plan = cluster::ClusterPlan::new(o.quick, o.max_pods);
+    if o.cluster_only {
+        let r = cluster::run(&rt, &bin, &endpoint, &work.join("cluster"), &cluster_plan);
+        if let Ok(r) = &r {
+            println!();
+            println!(
+                "tinylet cluster benchmark: {} {}, {} CPUs, load average {load_before} before the run",
+                version.runtime_name,
+                version.runtime_version,
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(0),
+            );
+            println!(
+                "binary {} ({:.2} MiB)",
+                bin.display(),
+                bin_size as f64 / 1048576.0
+            );
+            cluster::print_report(r);
+        }
+        drop(containerd);
+        remove_work(o, &work);
+        return r.map(|_| ()).context("the cluster part");
+    }
+
     let mut cases: Vec<CaseResult> = plan
         .cases
         .iter()
@@ -1668,6 +1730,20 @@ fn run(o: &Options) -> Result<()> {
         (Vec::new(), None)
     };
 
+    // 4. The cluster part; its failure is reported after the rest.
+    let cluster = if o.cluster {
+        eprintln!("pod_start: cluster part");
+        Some(cluster::run(
+            &rt,
+            &bin,
+            &endpoint,
+            &work.join("cluster"),
+            &cluster_plan,
+        ))
+    } else {
+        None
+    };
+
     let env = Env {
         runtime: format!("{} {}", version.runtime_name, version.runtime_version),
         cpus: std::thread::available_parallelism()
@@ -1686,14 +1762,25 @@ fn run(o: &Options) -> Result<()> {
     };
     let log = read_log(&tinylet_log);
     print_report(&env, &cases, &points, removed_all, &log);
+    if let Some(Ok(r)) = &cluster {
+        cluster::print_report(r);
+    }
 
     drop(containerd);
+    remove_work(o, &work);
+    match cluster {
+        Some(Err(e)) => Err(e.context("the cluster part")),
+        _ => Ok(()),
+    }
+}
+
+/// Removes the work dir unless it is to be kept or was given.
+fn remove_work(o: &Options, work: &Path) {
     if !o.keep && o.work_dir.is_none() {
-        if let Err(e) = fs::remove_dir_all(&work) {
+        if let Err(e) = fs::remove_dir_all(work) {
             eprintln!("pod_start: cannot remove {}: {e}", work.display());
         }
     }
-    Ok(())
 }
 
 // ---- the report ------------------------------------------------------------------------

@@ -2,12 +2,17 @@
 # Builds tinylet for release and runs the pod start benchmark
 # (benches/pod_start.rs) against a private containerd, printing a table of
 # pod start and removal times beside containerd's own floor and the upstream
-# kubelet's numbers, tinylet's footprint, and the targets. Needs root.
+# kubelet's numbers, tinylet's footprint, and the targets; then the cluster
+# part: tinylet joined to the tests' fake apiserver, its footprint idle and
+# with 110 API pods, the API requests it sends idle, and API pod start and
+# status times. Needs root.
 #
-#   bash packaging/bench.sh                  # the full run, about 6-8 minutes
-#   bash packaging/bench.sh --quick          # a smoke run, about 2 minutes
+#   bash packaging/bench.sh                  # the full run, about 9-11 minutes
+#   bash packaging/bench.sh --quick          # a smoke run, about 3 minutes
 #   bash packaging/bench.sh --host-network   # also the host-network cases
-#   bash packaging/bench.sh --max-pods 0     # skip the RSS point at 110 pods
+#   bash packaging/bench.sh --max-pods 0     # skip the RSS points at 110 pods
+#   bash packaging/bench.sh --no-cluster     # skip the cluster part
+#   bash packaging/bench.sh --cluster-only   # only the cluster part
 #
 # Other options are passed to the benchmark (see its header). The machine
 # should be otherwise idle: pod starts are CPU-bound, so anything else

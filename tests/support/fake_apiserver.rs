@@ -148,6 +148,9 @@ pub struct RecordedRequest {
     /// The status code sent (200 for a watch), 0 when none was sent.
     pub status: u16,
     pub body: String,
+    /// When it was recorded: after the server acted on it (a write is in the
+    /// store and its watch event queued), before the answer was sent.
+    pub at: Instant,
 }
 
 /// How the kubeconfig's user authenticates.
@@ -2135,6 +2138,7 @@ fn record(shared: &Shared, req: &Request, user: &str, status: u16) {
         user: user.to_string(),
         status,
         body: String::from_utf8_lossy(&req.body).into_owned(),
+        at: Instant::now(),
     });
 }
 
