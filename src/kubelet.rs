@@ -90,6 +90,8 @@ pub struct Kubelet {
     recorder: EventRecorder,
     /// What admission checks pods against; `None` admits every pod.
     node: Option<Box<dyn Fn() -> NodeInfo + Send>>,
+    /// Workers finished since memory was last handed back to the system.
+    finished_since_trim: usize,
     /// Pods refused by admission: never run, reported as Failed.
     rejected: HashMap<String, Arc<Pod>>,
 }
@@ -117,6 +119,7 @@ impl Kubelet {
             recorder: EventRecorder::disabled(),
             node: None,
             rejected: HashMap::new(),
+            finished_since_trim: 0,
         }
     }
 
@@ -246,6 +249,7 @@ impl Kubelet {
             }
             Event::WorkerDone(uid) => {
                 self.workers.forget(&uid);
+                self.finished_since_trim += 1;
                 if self.pods.contains_key(&uid) {
                     self.terminated.insert(uid.clone());
                 }
@@ -400,6 +404,11 @@ impl Kubelet {
     /// manifest deleted while tinylet was down), once every source has been
     /// heard from.
     fn housekeeping(&mut self) {
+        if self.finished_since_trim > 0 {
+            // Pods went away since the last turn: their memory can go too.
+            self.finished_since_trim = 0;
+            crate::malloc::give_back();
+        }
         if !(self.sources_ready)() {
             debug!("housekeeping: waiting for all sources");
             return;

@@ -11,6 +11,7 @@ pub mod cri;
 pub mod events;
 pub mod kube;
 pub mod kubelet;
+pub mod malloc;
 pub mod node;
 pub mod options;
 pub mod pleg;

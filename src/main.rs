@@ -188,21 +188,9 @@ fn connect_runtime(
     }
 }
 
-/// glibc gives each thread that allocates its own arena, up to 8 per core,
-/// and keeps what they free: with a thread per pod that held on to ~8 MiB
-/// more after 50 pods came and went. Two arenas are plenty for tinylet.
-fn limit_malloc_arenas() {
-    // SAFETY: mallopt only changes allocator settings; called before the
-    // other threads start.
-    let ok = unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
-    if ok != 1 {
-        log::debug!("mallopt(M_ARENA_MAX) refused; keeping glibc's default arenas");
-    }
-}
-
 fn run(opts: Options) -> anyhow::Result<()> {
     let started = Instant::now();
-    limit_malloc_arenas();
+    tinylet::malloc::limit_arenas();
     if let Some(file) = &opts.config_file {
         info!("configuration file {}", file.display());
         for field in &opts.ignored_config_fields {

@@ -349,7 +349,13 @@ where
     }
 
     /// Decodes one object; one that does not decode is logged and skipped.
-    fn decode(&self, path: &str, obj: Value) -> Option<(String, Arc<T>)> {
+    /// `metadata.managedFields` is dropped first: nothing on a node reads it,
+    /// and it is often the largest part of an object (upstream informers
+    /// strip it with a transform for the same reason).
+    fn decode(&self, path: &str, mut obj: Value) -> Option<(String, Arc<T>)> {
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
         let key = key_of_value(&obj);
         match serde_json::from_value::<T>(obj) {
             Ok(t) => {
