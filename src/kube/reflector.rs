@@ -266,13 +266,23 @@ where
             Err(e) => return self.watch_failed(e, 0),
         };
         let mut events = 0u64;
-        for event in stream {
+        let mut stream = stream;
+        // Changes not yet handed to the sink. A burst of events that arrived
+        // together is handed over once, as one complete set, instead of
+        // once per event (each hand-over copies every object).
+        let mut unpublished = false;
+        while let Some(event) = stream.next() {
             if self.stopped() {
                 return Err(Stopped);
             }
             let event = match event {
                 Ok(ev) => ev,
-                Err(e) => return self.watch_failed(e, events),
+                Err(e) => {
+                    if unpublished {
+                        self.publish()?;
+                    }
+                    return self.watch_failed(e, events);
+                }
             };
             match event {
                 WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
@@ -280,7 +290,7 @@ where
                     self.advance(&obj);
                     if let Some((key, obj)) = self.decode(&path, obj) {
                         self.store.insert(key, obj);
-                        self.publish()?;
+                        unpublished = true;
                     }
                 }
                 WatchEvent::Deleted(obj) => {
@@ -288,14 +298,26 @@ where
                     self.advance(&obj);
                     let key = key_of_value(&obj);
                     if self.store.remove(&key).is_some() {
-                        self.publish()?;
+                        unpublished = true;
                     }
                 }
                 WatchEvent::Bookmark { resource_version } => {
                     self.rv = Some(resource_version);
                 }
-                WatchEvent::Error(e) => return self.watch_failed(e, events),
+                WatchEvent::Error(e) => {
+                    if unpublished {
+                        self.publish()?;
+                    }
+                    return self.watch_failed(e, events);
+                }
             }
+            if unpublished && !stream.has_buffered_event() {
+                self.publish()?;
+                unpublished = false;
+            }
+        }
+        if unpublished {
+            self.publish()?;
         }
         if events > 0 || started.elapsed() >= SHORT_WATCH {
             // The connection worked: the next failure starts a new back-off.
@@ -615,24 +637,40 @@ mod tests {
             ]
         );
 
-        let sets: Vec<Vec<String>> = (0..8)
-            .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
-            .collect();
         let s = |v: &[&str]| v.iter().map(|x| format!("default/{x}")).collect::<Vec<_>>();
-        assert_eq!(
-            sets,
-            [
-                s(&["app-1@399", "app-2@400"]),
-                s(&["app-1@399", "app-2@400", "app-3@402"]),
-                s(&["app-1@399", "app-2@403", "app-3@402"]),
-                s(&["app-1@404", "app-2@403", "app-3@402"]),
-                s(&["app-1@405", "app-2@403", "app-3@402"]),
-                s(&["app-2@403", "app-3@402"]),
-                // "bad" was skipped.
-                s(&["app-2@407", "app-3@402"]),
-                s(&["app-1@399", "app-2@400"]),
-            ]
-        );
+        // Every state the events pass through, in order. Events that arrive
+        // together are handed over once, so some of the states in between
+        // may be skipped; the state at the end of each read is not.
+        let states = [
+            s(&["app-1@399", "app-2@400"]),
+            s(&["app-1@399", "app-2@400", "app-3@402"]),
+            s(&["app-1@399", "app-2@403", "app-3@402"]),
+            s(&["app-1@404", "app-2@403", "app-3@402"]),
+            s(&["app-1@405", "app-2@403", "app-3@402"]),
+            // The end of the first watch.
+            s(&["app-2@403", "app-3@402"]),
+            // "bad" was skipped; the end of the second watch.
+            s(&["app-2@407", "app-3@402"]),
+            // The relist after the 410.
+            s(&["app-1@399", "app-2@400"]),
+        ];
+        let mut seen = Vec::new();
+        while seen.last() != Some(&(states.len() - 1)) {
+            let set = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            let from = seen.last().map_or(0, |i| i + 1);
+            let at = states[from..]
+                .iter()
+                .position(|st| *st == set)
+                .map(|i| i + from)
+                .unwrap_or_else(|| panic!("unexpected set {set:?} after states {seen:?}"));
+            seen.push(at);
+        }
+        for milestone in [0, 5, 6, 7] {
+            assert!(
+                seen.contains(&milestone),
+                "state {milestone} never handed over: {seen:?}"
+            );
+        }
         drop(reflector);
         assert_stops(&rx);
     }

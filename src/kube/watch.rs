@@ -55,6 +55,12 @@ impl WatchStream {
         }
     }
 
+    /// True when the next event is already read in whole, so taking it
+    /// will not wait for the network.
+    pub fn has_buffered_event(&self) -> bool {
+        self.reader.buffer().contains(&b'\n')
+    }
+
     fn error(&self, kind: ErrorKind) -> ApiError {
         ApiError {
             verb: "GET",
