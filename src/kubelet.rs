@@ -27,6 +27,8 @@ use crate::status::manager::{is_static_pod, MirrorPod, StatusReporter};
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
 /// How often housekeeping runs (upstream: 2 s).
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// Housekeeping turns (2 s apart) that hand memory back after pods went away.
+const TRIMS_AFTER_WORK: u8 = 3;
 /// A loop turn longer than this is logged.
 const SLOW_TURN: Duration = Duration::from_millis(100);
 
@@ -90,8 +92,12 @@ pub struct Kubelet {
     recorder: EventRecorder,
     /// What admission checks pods against; `None` admits every pod.
     node: Option<Box<dyn Fn() -> NodeInfo + Send>>,
-    /// Workers finished since memory was last handed back to the system.
-    finished_since_trim: usize,
+    /// Housekeeping turns that still hand freed memory back to the system:
+    /// set when pods went away, so that what other threads free a little
+    /// later (statuses, watch copies, events) goes back too.
+    trims_due: u8,
+    /// The number of desired pods at the last housekeeping.
+    pods_at_housekeeping: usize,
     /// Pods refused by admission: never run, reported as Failed.
     rejected: HashMap<String, Arc<Pod>>,
 }
@@ -119,7 +125,8 @@ impl Kubelet {
             recorder: EventRecorder::disabled(),
             node: None,
             rejected: HashMap::new(),
-            finished_since_trim: 0,
+            trims_due: 0,
+            pods_at_housekeeping: 0,
         }
     }
 
@@ -249,7 +256,7 @@ impl Kubelet {
             }
             Event::WorkerDone(uid) => {
                 self.workers.forget(&uid);
-                self.finished_since_trim += 1;
+                self.trims_due = TRIMS_AFTER_WORK;
                 if self.pods.contains_key(&uid) {
                     self.terminated.insert(uid.clone());
                 }
@@ -404,9 +411,13 @@ impl Kubelet {
     /// manifest deleted while tinylet was down), once every source has been
     /// heard from.
     fn housekeeping(&mut self) {
-        if self.finished_since_trim > 0 {
-            // Pods went away since the last turn: their memory can go too.
-            self.finished_since_trim = 0;
+        if self.pods.len() < self.pods_at_housekeeping {
+            self.trims_due = TRIMS_AFTER_WORK;
+        }
+        self.pods_at_housekeeping = self.pods.len();
+        if self.trims_due > 0 {
+            // Pods went away lately: their memory can go too.
+            self.trims_due -= 1;
             crate::malloc::give_back();
         }
         if !(self.sources_ready)() {
