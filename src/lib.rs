@@ -8,6 +8,7 @@ pub mod admission;
 pub mod apitime;
 pub mod config;
 pub mod cri;
+pub mod document;
 pub mod events;
 pub mod kube;
 pub mod kubelet;

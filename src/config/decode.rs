@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::Pod;
+use crate::document::{kind_of, DocumentError};
 
 /// Why a manifest could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +67,16 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
+impl From<DocumentError> for DecodeError {
+    fn from(e: DocumentError) -> DecodeError {
+        match e {
+            DocumentError::Empty => DecodeError::Empty,
+            DocumentError::Syntax { format, message } => DecodeError::Syntax { format, message },
+            DocumentError::NotAnObject { found } => DecodeError::NotAnObject { found },
+        }
+    }
+}
+
 /// Decodes one pod from YAML or JSON.
 pub fn decode_pod(bytes: &[u8]) -> Result<Pod, DecodeError> {
     let value = parse_document(bytes)?;
@@ -112,46 +123,9 @@ pub fn decode_pod_or_list(bytes: &[u8]) -> Result<Vec<Pod>, DecodeError> {
         .collect()
 }
 
-/// Reads the bytes into a JSON value: JSON when they start with `{`, YAML
-/// otherwise (and as a fallback, since a YAML flow mapping starts with `{` too).
+/// Reads the bytes into a JSON object (see [`crate::document`]).
 fn parse_document(bytes: &[u8]) -> Result<Value, DecodeError> {
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-    let value = match first {
-        None => return Err(DecodeError::Empty),
-        Some(b'{') => match serde_json::from_slice::<Value>(bytes) {
-            Ok(v) => v,
-            Err(json_err) => match parse_yaml(bytes) {
-                Ok(v) => v,
-                Err(_) => {
-                    return Err(DecodeError::Syntax {
-                        format: "JSON",
-                        message: json_err.to_string(),
-                    })
-                }
-            },
-        },
-        Some(_) => parse_yaml(bytes)?,
-    };
-    match value {
-        Value::Object(_) => Ok(value),
-        // A file of comments only is an empty YAML document.
-        Value::Null => Err(DecodeError::Empty),
-        other => Err(DecodeError::NotAnObject {
-            found: kind_of(&other),
-        }),
-    }
-}
-
-fn parse_yaml(bytes: &[u8]) -> Result<Value, DecodeError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| DecodeError::Syntax {
-        format: "YAML",
-        message: format!("not UTF-8: {e}"),
-    })?;
-    serde_saphyr::from_str::<Value>(text).map_err(|e| DecodeError::Syntax {
-        format: "YAML",
-        message: e.to_string(),
-    })
+    crate::document::parse_object(bytes).map_err(DecodeError::from)
 }
 
 fn check_api_version(value: &Value) -> Result<(), DecodeError> {
@@ -212,17 +186,6 @@ fn join_path(prefix: &str, path: &str) -> String {
         (true, _) => path.to_string(),
         (false, true) => format!("{prefix}{path}"),
         (false, false) => format!("{prefix}.{path}"),
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -11,6 +11,7 @@ use base64::Engine;
 use serde_json::{Map, Value};
 
 use super::KubeConfig;
+use crate::document::kind_of;
 
 /// The largest kubeconfig (and file it references) we read.
 const MAX_FILE: u64 = 1024 * 1024;
@@ -20,7 +21,7 @@ const MAX_FILE: u64 = 1024 * 1024;
 pub fn load_kubeconfig(path: &Path) -> Result<KubeConfig, String> {
     let file = path.display().to_string();
     let bytes = read_capped(path).map_err(|e| format!("{file}: {e}"))?;
-    let doc = crate::config::decode::parse_object(&bytes).map_err(|e| format!("{file}: {e}"))?;
+    let doc = crate::document::parse_object(&bytes).map_err(|e| format!("{file}: {e}"))?;
     let base = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -232,17 +233,6 @@ fn data_or_file(
             Ok(Some(bytes))
         }
         (None, None) => Ok(None),
-    }
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "a mapping",
     }
 }
 
