@@ -166,6 +166,10 @@ done
 ok "apiserver restart: app and web kept their containers"
 
 # 6. A graceful delete stops the pod within its grace period and removes it.
+# First a pod created after the restart must run: the watch is back.
+pod probe "sleep 3600" 0 | $KUBECTL apply -f - >/dev/null || fail "cannot create pod probe"
+within 60 $KUBECTL wait --for=condition=Ready pod/probe --timeout=2s ||
+    fail "pod probe, created after the apiserver restart, never ran"
 start=$SECONDS
 $KUBECTL delete pod app --timeout=30s >/dev/null || fail "kubectl delete pod app did not finish"
 took=$((SECONDS - start))
