@@ -36,7 +36,13 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "deps.sh: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # Two apt runs at once can delete each other's downloads: retry once.
+    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+        echo "deps.sh: apt-get install failed; updating and retrying once" >&2
+        sleep 5
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
 fi
 
 # rustup installs into ~/.cargo/bin, which a non-login shell may not have.
