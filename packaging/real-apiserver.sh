@@ -8,7 +8,8 @@
 # containerd, and runs tinylet as node edge-1 with the node's client
 # certificate, then checks with kubectl what a cluster user sees:
 #   the Node is Ready with node info; an API pod runs and reports Running
-#   with containerd's container ID; a static pod gets its mirror pod; a
+#   with containerd's container ID; a pod with the default service account
+#   token volume reads its token; a static pod gets its mirror pod; a
 #   crashing pod shows CrashLoopBackOff; events are posted; a graceful
 #   delete stops the pod within its grace period and removes the object;
 #   an apiserver restart loses, restarts and duplicates nothing.
@@ -43,6 +44,9 @@ cleanup() {
         wait "$tinylet_pid" 2>/dev/null || true
     fi
     bash packaging/containerd-private.sh stop "$ctd" >/dev/null 2>&1 || true
+    # The secret volumes' tmpfs mounts outlive tinylet, as they must.
+    awk -v root="$work/root/" 'index($5, root) == 1 {print $5}' /proc/self/mountinfo |
+        sort -r | xargs -r -n1 umount -l 2>/dev/null || true
     "$KCP/stop.sh" --wipe >/dev/null 2>&1 || true
     if ! grep -qF " $work" /proc/self/mountinfo; then rm -rf "$work"; fi
 }
@@ -117,6 +121,24 @@ running=$(ctr -a "$ctd/containerd.sock" -n k8s.io containers ls -q 'labels."io.k
 [ "containerd://$running" = "$cid" ] || fail "pod app reports '$cid', containerd runs '$running'"
 [ -n "$($KUBECTL get pod app -o jsonpath='{.status.podIP}')" ] || fail "pod app has no podIP"
 ok "API pod Running as $cid"
+
+# 2b. The token volume the apiserver adds by default (a Secret in 1.20, a
+# projected volume later) is mounted read-only with the token, namespace and CA.
+sa=/var/run/secrets/kubernetes.io/serviceaccount
+pod sa "cd $sa && test -s token && grep -qx default namespace && grep -q CERTIFICATE ca.crt && ! touch x 2>/dev/null || exit 3; sleep 3600" 0 |
+    sed '/automountServiceAccountToken/d' | $KUBECTL apply -f - >/dev/null || fail "cannot create pod sa"
+within 30 $KUBECTL wait --for=condition=Ready pod/sa --timeout=2s || fail "pod sa (service account token) not Ready"
+vol=$($KUBECTL get pod sa -o jsonpath='{.spec.volumes[0].name}')
+restarts=$($KUBECTL get pod sa -o jsonpath='{.status.containerStatuses[0].restartCount}')
+[ "$restarts" = 0 ] || fail "pod sa restarted $restarts times: its checks of $sa failed"
+uid=$($KUBECTL get pod sa -o jsonpath='{.metadata.uid}')
+tok=$(cat "$work/root/pods/$uid/volumes/kubernetes.io~secret/$vol/token" 2>/dev/null) || fail "no token file on the host"
+who=$("$KCP/bin/kubectl" --server https://127.0.0.1:6443 --certificate-authority "$KCP/pki/ca.crt" \
+    --token "$tok" get --raw /api 2>&1) || fail "the token in volume $vol is refused: $who"
+grep -qF " $work/root/pods/$uid/volumes/kubernetes.io~secret/$vol " /proc/self/mountinfo ||
+    fail "volume $vol is not a mount (secrets belong on tmpfs)"
+$KUBECTL delete pod sa --wait=false >/dev/null
+ok "pod sa reads its service account token (accepted by the apiserver) from tmpfs volume $vol"
 
 # 3. A static pod gets its mirror pod.
 cat >"$work/manifests/.web.yaml" <<EOF

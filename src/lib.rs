@@ -21,3 +21,4 @@ pub mod pod_workers;
 pub mod runtime;
 pub mod status;
 pub mod thread;
+pub mod volume;

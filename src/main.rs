@@ -15,6 +15,7 @@ use tinylet::config::{
 };
 use tinylet::cri::RemoteRuntime;
 use tinylet::events::{EventBroadcaster, EventRecorder, EventType, ObjectRef};
+use tinylet::fieldpath::NodeAllocatable;
 use tinylet::kube::{load_kubeconfig, Client, ClientOptions};
 use tinylet::kubelet::{Inputs, Kubelet};
 use tinylet::node::lease::LeaseController;
@@ -26,6 +27,7 @@ use tinylet::pod_workers::{PodWorkers, WorkQueue};
 use tinylet::runtime::RuntimeManager;
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
+use tinylet::volume::VolumeManager;
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
@@ -286,6 +288,16 @@ fn run(opts: Options) -> anyhow::Result<()> {
         )
         .with_recorder(recorder.clone()),
     );
+    let allocatable = NodeAllocatable::from_map(&node_state.read().allocatable);
+    let volume_manager = match &client {
+        Some(c) => VolumeManager::with_client(
+            opts.root_dir.clone(),
+            c.clone(),
+            allocatable,
+            recorder.clone(),
+        ),
+        None => VolumeManager::new(opts.root_dir.clone(), None, allocatable, recorder.clone()),
+    };
     let (_node_status, _lease) = match &client {
         Some(c) => {
             let status = NodeStatusController::start(
@@ -415,7 +427,8 @@ fn run(opts: Options) -> anyhow::Result<()> {
         opts.sync_frequency,
         done_tx,
     )
-    .with_status(reporter.clone(), host_ip, runtime_name);
+    .with_status(reporter.clone(), host_ip, runtime_name)
+    .with_volumes(Arc::new(volume_manager));
     let config = Arc::new(config);
     let ready_config = config.clone();
     let sources_ready = Box::new(move || ready_config.seen_all_sources(&sources));

@@ -32,6 +32,8 @@ use k8s_openapi::api::core::v1::Pod;
 use log::{debug, error, info, warn};
 use parking_lot::{Condvar, Mutex};
 
+use crate::events::EventRecorder;
+use crate::fieldpath::NodeAllocatable;
 use crate::pleg::{PodCache, Wait};
 use crate::runtime::labels::{pod_full_name, pod_uid};
 use crate::runtime::labels::{pod_name, pod_namespace};
@@ -40,6 +42,7 @@ use crate::runtime::{RuntimeManager, SyncError};
 use crate::status::generate::{generate_pod_status, StatusContext};
 use crate::status::manager::StatusReporter;
 use crate::thread::{spawn_named, JoinOnDrop};
+use crate::volume::VolumeManager;
 
 /// Delay before retrying a pod whose sync failed (upstream backOffPeriod).
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
@@ -194,6 +197,8 @@ pub struct Shared {
     host_ip: Option<String>,
     /// The runtime's name for container IDs (`containerd://...`).
     runtime_name: String,
+    /// Makes each pod's volumes ready before it syncs.
+    volumes: Arc<VolumeManager>,
 }
 
 struct Worker {
@@ -218,7 +223,6 @@ impl PodWorkers {
     ) -> Self {
         PodWorkers {
             shared: Arc::new(Shared {
-                runtime,
                 cache,
                 queue,
                 resync_interval,
@@ -227,6 +231,13 @@ impl PodWorkers {
                 reporter: StatusReporter::standalone(),
                 host_ip: None,
                 runtime_name: String::new(),
+                volumes: Arc::new(VolumeManager::new(
+                    runtime.root_dir().to_path_buf(),
+                    None,
+                    NodeAllocatable::default(),
+                    EventRecorder::disabled(),
+                )),
+                runtime,
             }),
             workers: HashMap::new(),
         }
@@ -246,6 +257,17 @@ impl PodWorkers {
             shared.runtime_name = runtime_name;
         } else {
             error!("pod workers: status reporting set after workers started; ignored");
+        }
+        self
+    }
+
+    /// Sets up pod volumes with `volumes` (which knows the apiserver).
+    /// Call before any pod is handed over.
+    pub fn with_volumes(mut self, volumes: Arc<VolumeManager>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.volumes = volumes;
+        } else {
+            error!("pod workers: volume manager set after workers started; ignored");
         }
         self
     }
@@ -424,6 +446,15 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             continue;
         }
         debug!("pod {full_name}: sync ({:?})", work.update_type);
+        // Volumes first: no container starts without them (upstream's
+        // WaitForAttachAndMount).
+        if let Err(e) = shared.volumes.setup(&work.pod) {
+            warn!("pod {full_name}: {e}; will retry");
+            last_sync = Some(Instant::now());
+            report_status(&shared, &work.pod, &status);
+            shared.queue.enqueue(&uid, ERROR_BACKOFF);
+            continue;
+        }
         let result = shared.runtime.sync_pod(&work.pod, &status);
         last_sync = Some(Instant::now());
         // The status seen at the start of this sync, with the reasons it found.
@@ -512,6 +543,9 @@ fn terminate(
                     // The final status, with the containers' exit codes,
                     // before they are removed.
                     report_status(shared, pod, &st);
+                }
+                if let Err(e) = shared.volumes.teardown(uid) {
+                    warn!("pod {full_name}: unmounting its volumes: {e}");
                 }
                 shared.runtime.remove_pod(uid, &st)
             });

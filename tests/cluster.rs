@@ -5,6 +5,7 @@
 //! that is down or refuses, and the kubeconfig's credential kinds.
 
 use std::fs;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -13,7 +14,8 @@ use serde_json::{json, Value};
 use crate::support::agent::{running_containers, Agent};
 use crate::support::containerd::write_manifest;
 use crate::support::fake_apiserver::{
-    FakeApiServer, KubeconfigAuth, RecordedRequest, MIRROR_ANNOTATION, NODE_LEASE_NAMESPACE,
+    FakeApiServer, KubeconfigAuth, RecordedRequest, FAKE_ROOT_CA, MIRROR_ANNOTATION,
+    NODE_LEASE_NAMESPACE,
 };
 use crate::support::fake_cri::{FakeCri, EXIT_TERMINATED};
 
@@ -724,12 +726,20 @@ fn a_refused_status_patch_is_logged_readably_and_retried() {
     c.wait_pod("web", "Running after the retry", |p| phase(p) == "Running");
 }
 
-// FIXME: secret (and projected) volumes are not mounted yet, so a pod with
-// the service account token volume the apiserver adds by default never
-// starts its containers. This pins today's behaviour: the reason is reported
-// in the pod's status and as an event, and nothing else breaks.
+/// The mount of `container_path` in the fake runtime's container `name`.
+fn mount_of(cri: &FakeCri, name: &str, container_path: &str) -> Option<tinylet::cri::api::Mount> {
+    cri.containers_named(name).first().and_then(|c| {
+        c.mounts
+            .iter()
+            .find(|m| m.container_path == container_path)
+            .cloned()
+    })
+}
+
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
 #[test]
-fn a_pod_with_the_default_service_account_token_volume_reports_why_it_cannot_start() {
+fn a_pod_with_the_default_service_account_token_volume_runs_with_the_token_on_tmpfs() {
     let mut c = Cluster::start(&[]);
     let mut pod = api_pod("sa");
     pod["spec"]
@@ -742,22 +752,177 @@ fn a_pod_with_the_default_service_account_token_volume_reports_why_it_cannot_sta
         .unwrap()
         .to_string();
     assert!(created["spec"]["volumes"][0]["secret"].is_object());
-    let pod = c.wait_pod("sa", "CreateContainerConfigError", |p| {
-        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
-            == "CreateContainerConfigError"
+    c.wait_running("sa");
+
+    let m = mount_of(&c.cri, "app", SA_DIR).expect("the token volume is mounted");
+    assert!(m.readonly, "{m:?}");
+    let host = PathBuf::from(&m.host_path);
+    assert!(
+        host.starts_with(c.agent.root_dir())
+            && host.ends_with(format!("volumes/kubernetes.io~secret/{volume}")),
+        "{host:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(host.join("token")).unwrap(),
+        "fake-secret-token.default.default"
+    );
+    assert_eq!(
+        fs::read_to_string(host.join("namespace")).unwrap(),
+        "default"
+    );
+    assert_eq!(
+        fs::read_to_string(host.join("ca.crt")).unwrap(),
+        FAKE_ROOT_CA
+    );
+    assert!(
+        tinylet::volume::mount::is_mount_point(&host).unwrap(),
+        "the secret lives on its own tmpfs"
+    );
+    let secret_path = format!("/api/v1/namespaces/default/secrets/{volume}");
+    assert_eq!(c.api.count("GET", &secret_path), 1, "read once");
+
+    // Deleted: the tmpfs goes with the pod.
+    c.api.delete_pod("default", "sa", Some(0));
+    let api = &c.api;
+    c.agent
+        .wait("the pod is gone", || api.pod("default", "sa").is_none());
+    c.agent
+        .wait("its volumes are unmounted and removed", || !host.exists());
+    assert!(tinylet::volume::mount::mounts_below(&c.agent.root_dir())
+        .unwrap()
+        .is_empty());
+}
+
+/// A pod with the projected volume current apiservers add instead of the
+/// token Secret (`kube-api-access-*`).
+fn api_access_pod(name: &str) -> Value {
+    let mut pod = api_pod(name);
+    pod["spec"]["volumes"] = json!([{
+        "name": "kube-api-access-abcde",
+        "projected": {
+            "defaultMode": 420,
+            "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ],
+        },
+    }]);
+    pod["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "kube-api-access-abcde", "readOnly": true, "mountPath": SA_DIR}]);
+    pod
+}
+
+#[test]
+fn a_projected_service_account_token_is_requested_bound_to_the_pod() {
+    let mut c = Cluster::start(&[]);
+    // The root CA ConfigMap is published in the namespace.
+    c.api.create_pod(api_pod("first"));
+    c.wait_running("first");
+    let created = c.api.create_pod(api_access_pod("projected"));
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+    let cri = &c.cri;
+    c.agent
+        .wait("the pod runs", || running_containers(cri, "projected") == 1);
+    let m = cri
+        .container_statuses()
+        .into_iter()
+        .find(|s| s.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some("projected"))
+        .and_then(|s| {
+            s.mounts
+                .iter()
+                .find(|m| m.container_path == SA_DIR)
+                .cloned()
+        })
+        .expect("mounted");
+    assert!(m.readonly);
+    let host = PathBuf::from(&m.host_path);
+    assert!(
+        host.ends_with("volumes/kubernetes.io~projected/kube-api-access-abcde"),
+        "{host:?}"
+    );
+    assert!(tinylet::volume::mount::is_mount_point(&host).unwrap());
+    let token = fs::read_to_string(host.join("token")).unwrap();
+    assert_eq!(token, "fake-token.default.default.projected.1");
+    assert_eq!(
+        fs::read_to_string(host.join("ca.crt")).unwrap(),
+        FAKE_ROOT_CA
+    );
+    assert_eq!(
+        fs::read_to_string(host.join("namespace")).unwrap(),
+        "default"
+    );
+    assert_eq!(c.api.tokens_issued(), 1);
+    let request = c
+        .api
+        .requests()
+        .into_iter()
+        .find(|r| r.verb == "POST" && r.path.ends_with("/serviceaccounts/default/token"))
+        .expect("a TokenRequest");
+    let body: Value = serde_json::from_str(&request.body).unwrap();
+    assert_eq!(
+        body["spec"]["boundObjectRef"]["uid"],
+        uid.as_str(),
+        "{body:#}"
+    );
+    assert_eq!(body["spec"]["expirationSeconds"], 3607, "{body:#}");
+}
+
+#[test]
+fn a_missing_secret_holds_the_pod_with_a_failed_mount_until_it_exists() {
+    let mut c = Cluster::start(&[]);
+    let mut pod = api_pod("cfg");
+    pod["spec"]["volumes"] = json!([{"name": "creds", "secret": {"secretName": "later"}}]);
+    pod["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "creds", "mountPath": "/etc/creds"}]);
+    c.api.create_pod(pod);
+    let api = &c.api;
+    c.agent.wait("a FailedMount event", || {
+        api.events().iter().any(|e| {
+            e["reason"] == "FailedMount"
+                && e["type"] == "Warning"
+                && e["involvedObject"]["name"] == "cfg"
+                && e["message"]
+                    == "MountVolume.SetUp failed for volume \"creds\" : secret \"later\" not found"
+        })
     });
-    let message = pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
-        .as_str()
-        .unwrap_or("");
-    assert!(message.contains(&volume), "{pod:#}");
+    let pod = c.wait_pod("cfg", "waiting in ContainerCreating", |p| {
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
+    });
     assert_eq!(phase(&pod), "Pending", "{pod:#}");
     assert_eq!(c.cri.count("CreateContainer"), 0);
-    let api = &c.api;
-    c.agent.wait("a Failed event", || {
-        api.events()
-            .iter()
-            .any(|e| e["reason"] == "Failed" && e["involvedObject"]["name"] == "sa")
-    });
+
+    c.api
+        .create_secret("default", "later", &[("password", "hunter2")]);
+    c.wait_running("cfg");
+    let m = mount_of(&c.cri, "app", "/etc/creds").expect("mounted");
+    assert_eq!(
+        fs::read_to_string(PathBuf::from(&m.host_path).join("password")).unwrap(),
+        "hunter2"
+    );
+}
+
+#[test]
+fn a_static_pod_may_not_read_a_secret_and_says_why() {
+    // No API pod of this node references the Secret, so the Node authorizer
+    // refuses it (fixture 11c); the pod waits and the log names the refusal.
+    let mut c = Cluster::start(&[]);
+    c.api
+        .create_secret("default", "unreferenced", &[("k", "v")]);
+    let manifest = static_pod("holder").replace(
+        "spec:\n",
+        "spec:\n  volumes:\n  - name: s\n    secret:\n      secretName: unreferenced\n",
+    );
+    write_manifest(&c.agent.manifests(), "holder.yaml", &manifest);
+    c.log_has(
+        "the refusal is logged with the volume",
+        &[
+            "volume \"s\"",
+            "secrets \"unreferenced\" is forbidden",
+            "no relationship found between node 'edge-1' and this object",
+        ],
+    );
+    assert_eq!(c.cri.count("CreateContainer"), 0);
 }
 
 #[test]

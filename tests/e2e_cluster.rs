@@ -21,11 +21,11 @@ use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth, MIRROR_ANNOT
 
 const NS: &str = "default";
 const CONFIG_HASH: &str = "kubernetes.io/config.hash";
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// A pod bound to edge-1 as an admin (or the scheduler) would create it:
-/// one container `app` running until SIGTERM. The fake's ServiceAccount
-/// admission would add a token secret volume tinylet cannot mount yet, so
-/// automounting is turned off.
+/// one container `app` running until SIGTERM, without the service account
+/// token volume.
 fn api_pod(name: &str) -> Value {
     json!({
         "apiVersion": "v1",
@@ -146,7 +146,27 @@ fn api_pods_run_report_status_and_are_deleted_gracefully() {
         "the fake added volumes to a pod without automounting: {created}"
     );
     let web_uid = str_at(&created, "/metadata/uid").to_string();
-    fake.create_pod(api_pod("bystander"));
+    // The bystander gets the service account token volume the apiserver
+    // adds by default, and checks inside that it reads its token,
+    // namespace and CA, read-only, before it settles down.
+    let mut bystander = api_pod("bystander");
+    bystander["spec"]
+        .as_object_mut()
+        .expect("spec")
+        .remove("automountServiceAccountToken");
+    bystander["spec"]["containers"][0]["command"] = json!([
+        "sh",
+        "-c",
+        format!(
+            "cd {SA_DIR} && grep -q fake-secret-token token && test \"$(cat namespace)\" = {NS} \
+             && grep -q CERTIFICATE ca.crt && ! touch probe 2>/dev/null || exit 3; {LONG_RUNNING}"
+        )
+    ]);
+    let bystander = fake.create_pod(bystander);
+    assert!(
+        bystander["spec"]["volumes"][0]["secret"].is_object(),
+        "the fake adds the token volume: {bystander}"
+    );
 
     wait_until(SETTLE, "API pod web runs in containerd", || {
         ctd.pod_running("web", &["app"])

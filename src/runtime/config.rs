@@ -247,16 +247,7 @@ fn mounts(pod: &Pod, container: &Container, volumes_dir: &Path) -> Result<Vec<ap
                 container.name, vm.name
             ));
         };
-        let host_path = if let Some(hp) = v.host_path.as_ref() {
-            PathBuf::from(&hp.path)
-        } else if v.empty_dir.is_some() {
-            volumes_dir.join("kubernetes.io~empty-dir").join(&v.name)
-        } else {
-            return Err(format!(
-                "volume {:?}: only hostPath and emptyDir volumes are supported",
-                v.name
-            ));
-        };
+        let (host_path, read_only) = crate::volume::host_dir(volumes_dir, v)?;
         let mut m = api::Mount::new();
         m.container_path = vm.mount_path.clone();
         m.host_path = match vm.sub_path.as_deref() {
@@ -274,7 +265,8 @@ fn mounts(pod: &Pod, container: &Container, volumes_dir: &Path) -> Result<Vec<ap
             }
             _ => host_path.to_string_lossy().into_owned(),
         };
-        m.readonly = vm.read_only.unwrap_or(false);
+        // Volumes tinylet writes (secret, configMap, ...) are always read-only.
+        m.readonly = read_only || vm.read_only.unwrap_or(false);
         out.push(m);
     }
     Ok(out)

@@ -22,7 +22,7 @@ pub mod labels;
 pub mod fake;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -497,8 +497,11 @@ impl RuntimeManager {
                 return Err(SyncError::Failed(format!("pod {who}: {e}")));
             }
         };
+        // emptyDir volumes (and their subPaths) are created here; the volume
+        // manager has filled the other kinds already.
+        let empty_dirs = volumes_dir.join("kubernetes.io~empty-dir");
         for m in &cfg.mounts {
-            if m.host_path.starts_with(&*volumes_dir.to_string_lossy()) {
+            if Path::new(&m.host_path).starts_with(&empty_dirs) {
                 std::fs::create_dir_all(&m.host_path)
                     .map_err(|e| fail(&format!("create volume directory {}", m.host_path), &e))?;
             }
@@ -754,6 +757,11 @@ impl RuntimeManager {
                 }
             }
         }
+    }
+
+    /// tinylet's `--root-dir`.
+    pub fn root_dir(&self) -> &std::path::Path {
+        &self.root_dir
     }
 
     pub fn runtime(&self) -> &Arc<dyn RuntimeService> {

@@ -76,6 +76,11 @@ impl Agent {
         self.dir.path().join("manifests")
     }
 
+    /// Its `--root-dir`.
+    pub fn root_dir(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("tinylet.log")
     }
@@ -153,6 +158,11 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
+        // Volumes it mounted (tmpfs for secrets) outlive the process, as
+        // they must for its containers; the test's temp dir must not.
+        if let Err(e) = tinylet::volume::mount::unmount_below(self.dir.path()) {
+            eprintln!("unmounting below {}: {e}", self.dir.path().display());
+        }
         if std::thread::panicking() {
             eprintln!("--- tinylet log ---\n{}", self.log());
         }

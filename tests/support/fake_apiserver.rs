@@ -68,6 +68,13 @@ const MAX_BODY: usize = 8 * 1024 * 1024;
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 const SA_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The audience of tokens requested without one (`--api-audiences`).
+const TOKEN_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
+/// The ConfigMap the root-CA publisher puts in every namespace.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+/// Its content (and the SA token secrets' `ca.crt`) in the fake.
+pub const FAKE_ROOT_CA: &str =
+    "-----BEGIN CERTIFICATE-----\nfake root CA\n-----END CERTIFICATE-----\n";
 
 /// An authenticated identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,6 +219,10 @@ enum Res {
     Nodes,
     Leases,
     Events,
+    Secrets,
+    ConfigMaps,
+    /// Only its `token` subresource (TokenRequest) is served.
+    ServiceAccounts,
 }
 
 impl Res {
@@ -221,6 +232,9 @@ impl Res {
             Res::Nodes => "nodes",
             Res::Leases => "leases",
             Res::Events => "events",
+            Res::Secrets => "secrets",
+            Res::ConfigMaps => "configmaps",
+            Res::ServiceAccounts => "serviceaccounts",
         }
     }
     fn group(self) -> &'static str {
@@ -235,6 +249,9 @@ impl Res {
             Res::Nodes => "Node",
             Res::Leases => "Lease",
             Res::Events => "Event",
+            Res::Secrets => "Secret",
+            Res::ConfigMaps => "ConfigMap",
+            Res::ServiceAccounts => "ServiceAccount",
         }
     }
     fn api_version(self) -> &'static str {
@@ -268,7 +285,10 @@ impl Res {
                 "status.nominatedNodeName",
             ],
             Res::Nodes => &["metadata.name", "spec.unschedulable"],
-            Res::Leases => &["metadata.name", "metadata.namespace"],
+            Res::Leases | Res::ConfigMaps | Res::ServiceAccounts => {
+                &["metadata.name", "metadata.namespace"]
+            }
+            Res::Secrets => &["metadata.name", "metadata.namespace", "type"],
             Res::Events => &[
                 "metadata.name",
                 "metadata.namespace",
@@ -301,6 +321,7 @@ impl Res {
                 r#"{head},"spec":{{}},"status":{{"daemonEndpoints":{{"kubeletEndpoint":{{"Port":0}}}},"nodeInfo":{{"machineID":"","systemUUID":"","bootID":"","kernelVersion":"","osImage":"","containerRuntimeVersion":"","kubeletVersion":"","kubeProxyVersion":"","operatingSystem":"","architecture":""}}}}}}"#
             ),
             Res::Leases => format!(r#"{head},"spec":{{}}}}"#),
+            Res::Secrets | Res::ConfigMaps | Res::ServiceAccounts => format!("{head}}}"),
             Res::Events => format!(
                 r#"{head},"involvedObject":{{}},"source":{{}},"firstTimestamp":null,"lastTimestamp":null,"eventTime":null,"reportingComponent":"","reportingInstance":""}}"#
             ),
@@ -334,6 +355,11 @@ struct Details {
     /// (reason, message, field)
     causes: Vec<(String, String, String)>,
     retry_after_seconds: u64,
+}
+
+/// Go's `'%s'`.
+fn sq(s: &str) -> String {
+    format!("'{s}'")
 }
 
 fn q(s: &str) -> String {
@@ -1065,6 +1091,8 @@ struct State {
     faults: Vec<Fault>,
     bookmark_interval: Duration,
     sa_suffix: String,
+    /// TokenRequests answered so far (each token is distinct).
+    tokens_issued: u64,
 }
 
 impl State {
@@ -1081,11 +1109,21 @@ impl State {
             faults: Vec::new(),
             bookmark_interval: Duration::from_secs(60),
             sa_suffix: name_suffix(),
+            tokens_issued: 0,
         }
     }
 
     fn type_rv(&self, res: Res) -> u64 {
         self.type_rv.get(&res).copied().unwrap_or(FIRST_RV)
+    }
+
+    /// The pods bound to `node`.
+    fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.objects
+            .iter()
+            .filter(|((res, _, _), _)| *res == Res::Pods)
+            .map(|(_, p)| p)
+            .filter(move |p| sv(p, &["spec", "nodeName"]) == node)
     }
 
     fn get(&self, res: Res, ns: &str, name: &str) -> Option<&Value> {
@@ -1788,6 +1826,35 @@ impl FakeApiServer {
             .unwrap_or_else(|s| panic!("create node: {}", s.json()))
     }
 
+    /// Creates a Secret as the admin; `data` values are plain text (encoded
+    /// here). Panics on refusal.
+    pub fn create_secret(&self, ns: &str, name: &str, data: &[(&str, &str)]) -> Value {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let data: Map<String, Value> = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(b64.encode(v))))
+            .collect();
+        let obj = json!({"metadata": {"name": name}, "type": "Opaque", "data": data});
+        self.locked(|st| create(st, &Self::admin_ctx(), Res::Secrets, ns, obj))
+            .unwrap_or_else(|s| panic!("create secret: {}", s.json()))
+    }
+
+    /// Creates a ConfigMap as the admin; panics on refusal.
+    pub fn create_config_map(&self, ns: &str, name: &str, data: &[(&str, &str)]) -> Value {
+        let data: Map<String, Value> = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let obj = json!({"metadata": {"name": name}, "data": data});
+        self.locked(|st| create(st, &Self::admin_ctx(), Res::ConfigMaps, ns, obj))
+            .unwrap_or_else(|s| panic!("create configmap: {}", s.json()))
+    }
+
+    /// TokenRequests answered so far.
+    pub fn tokens_issued(&self) -> u64 {
+        self.shared.state.lock().tokens_issued
+    }
+
     pub fn pod(&self, ns: &str, name: &str) -> Option<Value> {
         self.shared.state.lock().get(Res::Pods, ns, name).cloned()
     }
@@ -2196,6 +2263,9 @@ fn parse_target(path: &str) -> Option<Target> {
         (true, &"pods") => Res::Pods,
         (true, &"nodes") => Res::Nodes,
         (true, &"events") => Res::Events,
+        (true, &"secrets") => Res::Secrets,
+        (true, &"configmaps") => Res::ConfigMaps,
+        (true, &"serviceaccounts") => Res::ServiceAccounts,
         (false, &"leases") => Res::Leases,
         _ => return None,
     };
@@ -2208,6 +2278,8 @@ fn parse_target(path: &str) -> Option<Target> {
         return None;
     }
     match (res, sub.as_deref()) {
+        (Res::ServiceAccounts, Some("token")) => {}
+        (Res::ServiceAccounts, _) => return None,
         (_, None) | (Res::Pods | Res::Nodes, Some("status")) => {}
         _ => return None,
     }
@@ -2296,7 +2368,7 @@ fn authz_forbidden(user: &User, verb: &str, t: &Target, reason: &str) -> Status 
 
 /// The Node authorizer (with the 1.20 system:node rules) and RBAC for
 /// everyone else (who, without bindings, may only read the public paths).
-fn authorize(user: &User, verb: &str, t: &Target) -> Result<(), Status> {
+fn authorize(st: &State, user: &User, verb: &str, t: &Target) -> Result<(), Status> {
     if user.is_admin() {
         return Ok(());
     }
@@ -2304,6 +2376,71 @@ fn authorize(user: &User, verb: &str, t: &Target) -> Result<(), Status> {
         return Err(authz_forbidden(user, verb, t, ""));
     };
     let allowed: &[&str] = match (t.res, t.sub.as_deref()) {
+        (Res::Secrets | Res::ConfigMaps, _) => {
+            // The Node authorizer's graph: only objects that a pod bound
+            // to this node references, and only by name.
+            if !["get", "list", "watch"].contains(&verb) {
+                return Err(authz_forbidden(
+                    user,
+                    verb,
+                    t,
+                    "can only read resources of this type",
+                ));
+            }
+            let Some(name) = t.name.as_deref() else {
+                return Err(authz_forbidden(user, verb, t, "No Object name found"));
+            };
+            let kind = if t.res == Res::Secrets {
+                "secret"
+            } else {
+                "configmap"
+            };
+            let related = st.pods_on(node).any(|p| {
+                sv(p, &["metadata", "namespace"]) == t.ns
+                    && pod_refs(p, kind).iter().any(|n| n == name)
+            });
+            if !related {
+                return Err(authz_forbidden(
+                    user,
+                    verb,
+                    t,
+                    &format!(
+                        "no relationship found between node {} and this object",
+                        sq(node)
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        (Res::ServiceAccounts, _) => {
+            if verb != "create" || t.sub.as_deref() != Some("token") {
+                return Err(authz_forbidden(
+                    user,
+                    verb,
+                    t,
+                    "can only create tokens for individual service accounts",
+                ));
+            }
+            let Some(name) = t.name.as_deref() else {
+                return Err(authz_forbidden(user, verb, t, "No Object name found"));
+            };
+            let related = st.pods_on(node).any(|p| {
+                sv(p, &["metadata", "namespace"]) == t.ns
+                    && sv(p, &["spec", "serviceAccountName"]) == name
+            });
+            if !related {
+                return Err(authz_forbidden(
+                    user,
+                    verb,
+                    t,
+                    &format!(
+                        "no relationship found between node {} and this object",
+                        sq(node)
+                    ),
+                ));
+            }
+            return Ok(());
+        }
         (Res::Nodes, None) => &["get", "list", "watch", "create", "update", "patch"],
         (Res::Nodes, Some(_)) => &["get", "update", "patch"],
         (Res::Pods, None) => &["get", "list", "watch", "create", "delete"],
@@ -2442,7 +2579,7 @@ fn dispatch(
         });
     };
     let verb = verb_of(req, &t);
-    if let Err(s) = authorize(&user, verb, &t) {
+    if let Err(s) = authorize(&st, &user, verb, &t) {
         return reply(Resp::status(&s));
     }
     let ctx = Ctx {
@@ -2460,6 +2597,9 @@ fn dispatch(
         }
         "get" => get(&st, &t).map(|v| Resp::object(200, &v)),
         "create" => parse_body(req).and_then(|body| {
+            if t.res == Res::ServiceAccounts {
+                return create_token(&mut st, &ctx, &t, &body).map(|v| Resp::object(201, &v));
+            }
             if t.name.is_some() {
                 return Err(Status::new(
                     405,
@@ -2774,7 +2914,13 @@ fn create(
     };
     let node = ctx.user.node_name().map(str::to_string);
     match res {
-        Res::Pods => admit_pod_create(st, &mut obj, node.as_deref())?,
+        Res::Pods => {
+            admit_pod_create(st, &mut obj, node.as_deref())?;
+            let sa = sv(&obj, &["spec", "serviceAccountName"]).to_string();
+            if !sa.is_empty() {
+                publish_namespace_objects(st, path_ns, &sa);
+            }
+        }
         Res::Nodes => {
             if let Some(node) = &node {
                 if name != *node {
@@ -2816,6 +2962,7 @@ fn create(
             }
         }
         Res::Events => default_event(&mut obj),
+        Res::Secrets | Res::ConfigMaps | Res::ServiceAccounts => {}
     }
     let key = (res, ns, name.clone());
     if st.objects.contains_key(&key) {
@@ -2829,6 +2976,122 @@ fn create(
     }
     record_manager(&mut obj, &ctx.manager, res.api_version(), &sent, false);
     Ok(st.write(key, EventType::Added, obj))
+}
+
+/// The lifetime of the fake's service account tokens when the request names
+/// none (the API's default).
+const TOKEN_SECONDS: i64 = 3600;
+
+/// TokenRequest (`POST .../serviceaccounts/<name>/token`), with
+/// NodeRestriction's rules for nodes: the token must be bound to a pod that
+/// exists with that UID and runs on the node.
+fn create_token(st: &mut State, ctx: &Ctx, t: &Target, body: &Value) -> Result<Value, Status> {
+    let sa = t.name.clone().unwrap_or_default();
+    let spec = &body["spec"];
+    let seconds = spec["expirationSeconds"].as_i64().unwrap_or(TOKEN_SECONDS);
+    if seconds < 600 {
+        return Err(invalid(
+            Res::ServiceAccounts,
+            &sa,
+            vec![(
+                "FieldValueInvalid".into(),
+                format!(
+                    "Invalid value: {seconds}: may not specify a duration less than 10 minutes"
+                ),
+                "spec.expirationSeconds".into(),
+            )],
+        ));
+    }
+    let bound = &spec["boundObjectRef"];
+    let res = Res::ServiceAccounts;
+    if let Some(node) = ctx.user.node_name() {
+        if !bound.is_object() {
+            return Err(admission_forbidden(
+                res,
+                &sa,
+                "node requested token not bound to a pod",
+            ));
+        }
+        if bound["kind"] != "Pod" {
+            return Err(admission_forbidden(
+                res,
+                &sa,
+                format!("node requested token bound to a {}", sv(bound, &["kind"])),
+            ));
+        }
+        let pod = st.get(Res::Pods, &t.ns, sv(bound, &["name"]));
+        let Some(pod) = pod else {
+            return Err(admission_forbidden(
+                res,
+                &sa,
+                format!("pods {} not found", q(sv(bound, &["name"]))),
+            ));
+        };
+        if sv(pod, &["metadata", "uid"]) != sv(bound, &["uid"]) {
+            return Err(admission_forbidden(
+                res,
+                &sa,
+                format!(
+                    "the UID in the bound object reference ({}) does not match the UID in record. The object might have been deleted and then recreated",
+                    sv(bound, &["uid"])
+                ),
+            ));
+        }
+        if sv(pod, &["spec", "nodeName"]) != node {
+            return Err(admission_forbidden(
+                res,
+                &sa,
+                "node requested token bound to a pod scheduled on a different node",
+            ));
+        }
+    }
+    st.tokens_issued += 1;
+    let audiences = match spec["audiences"].as_array() {
+        Some(a) if !a.is_empty() => Value::Array(a.clone()),
+        _ => json!([TOKEN_AUDIENCE]),
+    };
+    let token = format!(
+        "fake-token.{}.{sa}.{}.{}",
+        t.ns,
+        sv(bound, &["name"]),
+        st.tokens_issued
+    );
+    Ok(json!({
+        "kind": "TokenRequest",
+        "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": sa, "namespace": t.ns, "creationTimestamp": null},
+        "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": bound},
+        "status": {"token": token, "expirationTimestamp": add_secs(&now_secs(), seconds)},
+    }))
+}
+
+/// What the token and root-CA controllers publish in a namespace once it is
+/// used: the `<sa>-token-<suffix>` Secret and the `kube-root-ca.crt` ConfigMap.
+fn publish_namespace_objects(st: &mut State, ns: &str, sa: &str) {
+    let secret = format!("{sa}-token-{}", st.sa_suffix);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    if st.get(Res::Secrets, ns, &secret).is_none() {
+        let obj = json!({
+            "metadata": {
+                "name": secret,
+                "annotations": {"kubernetes.io/service-account.name": sa},
+            },
+            "type": "kubernetes.io/service-account-token",
+            "data": {
+                "ca.crt": b64(FAKE_ROOT_CA),
+                "namespace": b64(ns),
+                "token": b64(&format!("fake-secret-token.{ns}.{sa}")),
+            },
+        });
+        let _ = create(st, &FakeApiServer::admin_ctx(), Res::Secrets, ns, obj);
+    }
+    if st.get(Res::ConfigMaps, ns, ROOT_CA_CONFIGMAP).is_none() {
+        let obj = json!({
+            "metadata": {"name": ROOT_CA_CONFIGMAP},
+            "data": {"ca.crt": FAKE_ROOT_CA},
+        });
+        let _ = create(st, &FakeApiServer::admin_ctx(), Res::ConfigMaps, ns, obj);
+    }
 }
 
 fn st_name(obj: &Value) -> String {

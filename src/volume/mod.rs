@@ -1,0 +1,708 @@
+//! The volume manager: makes a pod's volumes ready on the host before its
+//! containers are created (upstream's volume manager, without attach and
+//! detach), and tears them down with the pod.
+//!
+//! Under `<root-dir>/pods/<uid>/volumes/` each kind has upstream's plugin
+//! directory: `kubernetes.io~empty-dir`, `~secret`, `~configmap`,
+//! `~downward-api` and `~projected`. Secret and projected volumes (which
+//! carry service account tokens) and emptyDir volumes with medium Memory are
+//! tmpfs mounts, so secrets never reach a disk. Files are written through
+//! `writer` (the `..data` layout), mounted read-only into containers.
+//!
+//! Setup runs on the pod's worker thread, before SyncPod. API objects are
+//! read when a volume is first set up; a projected service account token is
+//! requested again once 80% of its lifetime has passed (or after 24 h), and
+//! its volume's other sources are read again with it. A volume that was set
+//! up once keeps its files when a later refresh fails (the apiserver may be
+//! away); the refresh is tried again at the pod's next sync.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use log::{info, warn};
+use parking_lot::Mutex;
+
+use crate::events::{EventRecorder, EventType, ObjectRef};
+use crate::fieldpath::NodeAllocatable;
+
+mod api;
+pub mod mount;
+pub mod payload;
+pub mod writer;
+
+pub use payload::{Fetched, Keys, Token};
+
+/// Where a volume manager reads Secrets and ConfigMaps and gets service
+/// account tokens: the apiserver, through `kube::Client`.
+pub trait ObjectSource: Send + Sync {
+    /// A Secret's decoded `data`, or `None` when it does not exist.
+    fn secret(&self, namespace: &str, name: &str) -> Result<Fetched, String>;
+    /// A ConfigMap's `data` and `binaryData`, or `None` when it does not exist.
+    fn config_map(&self, namespace: &str, name: &str) -> Result<Fetched, String>;
+    /// A token for `pod`'s service account, bound to the pod (TokenRequest).
+    fn service_account_token(
+        &self,
+        pod: &Pod,
+        audience: Option<&str>,
+        expiration_seconds: i64,
+    ) -> Result<Token, String>;
+}
+
+/// The lifetime the API gives a projected token when the spec names none.
+const DEFAULT_TOKEN_SECONDS: i64 = 3600;
+/// A token is refreshed at most this long after it was issued.
+const MAX_TOKEN_AGE: Duration = Duration::from_secs(24 * 3600);
+
+/// The plugin directory name of each volume kind.
+const EMPTY_DIR: &str = "kubernetes.io~empty-dir";
+const SECRET: &str = "kubernetes.io~secret";
+const CONFIG_MAP: &str = "kubernetes.io~configmap";
+const DOWNWARD_API: &str = "kubernetes.io~downward-api";
+const PROJECTED: &str = "kubernetes.io~projected";
+
+/// The host directory of `v` under the pod's `volumes_dir` (or the host
+/// path), and whether containers must see it read-only. `Err` names a kind
+/// tinylet cannot mount.
+pub fn host_dir(volumes_dir: &Path, v: &Volume) -> Result<(PathBuf, bool), String> {
+    if let Some(hp) = &v.host_path {
+        return Ok((PathBuf::from(&hp.path), false));
+    }
+    let (plugin, read_only) = match () {
+        _ if v.empty_dir.is_some() => (EMPTY_DIR, false),
+        _ if v.secret.is_some() => (SECRET, true),
+        _ if v.config_map.is_some() => (CONFIG_MAP, true),
+        _ if v.downward_api.is_some() => (DOWNWARD_API, true),
+        _ if v.projected.is_some() => (PROJECTED, true),
+        _ => {
+            return Err(format!(
+                "volume {:?}: only hostPath, emptyDir, secret, configMap, downwardAPI and projected volumes are supported",
+                v.name
+            ))
+        }
+    };
+    Ok((volumes_dir.join(plugin).join(&v.name), read_only))
+}
+
+/// The volumes directory of the pod `uid`.
+pub fn volumes_dir(root_dir: &Path, uid: &str) -> PathBuf {
+    root_dir.join("pods").join(uid).join("volumes")
+}
+
+/// What the manager remembers of one volume it set up.
+#[derive(Debug, Clone, Copy)]
+struct SetUp {
+    /// When its files must be written again (a token's refresh time).
+    refresh_at: Option<SystemTime>,
+}
+
+pub struct VolumeManager {
+    root_dir: PathBuf,
+    source: Option<Arc<dyn ObjectSource>>,
+    allocatable: NodeAllocatable,
+    recorder: EventRecorder,
+    /// Pod UID → volume name → state. Only the pod's worker touches its entry.
+    pods: Mutex<HashMap<String, HashMap<String, SetUp>>>,
+}
+
+/// A volume that could not be made ready; the pod's containers wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeError {
+    pub volume: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for VolumeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MountVolume.SetUp failed for volume {:?} : {}",
+            self.volume, self.message
+        )
+    }
+}
+
+impl VolumeManager {
+    /// `source` is `None` for a standalone node: volumes that need API
+    /// objects then fail with a clear message.
+    pub fn new(
+        root_dir: PathBuf,
+        source: Option<Arc<dyn ObjectSource>>,
+        allocatable: NodeAllocatable,
+        recorder: EventRecorder,
+    ) -> Self {
+        VolumeManager {
+            root_dir,
+            source,
+            allocatable,
+            recorder,
+            pods: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A manager backed by the apiserver client `client`.
+    pub fn with_client(
+        root_dir: PathBuf,
+        client: crate::kube::Client,
+        allocatable: NodeAllocatable,
+        recorder: EventRecorder,
+    ) -> Self {
+        let source: Arc<dyn ObjectSource> = Arc::new(api::ApiObjects::new(client));
+        Self::new(root_dir, Some(source), allocatable, recorder)
+    }
+
+    /// Makes every volume of `pod` ready (or refreshes what is due). The
+    /// first volume that cannot be made ready for the first time is
+    /// returned, with a FailedMount event; refresh failures are logged.
+    pub fn setup(&self, pod: &Pod) -> Result<(), VolumeError> {
+        let uid = crate::config::pod_uid(pod).to_string();
+        let dir = volumes_dir(&self.root_dir, &uid);
+        let volumes = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_deref())
+            .unwrap_or(&[]);
+        let now = SystemTime::now();
+        for v in volumes {
+            let known = self
+                .pods
+                .lock()
+                .get(&uid)
+                .and_then(|m| m.get(&v.name).copied());
+            let due = match known {
+                None => true,
+                Some(s) => s.refresh_at.is_some_and(|t| t <= now) || v.downward_api.is_some(),
+            };
+            if !due {
+                continue;
+            }
+            match self.setup_volume(pod, &dir, v) {
+                Ok(refresh_at) => {
+                    self.pods
+                        .lock()
+                        .entry(uid.clone())
+                        .or_default()
+                        .insert(v.name.clone(), SetUp { refresh_at });
+                }
+                Err(message) => {
+                    let err = VolumeError {
+                        volume: v.name.clone(),
+                        message,
+                    };
+                    let already = match host_dir(&dir, v) {
+                        Ok((d, _)) => d.join(writer::DATA_LINK).exists(),
+                        Err(_) => false,
+                    };
+                    if known.is_some() || already {
+                        // Keep what the containers already see; try again
+                        // at the next sync.
+                        warn!(
+                            "pod {}: refreshing volume {:?} failed, its files stay as they were: {}",
+                            crate::config::pod_full_name(pod),
+                            v.name,
+                            err.message
+                        );
+                        self.pods.lock().entry(uid.clone()).or_default().insert(
+                            v.name.clone(),
+                            SetUp {
+                                refresh_at: Some(now),
+                            },
+                        );
+                        continue;
+                    }
+                    self.recorder.event(
+                        &ObjectRef::pod(pod),
+                        EventType::Warning,
+                        "FailedMount",
+                        err.to_string(),
+                    );
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmounts the pod's tmpfs volumes and forgets the pod; its directory
+    /// is removed with the pod.
+    pub fn teardown(&self, uid: &str) -> std::io::Result<()> {
+        let dir = self.root_dir.join("pods").join(uid);
+        if dir.exists() {
+            mount::unmount_below(&dir)?;
+        }
+        self.pods.lock().remove(uid);
+        Ok(())
+    }
+
+    /// Writes one volume; returns when it must be written again.
+    fn setup_volume(
+        &self,
+        pod: &Pod,
+        volumes_dir: &Path,
+        v: &Volume,
+    ) -> Result<Option<SystemTime>, String> {
+        let (dir, _) = host_dir(volumes_dir, v)?;
+        if v.host_path.is_some() {
+            return Ok(None);
+        }
+        if let Some(ed) = &v.empty_dir {
+            create_dir(&dir)?;
+            if ed.medium.as_deref() == Some("Memory") {
+                let size = ed
+                    .size_limit
+                    .as_ref()
+                    .map(|q| {
+                        crate::runtime::config::parse_bytes(&q.0)
+                            .ok_or_else(|| format!("emptyDir.sizeLimit: cannot parse {:?}", q.0))
+                    })
+                    .transpose()?
+                    .unwrap_or(0);
+                mount::ensure_tmpfs(&dir, size.max(0) as u64)
+                    .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
+            }
+            return Ok(None);
+        }
+        let (files, refresh_at) = self.payload(pod, v)?;
+        payload::check_paths(&files)?;
+        create_dir(&dir)?;
+        if v.secret.is_some() || v.projected.is_some() {
+            mount::ensure_tmpfs(&dir, 0)
+                .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
+        }
+        let changed = writer::write_payload(&dir, &files)
+            .map_err(|e| format!("write files in {}: {e}", dir.display()))?;
+        if changed {
+            info!(
+                "pod {}: volume {:?} written ({} files)",
+                crate::config::pod_full_name(pod),
+                v.name,
+                files.len()
+            );
+        }
+        Ok(refresh_at)
+    }
+
+    fn source(&self, what: &str) -> Result<&dyn ObjectSource, String> {
+        self.source
+            .as_deref()
+            .ok_or_else(|| format!("{what} needs an apiserver, and this node has no --kubeconfig"))
+    }
+
+    /// The files of a secret, configMap, downwardAPI or projected volume.
+    fn payload(
+        &self,
+        pod: &Pod,
+        v: &Volume,
+    ) -> Result<(payload::Payload, Option<SystemTime>), String> {
+        let ns = crate::runtime::labels::pod_namespace(pod);
+        let mut out = payload::Payload::new();
+        let default = |m: Option<i32>| {
+            m.map(|m| (m as u32) & 0o777)
+                .unwrap_or(payload::DEFAULT_MODE)
+        };
+        if let Some(s) = &v.secret {
+            let name = s.secret_name.as_deref().unwrap_or("");
+            if name.is_empty() {
+                return Err("secret.secretName is empty".into());
+            }
+            let keys = self.source("a secret volume")?.secret(ns, name)?;
+            payload::key_files(
+                "secret",
+                name,
+                keys.as_ref(),
+                s.items.as_deref(),
+                s.optional.unwrap_or(false),
+                default(s.default_mode),
+                &mut out,
+            )?;
+            return Ok((out, None));
+        }
+        if let Some(c) = &v.config_map {
+            let keys = self.source("a configMap volume")?.config_map(ns, &c.name)?;
+            payload::key_files(
+                "configmap",
+                &c.name,
+                keys.as_ref(),
+                c.items.as_deref(),
+                c.optional.unwrap_or(false),
+                default(c.default_mode),
+                &mut out,
+            )?;
+            return Ok((out, None));
+        }
+        if let Some(d) = &v.downward_api {
+            payload::downward_files(
+                pod,
+                d.items.as_deref().unwrap_or(&[]),
+                default(d.default_mode),
+                &self.allocatable,
+                &mut out,
+            )?;
+            return Ok((out, None));
+        }
+        let Some(p) = &v.projected else {
+            return Ok((out, None));
+        };
+        let mode = default(p.default_mode);
+        let mut refresh_at: Option<SystemTime> = None;
+        for (i, src) in p.sources.iter().flatten().enumerate() {
+            let at = |e: String| format!("projected.sources[{i}]: {e}");
+            if let Some(s) = &src.secret {
+                let keys = self
+                    .source("a projected secret")?
+                    .secret(ns, &s.name)
+                    .map_err(at)?;
+                payload::key_files(
+                    "secret",
+                    &s.name,
+                    keys.as_ref(),
+                    s.items.as_deref(),
+                    s.optional.unwrap_or(false),
+                    mode,
+                    &mut out,
+                )
+                .map_err(at)?;
+            } else if let Some(c) = &src.config_map {
+                let keys = self
+                    .source("a projected configMap")?
+                    .config_map(ns, &c.name)
+                    .map_err(at)?;
+                payload::key_files(
+                    "configmap",
+                    &c.name,
+                    keys.as_ref(),
+                    c.items.as_deref(),
+                    c.optional.unwrap_or(false),
+                    mode,
+                    &mut out,
+                )
+                .map_err(at)?;
+            } else if let Some(d) = &src.downward_api {
+                payload::downward_files(
+                    pod,
+                    d.items.as_deref().unwrap_or(&[]),
+                    mode,
+                    &self.allocatable,
+                    &mut out,
+                )
+                .map_err(at)?;
+            } else if let Some(t) = &src.service_account_token {
+                let seconds = t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_SECONDS);
+                if seconds < 600 {
+                    return Err(at(format!(
+                        "serviceAccountToken.expirationSeconds: {seconds} is less than 600"
+                    )));
+                }
+                let token = self
+                    .source("a service account token")?
+                    .service_account_token(
+                        pod,
+                        t.audience.as_deref().filter(|a| !a.is_empty()),
+                        seconds,
+                    )
+                    .map_err(at)?;
+                let due = refresh_time(&token, seconds);
+                refresh_at = Some(refresh_at.map_or(due, |r| r.min(due)));
+                if out.contains_key(&t.path) {
+                    return Err(at(format!("two files at path {:?}", t.path)));
+                }
+                out.insert(
+                    t.path.clone(),
+                    payload::File {
+                        data: token.token.into_bytes(),
+                        mode,
+                    },
+                );
+            } else {
+                return Err(at(
+                    "no supported source (secret, configMap, downwardAPI, serviceAccountToken)"
+                        .into(),
+                ));
+            }
+        }
+        Ok((out, refresh_at))
+    }
+}
+
+fn create_dir(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))
+}
+
+/// When a token must be replaced: after 80% of its lifetime, at most 24 h
+/// after it was issued (upstream's token manager rule).
+pub fn refresh_time(token: &Token, expiration_seconds: i64) -> SystemTime {
+    let ttl = Duration::from_secs(expiration_seconds.max(0) as u64);
+    let issued = token.expires.checked_sub(ttl).unwrap_or(token.expires);
+    let by_ttl = issued + ttl.mul_f64(0.8);
+    by_ttl.min(issued + MAX_TOKEN_AGE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapProjection, DownwardAPIProjection, DownwardAPIVolumeFile, KeyToPath,
+        ObjectFieldSelector, PodSpec, ProjectedVolumeSource, SecretVolumeSource,
+        ServiceAccountTokenProjection, VolumeProjection,
+    };
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    /// An apiserver stand-in: one secret, the root CA configmap, tokens
+    /// that live `ttl` seconds; `down` makes every call fail.
+    #[derive(Default)]
+    struct Objects {
+        tokens: AtomicU32,
+        down: AtomicBool,
+        ttl: i64,
+    }
+
+    impl ObjectSource for Objects {
+        fn secret(&self, _ns: &str, name: &str) -> Result<Fetched, String> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err("connection refused".into());
+            }
+            Ok((name == "tok").then(|| [("token".to_string(), b"s3cr3t".to_vec())].into()))
+        }
+        fn config_map(&self, _ns: &str, name: &str) -> Result<Fetched, String> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err("connection refused".into());
+            }
+            Ok((name == "kube-root-ca.crt")
+                .then(|| [("ca.crt".to_string(), b"PEM".to_vec())].into()))
+        }
+        fn service_account_token(
+            &self,
+            _pod: &Pod,
+            _audience: Option<&str>,
+            _seconds: i64,
+        ) -> Result<Token, String> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err("connection refused".into());
+            }
+            let n = self.tokens.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(Token {
+                token: format!("jwt-{n}"),
+                expires: SystemTime::now() + Duration::from_secs(self.ttl as u64),
+            })
+        }
+    }
+
+    fn pod(volumes: Vec<Volume>) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some("web".into());
+        p.metadata.namespace = Some("default".into());
+        p.metadata.uid = Some("uid-1".into());
+        p.spec = Some(PodSpec {
+            volumes: Some(volumes),
+            ..Default::default()
+        });
+        p
+    }
+
+    fn secret_volume(name: &str, secret: &str) -> Volume {
+        Volume {
+            name: name.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// The shape of the API's `kube-api-access-*` volume.
+    fn api_access(expiration: i64) -> Volume {
+        Volume {
+            name: "kube-api-access-x".into(),
+            projected: Some(ProjectedVolumeSource {
+                default_mode: Some(0o644),
+                sources: Some(vec![
+                    VolumeProjection {
+                        service_account_token: Some(ServiceAccountTokenProjection {
+                            expiration_seconds: Some(expiration),
+                            path: "token".into(),
+                            audience: None,
+                        }),
+                        ..Default::default()
+                    },
+                    VolumeProjection {
+                        config_map: Some(ConfigMapProjection {
+                            name: "kube-root-ca.crt".into(),
+                            items: Some(vec![KeyToPath {
+                                key: "ca.crt".into(),
+                                path: "ca.crt".into(),
+                                mode: None,
+                            }]),
+                            optional: None,
+                        }),
+                        ..Default::default()
+                    },
+                    VolumeProjection {
+                        downward_api: Some(DownwardAPIProjection {
+                            items: Some(vec![DownwardAPIVolumeFile {
+                                path: "namespace".into(),
+                                field_ref: Some(ObjectFieldSelector {
+                                    field_path: "metadata.namespace".into(),
+                                    api_version: Some("v1".into()),
+                                }),
+                                ..Default::default()
+                            }]),
+                        }),
+                        ..Default::default()
+                    },
+                ]),
+            }),
+            ..Default::default()
+        }
+    }
+
+    struct Rig {
+        _root: tempfile::TempDir,
+        root: PathBuf,
+        objects: Arc<Objects>,
+        vm: VolumeManager,
+    }
+
+    impl Drop for Rig {
+        fn drop(&mut self) {
+            let _ = mount::unmount_below(&self.root);
+        }
+    }
+
+    fn rig(ttl: i64) -> Rig {
+        let root = tempfile::tempdir().unwrap();
+        let objects = Arc::new(Objects {
+            ttl,
+            ..Default::default()
+        });
+        let source: Arc<dyn ObjectSource> = objects.clone();
+        let path = root.path().to_path_buf();
+        Rig {
+            root: path.clone(),
+            _root: root,
+            objects,
+            vm: VolumeManager::new(
+                path,
+                Some(source),
+                NodeAllocatable::default(),
+                EventRecorder::disabled(),
+            ),
+        }
+    }
+
+    fn rigged(ttl: i64) -> Rig {
+        rig(ttl)
+    }
+
+    fn read(dir: &Path, file: &str) -> String {
+        std::fs::read_to_string(dir.join(file)).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_secret_volume_is_a_tmpfs_with_the_secret_files_and_goes_with_the_pod() {
+        let r = rigged(3600);
+        let p = pod(vec![secret_volume("sa", "tok")]);
+        r.vm.setup(&p).unwrap();
+        let dir = volumes_dir(&r.root, "uid-1").join(SECRET).join("sa");
+        assert_eq!(read(&dir, "token"), "s3cr3t");
+        assert!(
+            mount::is_mount_point(&dir).unwrap(),
+            "secrets live on tmpfs"
+        );
+
+        r.vm.teardown("uid-1").unwrap();
+        assert!(!mount::is_mount_point(&dir).unwrap());
+        assert!(mount::mounts_below(&r.root).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_missing_secret_fails_the_first_setup_with_its_name() {
+        let r = rigged(3600);
+        let p = pod(vec![secret_volume("sa", "gone")]);
+        let e = r.vm.setup(&p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "MountVolume.SetUp failed for volume \"sa\" : secret \"gone\" not found"
+        );
+    }
+
+    #[test]
+    fn the_service_account_volume_gets_a_token_the_ca_and_the_namespace() {
+        let r = rigged(3600);
+        let p = pod(vec![api_access(3600)]);
+        r.vm.setup(&p).unwrap();
+        let dir = volumes_dir(&r.root, "uid-1")
+            .join(PROJECTED)
+            .join("kube-api-access-x");
+        assert_eq!(read(&dir, "token"), "jwt-1");
+        assert_eq!(read(&dir, "ca.crt"), "PEM");
+        assert_eq!(read(&dir, "namespace"), "default");
+        assert!(mount::is_mount_point(&dir).unwrap());
+        // Not due yet: no new token at the next sync.
+        r.vm.setup(&p).unwrap();
+        assert_eq!(r.objects.tokens.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_due_token_is_replaced_and_a_failed_refresh_keeps_the_old_one() {
+        // A token that lived 80% of its life at once: due at every sync.
+        let r = rigged(0);
+        let p = pod(vec![api_access(3600)]);
+        r.vm.setup(&p).unwrap();
+        let dir = volumes_dir(&r.root, "uid-1")
+            .join(PROJECTED)
+            .join("kube-api-access-x");
+        assert_eq!(read(&dir, "token"), "jwt-1");
+        r.vm.setup(&p).unwrap();
+        assert_eq!(read(&dir, "token"), "jwt-2");
+
+        r.objects.down.store(true, Ordering::SeqCst);
+        r.vm.setup(&p)
+            .expect("a failed refresh does not stop the pod");
+        assert_eq!(read(&dir, "token"), "jwt-2");
+        r.objects.down.store(false, Ordering::SeqCst);
+        r.vm.setup(&p).unwrap();
+        assert_eq!(read(&dir, "token"), "jwt-3");
+    }
+
+    #[test]
+    fn files_left_by_an_earlier_run_carry_a_pod_through_an_outage() {
+        let r = rigged(3600);
+        let p = pod(vec![secret_volume("sa", "tok")]);
+        r.vm.setup(&p).unwrap();
+        // A restarted tinylet (no memory of the volume) while the apiserver is away.
+        r.vm.pods.lock().clear();
+        r.objects.down.store(true, Ordering::SeqCst);
+        r.vm.setup(&p).expect("the files from before are used");
+        let dir = volumes_dir(&r.root, "uid-1").join(SECRET).join("sa");
+        assert_eq!(read(&dir, "token"), "s3cr3t");
+    }
+
+    #[test]
+    fn standalone_nodes_refuse_api_volumes_but_serve_the_downward_api() {
+        let root = tempfile::tempdir().unwrap();
+        let vm = VolumeManager::new(
+            root.path().to_path_buf(),
+            None,
+            NodeAllocatable::default(),
+            EventRecorder::disabled(),
+        );
+        let e = vm
+            .setup(&pod(vec![secret_volume("sa", "tok")]))
+            .unwrap_err();
+        assert!(e.message.contains("needs an apiserver"), "{e}");
+
+        let mut v = api_access(3600);
+        if let Some(p) = v.projected.as_mut() {
+            p.sources.as_mut().unwrap().drain(..2);
+        }
+        vm.setup(&pod(vec![v])).unwrap();
+        let dir = volumes_dir(root.path(), "uid-1")
+            .join(PROJECTED)
+            .join("kube-api-access-x");
+        assert_eq!(read(&dir, "namespace"), "default");
+        vm.teardown("uid-1").unwrap();
+    }
+}
