@@ -24,6 +24,7 @@ use tinylet::node::{initial_node_state, node_info};
 use tinylet::options::{parse_args, Command, Options, USAGE};
 use tinylet::pleg::{Pleg, PodCache, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
+use tinylet::runtime::image_gc::{self, ImageGc};
 use tinylet::runtime::RuntimeManager;
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
@@ -286,8 +287,21 @@ fn run(opts: Options) -> anyhow::Result<()> {
             opts.root_dir.clone(),
             opts.pod_logs_dir.clone(),
         )
-        .with_recorder(recorder.clone()),
+        .with_recorder(recorder.clone())
+        .with_max_dead_per_container(opts.max_dead_per_container),
     );
+    let _image_gc = if opts.image_gc.enabled() {
+        let gc = ImageGc::new(
+            remote.clone(),
+            remote.clone(),
+            opts.image_gc,
+            recorder.clone(),
+            &node,
+        );
+        Some(image_gc::start(gc).context("starting the image GC thread")?)
+    } else {
+        None
+    };
     let allocatable = NodeAllocatable::from_map(&node_state.read().allocatable);
     let volume_manager = match &client {
         Some(c) => VolumeManager::with_client(

@@ -54,6 +54,12 @@ pub struct Options {
     pub node_labels: Vec<(String, String)>,
     /// Taints added at registration (`--register-with-taints`).
     pub register_with_taints: Vec<Taint>,
+    /// Image garbage collection: `--image-gc-high-threshold`,
+    /// `--image-gc-low-threshold`, `--minimum-image-ttl-duration`.
+    pub image_gc: crate::runtime::image_gc::Policy,
+    /// Dead instances kept per container
+    /// (`--maximum-dead-containers-per-container`).
+    pub max_dead_per_container: u32,
 }
 
 /// A node taint: `key[=value]:Effect`.
@@ -95,6 +101,8 @@ impl Default for Options {
             node_ip: None,
             node_labels: Vec::new(),
             register_with_taints: Vec::new(),
+            image_gc: crate::runtime::image_gc::Policy::default(),
+            max_dead_per_container: 1,
         }
     }
 }
@@ -152,6 +160,17 @@ Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --node-labels list                   labels added at registration, k=v,k2=v2 (kubernetes.io
                                        and k8s.io keys only where NodeRestriction allows them)
   --register-with-taints list          taints added at registration, key=value:Effect,...
+
+Garbage collection:
+  --image-gc-high-threshold int        percent of the image filesystem in use that starts
+                                       removing unused images; 100 turns it off (default 85)
+  --image-gc-low-threshold int         percent image GC frees down to (default 80)
+  --minimum-image-ttl-duration duration
+                                       unused images younger than this are kept (default 2m0s)
+  --maximum-dead-containers-per-container int
+                                       exited instances kept per container; the newest is
+                                       always kept (default 1)
+
   -v, --v int                          log verbosity: 0 info, 1-3 more info, 4+ debug, 6+ trace
   -h, --help                           print this help
       --version                        print the version
@@ -308,6 +327,10 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                 o.register_with_taints =
                     parse_taints(&v).map_err(|e| format!("flag --{name}: {e}"))?;
             }
+            "image-gc-high-threshold" => o.image_gc.high_threshold = number(name, &v)?,
+            "image-gc-low-threshold" => o.image_gc.low_threshold = number(name, &v)?,
+            "minimum-image-ttl-duration" => o.image_gc.min_age = dur(&v)?,
+            "maximum-dead-containers-per-container" => o.max_dead_per_container = number(name, &v)?,
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -363,6 +386,10 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             });
         }
     }
+    o.image_gc.validate().map_err(|e| match &o.config_file {
+        Some(file) => format!("{e} (flags or --config {})", file.display()),
+        None => e,
+    })?;
     Ok(Command::Run(Box::new(o)))
 }
 
@@ -395,6 +422,10 @@ const FLAGS: &[&str] = &[
     "node-ip",
     "node-labels",
     "register-with-taints",
+    "image-gc-high-threshold",
+    "image-gc-low-threshold",
+    "minimum-image-ttl-duration",
+    "maximum-dead-containers-per-container",
 ];
 
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -546,6 +577,17 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
             .and_then(|n| u32::try_from(n).ok())
             .ok_or_else(|| err(field, format!("expected a non-negative integer, found {v}")))
     };
+    let percent = |field: &str, v: &Value| -> Result<u8, String> {
+        v.as_u64()
+            .filter(|n| *n <= 100)
+            .map(|n| n as u8)
+            .ok_or_else(|| {
+                err(
+                    field,
+                    format!("expected a percentage from 0 to 100, found {v}"),
+                )
+            })
+    };
     let duration = |field: &str, v: &Value| -> Result<Duration, String> {
         let s = string(field, v)?;
         parse_duration(&s).map_err(|e| err(field, e))
@@ -597,6 +639,9 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
             }
             "kubeAPIBurst" => o.kube_api_burst = unsigned(field, v)?,
             "maxPods" => o.max_pods = unsigned(field, v)?,
+            "imageGCHighThresholdPercent" => o.image_gc.high_threshold = percent(field, v)?,
+            "imageGCLowThresholdPercent" => o.image_gc.low_threshold = percent(field, v)?,
+            "imageMinimumGCAge" => o.image_gc.min_age = duration(field, v)?,
             "nodeLeaseDurationSeconds" => o.node_lease_duration_seconds = unsigned(field, v)?,
             "nodeStatusUpdateFrequency" => o.node_status_update_frequency = duration(field, v)?,
             "nodeStatusReportFrequency" => o.node_status_report_frequency = duration(field, v)?,

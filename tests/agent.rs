@@ -211,3 +211,78 @@ fn a_crashing_container_restarts_with_back_off_and_a_removed_pod_is_torn_down() 
         fake.sandboxes().is_empty() && fake.containers().is_empty()
     });
 }
+
+#[test]
+fn image_gc_removes_unused_images_but_never_used_pinned_or_sandbox_ones() {
+    let fake = FakeCri::start();
+    fake.add_images(
+        &["docker.io/library/old:1", "docker.io/library/older:1"],
+        false,
+    );
+    fake.add_images(&["docker.io/library/keep-me:1"], true);
+    fake.set_sandbox_image("registry.k8s.io/pause:3.9");
+    let mut agent = Agent::start(&fake.endpoint(), &[]);
+    write_manifest(&agent.manifests(), "web.yaml", &web("web", "sleep 1000"));
+    agent.wait("web runs", || running_containers(&fake, "web-edge-1") == 1);
+    let container = fake.containers_named("app")[0].id.clone();
+
+    // Any use of the disk is above a 1% high threshold: everything that may
+    // go, goes (down to 0%).
+    agent.restart_with(&[
+        "--image-gc-high-threshold",
+        "1",
+        "--image-gc-low-threshold",
+        "0",
+        "--minimum-image-ttl-duration",
+        "0s",
+    ]);
+    let tags = |fake: &FakeCri| -> Vec<String> {
+        let mut t: Vec<String> = fake
+            .images()
+            .into_iter()
+            .flat_map(|i| i.repo_tags)
+            .collect();
+        t.sort();
+        t
+    };
+    agent.wait("the unused images are removed", || {
+        let t = tags(&fake);
+        !t.iter().any(|i| i.contains("old"))
+    });
+    let left = tags(&fake);
+    for kept in [
+        "docker.io/library/busybox:latest",
+        "docker.io/library/keep-me:1",
+        "registry.k8s.io/pause:3.9",
+    ] {
+        assert!(left.iter().any(|t| t == kept), "{kept} removed: {left:?}");
+    }
+    assert!(
+        !left.iter().any(|t| t.contains("nginx")),
+        "an unused image stayed: {left:?}"
+    );
+    assert_eq!(
+        fake.count("RemoveImage"),
+        3,
+        "{:?}",
+        fake.calls_to("RemoveImage")
+    );
+    assert_eq!(
+        fake.containers_named("app")[0].id,
+        container,
+        "the pod's container was left alone"
+    );
+
+    // Bad thresholds are refused at start, naming the flags.
+    let (code, _, err) = run_cmd(&[
+        "--image-gc-high-threshold",
+        "70",
+        "--image-gc-low-threshold",
+        "80",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--image-gc-low-threshold 80 must be less than --image-gc-high-threshold 70"),
+        "{err}"
+    );
+}

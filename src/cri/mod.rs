@@ -32,6 +32,11 @@ pub trait RuntimeService: Send + Sync {
     fn version(&self) -> Result<api::VersionResponse, CriError>;
     /// Runtime conditions (RuntimeReady, NetworkReady).
     fn status(&self) -> Result<api::StatusResponse, CriError>;
+    /// The runtime's free-form verbose status (`info`: JSON values by key).
+    /// Runtimes that offer none answer an empty map.
+    fn status_info(&self) -> Result<std::collections::HashMap<String, String>, CriError> {
+        Ok(std::collections::HashMap::new())
+    }
     /// Creates and starts a sandbox; returns its ID.
     fn run_pod_sandbox(
         &self,
@@ -76,4 +81,6 @@ pub trait ImageService: Send + Sync {
         sandbox_config: Option<&api::PodSandboxConfig>,
     ) -> Result<String, CriError>;
     fn remove_image(&self, image: &api::ImageSpec) -> Result<(), CriError>;
+    /// The filesystems images are stored on, with the bytes images use.
+    fn image_fs_info(&self) -> Result<Vec<api::FilesystemUsage>, CriError>;
 }

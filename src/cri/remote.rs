@@ -154,6 +154,13 @@ impl RuntimeService for RemoteRuntime {
         Ok(resp)
     }
 
+    fn status_info(&self) -> Result<std::collections::HashMap<String, String>, CriError> {
+        let mut req = api::StatusRequest::new();
+        req.verbose = true;
+        let resp = self.call("Status", |o| self.runtime.status_opt(&req, o))?;
+        Ok(resp.info)
+    }
+
     fn run_pod_sandbox(
         &self,
         config: &api::PodSandboxConfig,
@@ -348,6 +355,12 @@ impl ImageService for RemoteRuntime {
         req.image = MessageField::some(image.clone());
         self.call("RemoveImage", |o| self.images.remove_image_opt(&req, o))?;
         Ok(())
+    }
+
+    fn image_fs_info(&self) -> Result<Vec<api::FilesystemUsage>, CriError> {
+        let req = api::ImageFsInfoRequest::new();
+        let resp = self.call("ImageFsInfo", |o| self.images.image_fs_info_opt(&req, o))?;
+        Ok(resp.image_filesystems)
     }
 }
 

@@ -426,4 +426,14 @@ impl ImageService for FakeRuntime {
         s.images.retain(|i| *i != image.image);
         Ok(())
     }
+
+    fn image_fs_info(&self) -> Result<Vec<api::FilesystemUsage>, CriError> {
+        let _s = self.begin("ImageFsInfo")?;
+        let mut u = api::FilesystemUsage::new();
+        u.fs_id = protobuf::MessageField::some(api::FilesystemIdentifier {
+            mountpoint: "/".into(),
+            ..Default::default()
+        });
+        Ok(vec![u])
+    }
 }

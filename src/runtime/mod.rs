@@ -16,6 +16,7 @@
 pub mod actions;
 pub mod backoff;
 pub mod config;
+pub mod image_gc;
 pub mod labels;
 
 #[cfg(test)]
@@ -146,6 +147,8 @@ pub struct RuntimeManager {
     /// Why each pod's containers could not start in the last sync, by pod
     /// UID and container name (upstream `ReasonCache`), for pod status.
     reasons: Mutex<HashMap<String, WaitingReasons>>,
+    /// Exited instances kept per container (`--maximum-dead-containers-per-container`).
+    max_dead_per_container: u32,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -167,7 +170,14 @@ impl RuntimeManager {
             backoff: Mutex::new(Backoff::default()),
             recorder: EventRecorder::disabled(),
             reasons: Mutex::new(HashMap::new()),
+            max_dead_per_container: 1,
         }
+    }
+
+    /// Keeps `n` exited instances of each container (at least the newest).
+    pub fn with_max_dead_per_container(mut self, n: u32) -> Self {
+        self.max_dead_per_container = n;
+        self
     }
 
     /// Reports the pod lifecycle events (Pulling, Created, Killing, ...) to
@@ -737,16 +747,14 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Removes exited containers of a live pod beyond the newest one per name
-    /// and sandboxes that are not ready beyond the newest (upstream container
-    /// GC keeps one dead instance per container).
+    /// Removes exited containers of a live pod beyond
+    /// `--maximum-dead-containers-per-container` per name (upstream's
+    /// container GC; the one kept gives `lastState` and the previous log),
+    /// and sandboxes that are not ready beyond the newest.
     pub fn prune_dead(&self, status: &PodStatus) {
-        let mut seen = std::collections::HashSet::new();
-        for c in &status.container_statuses {
-            if !seen.insert(c.name.as_str()) && c.state == ContainerState::Exited {
-                if let Err(e) = self.runtime.remove_container(&c.id) {
-                    debug!("remove dead container {:.12}: {e}", c.id);
-                }
+        for id in dead_to_remove(status, self.max_dead_per_container) {
+            if let Err(e) = self.runtime.remove_container(id) {
+                debug!("remove dead container {id:.12}: {e}");
             }
         }
         // A sandbox that is not ready has had its containers stopped with it.
@@ -767,6 +775,28 @@ impl RuntimeManager {
     pub fn runtime(&self) -> &Arc<dyn RuntimeService> {
         &self.runtime
     }
+}
+
+/// Exited containers beyond the `keep` newest exited instances of each
+/// container name (statuses are newest first). The newest instance of a
+/// name is never chosen: its restart count and back-off live on it.
+fn dead_to_remove(status: &PodStatus, keep: u32) -> Vec<&str> {
+    let mut newest_seen = std::collections::HashSet::new();
+    let mut dead_kept: HashMap<&str, u32> = HashMap::new();
+    let mut out = Vec::new();
+    for c in &status.container_statuses {
+        let newest = newest_seen.insert(c.name.as_str());
+        if c.state != ContainerState::Exited {
+            continue;
+        }
+        let kept = dead_kept.entry(c.name.as_str()).or_default();
+        if newest || *kept < keep {
+            *kept += 1;
+        } else {
+            out.push(c.id.as_str());
+        }
+    }
+    out
 }
 
 fn is_init_container(pod: &Pod, name: &str) -> bool {
@@ -830,5 +860,35 @@ mod tests {
         );
         assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
         assert_eq!(default_pull_policy("busybox@sha256:abcd"), "IfNotPresent");
+    }
+
+    fn exited(name: &str, id: &str, created: i64) -> ContainerStatus {
+        ContainerStatus {
+            id: id.into(),
+            name: name.into(),
+            state: ContainerState::Exited,
+            created_at: created,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn dead_containers_beyond_the_limit_go_newest_kept() {
+        let mut running = exited("app", "a3", 3);
+        running.state = ContainerState::Running;
+        let status = PodStatus {
+            container_statuses: vec![
+                running,
+                exited("app", "a2", 2),
+                exited("app", "a1", 1),
+                exited("side", "s2", 2),
+                exited("side", "s1", 1),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(dead_to_remove(&status, 1), ["a1", "s1"]);
+        assert_eq!(dead_to_remove(&status, 2), Vec::<&str>::new());
+        // Zero keeps only what restart counts need: the newest of each.
+        assert_eq!(dead_to_remove(&status, 0), ["a2", "a1", "s1"]);
     }
 }

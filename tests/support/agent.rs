@@ -72,6 +72,13 @@ impl Agent {
         self.child = Some(child);
     }
 
+    /// Kills the binary and starts it again with `extra` flags added.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.kill();
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        self.spawn();
+    }
+
     pub fn manifests(&self) -> PathBuf {
         self.dir.path().join("manifests")
     }

@@ -79,6 +79,7 @@ impl FakeCri {
         for image in DEFAULT_IMAGES {
             state.add_image(image);
         }
+        state.image_fs = dir.path().display().to_string();
         let fake = FakeCri {
             state: Arc::new(Mutex::new(state)),
             env,
@@ -243,6 +244,23 @@ impl FakeCri {
         }
     }
 
+    /// Images present now, plus `pinned` ones the runtime marks pinned.
+    pub fn add_images(&self, images: &[&str], pinned: bool) {
+        let mut st = self.state.lock();
+        for image in images {
+            st.add_image(image);
+            let reference = normalize_image(image);
+            if let Some(img) = st.images.get_mut(&reference) {
+                img.pinned = pinned;
+            }
+        }
+    }
+
+    /// Names the sandbox image a verbose Status reports.
+    pub fn set_sandbox_image(&self, image: &str) {
+        self.state.lock().sandbox_image = Some(normalize_image(image));
+    }
+
     /// Images present now.
     pub fn images(&self) -> Vec<api::Image> {
         self.state.lock().images.values().cloned().collect()
@@ -380,6 +398,10 @@ struct State {
     /// (container ID as given, timeout) of each StopContainer that was served.
     stop_timeouts: Vec<(String, i64)>,
     failures: HashMap<String, Injected>,
+    /// Reported as `config.sandboxImage` in a verbose Status, when set.
+    sandbox_image: Option<String>,
+    /// The mount point ImageFsInfo reports (default: the fake's own dir).
+    image_fs: String,
 }
 
 impl Default for State {
@@ -398,6 +420,8 @@ impl Default for State {
             calls: Vec::new(),
             stop_timeouts: Vec::new(),
             failures: HashMap::new(),
+            sandbox_image: None,
+            image_fs: String::new(),
         }
     }
 }
@@ -482,7 +506,23 @@ impl State {
         Ok(r)
     }
 
-    fn status(&mut self) -> Reply<api::StatusResponse> {
+    fn image_fs_info(&mut self) -> Reply<api::ImageFsInfoResponse> {
+        let mut u = api::FilesystemUsage::new();
+        u.timestamp = now_ns();
+        u.fs_id = MessageField::some(api::FilesystemIdentifier {
+            mountpoint: self.image_fs.clone(),
+            ..Default::default()
+        });
+        u.used_bytes = MessageField::some(api::UInt64Value {
+            value: self.images.values().map(|i| i.size).sum(),
+            ..Default::default()
+        });
+        let mut r = api::ImageFsInfoResponse::new();
+        r.image_filesystems.push(u);
+        Ok(r)
+    }
+
+    fn status(&mut self, verbose: bool) -> Reply<api::StatusResponse> {
         let mut rs = api::RuntimeStatus::new();
         for (kind, ok) in &self.conditions {
             let mut c = api::RuntimeCondition::new();
@@ -496,6 +536,12 @@ impl State {
         }
         let mut r = api::StatusResponse::new();
         r.status = MessageField::some(rs);
+        if let (true, Some(img)) = (verbose, &self.sandbox_image) {
+            r.info.insert(
+                "config".into(),
+                serde_json::json!({"sandboxImage": img}).to_string(),
+            );
+        }
         Ok(r)
     }
 
@@ -1084,10 +1130,12 @@ impl grpc::RuntimeService for Handlers {
     fn status(
         &mut self,
         ctx: RpcContext,
-        _req: api::StatusRequest,
+        req: api::StatusRequest,
         sink: UnarySink<api::StatusResponse>,
     ) {
-        self.handle(ctx, sink, "Status", String::new(), |st| st.status());
+        self.handle(ctx, sink, "Status", String::new(), |st| {
+            st.status(req.verbose)
+        });
     }
 
     fn run_pod_sandbox(
@@ -1265,5 +1313,16 @@ impl grpc::ImageService for Handlers {
     ) {
         let key = image_key(&req.image);
         self.handle(ctx, sink, "RemoveImage", key, |st| st.remove_image(req));
+    }
+
+    fn image_fs_info(
+        &mut self,
+        ctx: RpcContext,
+        _req: api::ImageFsInfoRequest,
+        sink: UnarySink<api::ImageFsInfoResponse>,
+    ) {
+        self.handle(ctx, sink, "ImageFsInfo", String::new(), |st| {
+            st.image_fs_info()
+        });
     }
 }
