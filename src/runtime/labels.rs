@@ -19,6 +19,8 @@ pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
 pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+/// On a sandbox: the hash of what it was made from (`actions::sandbox_hash`).
+pub const SANDBOX_HASH: &str = "tinylet.io/sandbox-hash";
 pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
 
 /// Labels of a pod sandbox: the pod's own labels plus the three identity labels.

@@ -10,36 +10,51 @@
 //! 2. kill the pod's sandbox and containers if the sandbox must change;
 //! 3. kill containers that should not run;
 //! 4. create the sandbox if needed;
-//! 5. start the next init container;
+//! 5. start the init containers that should run (the next one, and
+//!    sidecars that exited);
 //! 6. start the regular containers that should run.
+//!
+//! A started container's postStart hook runs before SyncPod goes on; if it
+//! fails, the container is killed (FailedPostStartHook). Stopping a
+//! container runs its preStop hook first, within the grace period, and
+//! gives StopContainer what is left of it (never less than 2 s). A pod's
+//! containers stop in parallel, sidecars after the regular containers (the
+//! later sidecar first), the sandbox last.
 
 pub mod actions;
 pub mod backoff;
 pub mod config;
+mod hooks;
 pub mod labels;
 
 #[cfg(test)]
 pub mod fake;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use log::{debug, info, warn};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use protobuf::EnumOrUnknown;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{EventRecorder, EventType, ObjectRef};
-use actions::{compute_pod_actions, PodActions};
+use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
 use labels::{pod_full_name, pod_uid};
 
 /// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
 const MIN_GRACE_PERIOD_SECS: i64 = 2;
 const DEFAULT_GRACE_PERIOD_SECS: i64 = 30;
+/// How long a postStart httpGet may take (upstream sets none; the worker
+/// must not hang on a server that never answers).
+const POST_START_HTTP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the runtime manager reads the time from: real time, or a test's clock.
+pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ContainerState {
@@ -146,6 +161,8 @@ pub struct RuntimeManager {
     /// Why each pod's containers could not start in the last sync, by pod
     /// UID and container name (upstream `ReasonCache`), for pod status.
     reasons: Mutex<HashMap<String, WaitingReasons>>,
+    clock: Clock,
+    startup: Arc<dyn StartupResults>,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -167,7 +184,23 @@ impl RuntimeManager {
             backoff: Mutex::new(Backoff::default()),
             recorder: EventRecorder::disabled(),
             reasons: Mutex::new(HashMap::new()),
+            clock: Arc::new(SystemTime::now),
+            startup: Arc::new(actions::NoProber),
         }
+    }
+
+    /// Reads the time from `clock` (restart back-off, hook durations).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Reads startup probe results from `startup` (the prober): a sidecar
+    /// with a startup probe holds the next init container back until it
+    /// succeeded. Without it, startup probes count as passed.
+    pub fn with_startup_results(mut self, startup: Arc<dyn StartupResults>) -> Self {
+        self.startup = startup;
+        self
     }
 
     /// Reports the pod lifecycle events (Pulling, Created, Killing, ...) to
@@ -353,7 +386,7 @@ impl RuntimeManager {
     /// Brings the pod's runtime state to its spec: the six steps.
     pub fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
         let who = pod_full_name(pod);
-        let actions = compute_pod_actions(pod, status);
+        let actions = compute_pod_actions(pod, status, self.startup.as_ref());
         debug!("pod {who}: actions {actions:?}");
         let fail = |step: &str, e: &dyn std::fmt::Display| {
             SyncError::Failed(format!("pod {who}: {step}: {e}"))
@@ -367,9 +400,15 @@ impl RuntimeManager {
                     .map_err(|e| fail("kill pod", &e))?;
             }
         } else {
-            for (id, name, reason) in &actions.containers_to_kill {
-                info!("pod {who}: stopping container {name:?} ({id:.12}): {reason}");
-                self.kill_container(id, grace_period(pod, None))
+            let pod_ip = status.ips.first().map(String::as_str);
+            for (id, name, message) in &actions.containers_to_kill {
+                info!("pod {who}: stopping container {name:?} ({id:.12}): {message}");
+                let kill = Kill {
+                    id,
+                    name,
+                    message: Some(message.clone()),
+                };
+                self.kill_container(pod, &kill, None, pod_ip, None)
                     .map_err(|e| fail(&format!("stop container {name:?}"), &e))?;
             }
         }
@@ -378,11 +417,14 @@ impl RuntimeManager {
             create_sandbox,
             mut sandbox_id,
             attempt,
-            next_init_container,
+            init_containers_to_start,
             containers_to_start,
             ..
         } = actions;
-        let sandbox_config = config::sandbox_config(pod, attempt, &self.logs_root);
+        let mut sandbox_config = config::sandbox_config(pod, attempt, &self.logs_root);
+        sandbox_config
+            .annotations
+            .insert(labels::SANDBOX_HASH.into(), actions::sandbox_hash(pod));
 
         // Step 4.
         if create_sandbox {
@@ -402,25 +444,39 @@ impl RuntimeManager {
         if sandbox_id.is_empty() {
             return Ok(());
         }
+        let sandbox = SandboxRef {
+            id: &sandbox_id,
+            config: &sandbox_config,
+            created: create_sandbox,
+            ips: &status.ips,
+        };
 
         let spec = pod.spec.as_ref();
-        // Step 5.
-        if let Some(i) = next_init_container {
-            if let Some(c) = spec
+        // Step 5: a regular init container that fails to start ends this
+        // sync; a sidecar that fails does not hold the others back.
+        let mut first_err = None;
+        for i in init_containers_to_start {
+            let Some(c) = spec
                 .and_then(|s| s.init_containers.as_ref())
                 .and_then(|v| v.get(i))
-            {
-                self.start_container(pod, c, status, &sandbox_id, &sandbox_config)?;
+            else {
+                continue;
+            };
+            if let Err(e) = self.start_container(pod, c, status, &sandbox) {
+                if !is_restartable_init(c) {
+                    return Err(e);
+                }
+                if let Some(prev) = first_err.replace(e) {
+                    warn!("{prev}");
+                }
             }
-            return Ok(());
         }
         // Step 6.
-        let mut first_err = None;
         for i in containers_to_start {
             let Some(c) = spec.and_then(|s| s.containers.get(i)) else {
                 continue;
             };
-            if let Err(e) = self.start_container(pod, c, status, &sandbox_id, &sandbox_config) {
+            if let Err(e) = self.start_container(pod, c, status, &sandbox) {
                 if let Some(prev) = first_err.replace(e) {
                     // Several containers failed: log all but the one returned.
                     warn!("{prev}");
@@ -438,27 +494,25 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
         status: &PodStatus,
-        sandbox_id: &str,
-        sandbox_config: &api::PodSandboxConfig,
+        sandbox: &SandboxRef,
     ) -> Result<(), SyncError> {
+        let (sandbox_id, sandbox_config) = (sandbox.id, sandbox.config);
         let who = pod_full_name(pod);
         let prev = status.latest(&c.name);
         // Restart back-off, keyed by pod and container, measured from the exit.
         if let Some(p) = prev.filter(|p| p.state == ContainerState::Exited) {
             let key = backoff_key(pod, c);
             let exited = ns_to_time(p.finished_at);
-            let now = SystemTime::now();
+            let now = (self.clock)();
             let mut b = self.backoff.lock();
             if let Some(left) = b.remaining(&key, exited, now) {
                 let total = b.current(&key).unwrap_or(left);
                 drop(b);
                 let message = format!(
-                    "back-off {} restarting failed container={} pod={}_{}({})",
+                    "back-off {} restarting failed container={} pod={}",
                     go_duration(total),
                     c.name,
-                    labels::pod_name(pod),
-                    labels::pod_namespace(pod),
-                    pod_uid(pod)
+                    hooks::format_pod(pod)
                 );
                 self.set_reason(pod, &c.name, Some(("CrashLoopBackOff", message)));
                 self.container_event(
@@ -466,7 +520,11 @@ impl RuntimeManager {
                     c,
                     EventType::Warning,
                     "BackOff",
-                    "Back-off restarting failed container".into(),
+                    format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        c.name,
+                        hooks::format_pod(pod)
+                    ),
                 );
                 return Err(SyncError::BackOff(
                     format!(
@@ -529,7 +587,6 @@ impl RuntimeManager {
             self.container_event(pod, c, EventType::Warning, "Failed", format!("Error: {e}"));
             return Err(fail("start", &e));
         }
-        self.set_reason(pod, &c.name, None);
         self.container_event(
             pod,
             c,
@@ -541,7 +598,67 @@ impl RuntimeManager {
             "pod {who}: container {:?} started ({id:.12}, restart count {restart_count})",
             c.name
         );
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            if let Err(message) = self.run_post_start(pod, c, &id, hook, sandbox) {
+                warn!("pod {who}: container {:?}: {message}", c.name);
+                // The message may carry secrets: the event does not.
+                self.container_event(
+                    pod,
+                    c,
+                    EventType::Warning,
+                    "FailedPostStartHook",
+                    "PostStartHook failed".into(),
+                );
+                let kill = Kill {
+                    id: &id,
+                    name: &c.name,
+                    message: Some("FailedPostStartHook".into()),
+                };
+                if let Err(e) = self.kill_container(pod, &kill, None, None, None) {
+                    warn!(
+                        "pod {who}: container {:?}: stop after postStart hook failure: {e}",
+                        c.name
+                    );
+                }
+                self.set_reason(pod, &c.name, Some(("PostStartHookError", message)));
+                return Err(fail("postStart hook", &"PostStartHookError"));
+            }
+        }
+        self.set_reason(pod, &c.name, None);
         Ok(())
+    }
+
+    /// Runs a container's postStart hook; the error is upstream's message.
+    fn run_post_start(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        hook: &LifecycleHandler,
+        sandbox: &SandboxRef,
+    ) -> Result<(), String> {
+        let mut ip = (!sandbox.created)
+            .then(|| sandbox.ips.first().cloned())
+            .flatten();
+        if ip.is_none() && hook.http_get.as_ref().is_some_and(|g| g.host.is_none()) {
+            // A new sandbox: ask the runtime for its address.
+            ip = self
+                .runtime
+                .pod_sandbox_status(sandbox.id)
+                .ok()
+                .and_then(|st| st.network.into_option())
+                .map(|n| n.ip)
+                .filter(|ip| !ip.is_empty());
+        }
+        hooks::run(
+            &self.runtime,
+            pod,
+            c,
+            id,
+            hook,
+            ip.as_deref(),
+            POST_START_HTTP_TIMEOUT,
+        )
     }
 
     /// Pull-if-needed under the container's imagePullPolicy; returns the image reference.
@@ -638,23 +755,142 @@ impl RuntimeManager {
         }
     }
 
-    fn kill_container(&self, id: &str, grace: i64) -> Result<(), CriError> {
-        match self.runtime.stop_container(id, grace) {
+    /// Stops one container the way upstream `killContainer` does: a
+    /// Killing event, the preStop hook within the grace period, then (for
+    /// a sidecar during a pod kill) its turn after the containers it
+    /// outlives, and StopContainer with what is left, at least 2 s.
+    fn kill_container(
+        &self,
+        pod: &Pod,
+        kill: &Kill,
+        grace_override: Option<i64>,
+        pod_ip: Option<&str>,
+        ordering: Option<&TerminationOrdering>,
+    ) -> Result<(), CriError> {
+        let spec = container_spec(pod, kill.name);
+        let message = kill
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("Stopping container {}", kill.name));
+        self.recorder.event(
+            &ObjectRef::container(pod, kill.name, is_init_container(pod, kill.name)),
+            EventType::Normal,
+            "Killing",
+            message,
+        );
+        let mut grace = grace_period(pod, grace_override);
+        if let Some(hook) = spec
+            .and_then(|c| c.lifecycle.as_ref())
+            .and_then(|l| l.pre_stop.as_ref())
+            .filter(|_| grace > 0)
+        {
+            if let Some(c) = spec {
+                grace -= self.run_pre_stop(pod, c, kill.id, hook, pod_ip, grace);
+            }
+        }
+        if let Some(o) = ordering.filter(|_| grace > 0) {
+            grace -= o.wait_for_turn(kill.name, grace);
+        }
+        let grace = grace.max(MIN_GRACE_PERIOD_SECS);
+        debug!(
+            "pod {}: stopping container {:?} ({:.12}) with grace period {grace}s",
+            pod_full_name(pod),
+            kill.name,
+            kill.id
+        );
+        let result = match self.runtime.stop_container(kill.id, grace) {
             Err(e) if e.is_not_found() => Ok(()),
             r => r,
+        };
+        if let Some(o) = ordering {
+            o.terminated(kill.name);
+        }
+        result
+    }
+
+    /// Runs a preStop hook for at most `grace` seconds on its own thread;
+    /// returns the whole seconds it took (all of `grace` if it did not end).
+    fn run_pre_stop(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        hook: &LifecycleHandler,
+        pod_ip: Option<&str>,
+        grace: i64,
+    ) -> i64 {
+        let who = pod_full_name(pod);
+        let limit = Duration::from_secs(grace.unsigned_abs());
+        let started = (self.clock)();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let job = {
+            let (runtime, pod, c, id, hook) = (
+                self.runtime.clone(),
+                pod.clone(),
+                c.clone(),
+                id.to_string(),
+                hook.clone(),
+            );
+            let ip = pod_ip.map(str::to_string);
+            move || {
+                let r = hooks::run(&runtime, &pod, &c, &id, &hook, ip.as_deref(), limit);
+                // Capacity 1, one send: never blocks; nobody listening after
+                // a time-out is fine.
+                let _ = tx.send(r);
+            }
+        };
+        let thread = match crate::thread::spawn_named(format!("prestop/{id:.12}"), job) {
+            Ok(t) => t,
+            Err(e) => {
+                warn!(
+                    "pod {who}: container {:?}: cannot run its preStop hook: {e}",
+                    c.name
+                );
+                return 0;
+            }
+        };
+        let deadline = Instant::now() + limit;
+        match rx.recv_deadline(deadline) {
+            Ok(result) => {
+                drop(thread);
+                if let Err(message) = result {
+                    warn!("pod {who}: container {:?}: {message}", c.name);
+                    self.container_event(
+                        pod,
+                        c,
+                        EventType::Warning,
+                        "FailedPreStopHook",
+                        "PreStopHook failed".into(),
+                    );
+                }
+                let took = (self.clock)()
+                    .duration_since(started)
+                    .unwrap_or(Duration::ZERO);
+                i64::try_from(took.as_secs()).unwrap_or(grace).min(grace)
+            }
+            Err(_) => {
+                info!(
+                    "pod {who}: container {:?}: preStop hook did not end within the grace period ({grace}s)",
+                    c.name
+                );
+                // Its exec or request ends on its own deadline.
+                thread.detach();
+                grace
+            }
         }
     }
 
     /// Stops every container of the pod (in parallel, each with the grace
-    /// period) and then its sandboxes. For a pod known only from the runtime,
-    /// `pod` carries just its identity and the default grace period applies.
+    /// period, sidecars after the regular containers) and then its
+    /// sandboxes. For a pod known only from the runtime, `pod` carries just
+    /// its identity and the default grace period applies.
     pub fn kill_pod(
         &self,
         pod: &Pod,
         status: &PodStatus,
         grace_override: Option<i64>,
     ) -> Result<(), CriError> {
-        let grace = grace_period(pod, grace_override);
+        let mut seen = HashSet::new();
         let running: Vec<&ContainerStatus> = status
             .container_statuses
             .iter()
@@ -664,33 +900,43 @@ impl RuntimeManager {
                     ContainerState::Running | ContainerState::Created | ContainerState::Unknown
                 )
             })
+            .filter(|c| seen.insert(c.id.as_str()))
             .collect();
-        for c in &running {
-            self.recorder.event(
-                &ObjectRef::container(pod, &c.name, is_init_container(pod, &c.name)),
-                EventType::Normal,
-                "Killing",
-                format!("Stopping container {}", c.name),
-            );
-        }
+        let ordering = TerminationOrdering::new(pod, running.iter().map(|c| c.name.as_str()));
+        let pod_ip = status.ips.first().map(String::as_str);
+        let kills: Vec<Kill> = running
+            .iter()
+            .map(|c| Kill {
+                id: &c.id,
+                name: &c.name,
+                message: None,
+            })
+            .collect();
         let results: Vec<Result<(), CriError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = running
+            let handles: Vec<_> = kills
                 .iter()
-                .map(|c| {
-                    let id = c.id.clone();
+                .map(|k| {
+                    let ordering = &ordering;
                     std::thread::Builder::new()
-                        .name(format!("kill/{:.12}", c.id))
+                        .name(format!("kill/{:.12}", k.id))
                         .stack_size(crate::thread::DEFAULT_STACK)
-                        .spawn_scoped(s, move || self.kill_container(&id, grace))
+                        .spawn_scoped(s, move || {
+                            self.kill_container(pod, k, grace_override, pod_ip, Some(ordering))
+                        })
                 })
                 .collect();
             handles
                 .into_iter()
-                .zip(&running)
-                .map(|(h, c)| match h {
+                .zip(&kills)
+                .map(|(h, k)| match h {
                     Ok(h) => h.join().unwrap_or(Ok(())),
-                    // No thread to spare: stop it from this one.
-                    Err(_) => self.kill_container(&c.id, grace),
+                    // No thread to spare: stop it from this one, without
+                    // waiting for a turn that may depend on other threads.
+                    Err(_) => {
+                        let r = self.kill_container(pod, k, grace_override, pod_ip, None);
+                        ordering.terminated(k.name);
+                        r
+                    }
                 })
                 .collect()
         });
@@ -761,6 +1007,92 @@ impl RuntimeManager {
     }
 }
 
+/// A container to stop: its ID, its name, and the Killing event's message
+/// (upstream's "Stopping container NAME" when none).
+struct Kill<'a> {
+    id: &'a str,
+    name: &'a str,
+    message: Option<String>,
+}
+
+/// The sandbox SyncPod starts containers in.
+struct SandboxRef<'a> {
+    id: &'a str,
+    config: &'a api::PodSandboxConfig,
+    /// Made by this sync: the status's IPs are not its own.
+    created: bool,
+    ips: &'a [String],
+}
+
+/// The order in which a pod's containers stop (upstream
+/// `terminationOrdering`): a sidecar waits until the regular containers and
+/// the sidecars after it in the spec have stopped. Regular containers never
+/// wait.
+struct TerminationOrdering {
+    /// For each sidecar: the containers it outlives.
+    after: HashMap<String, Vec<String>>,
+    running: Mutex<HashSet<String>>,
+    stopped: Condvar,
+}
+
+impl TerminationOrdering {
+    fn new<'a>(pod: &Pod, running: impl Iterator<Item = &'a str>) -> Self {
+        let running: HashSet<String> = running.map(str::to_string).collect();
+        let spec = pod.spec.as_ref();
+        let regular: Vec<String> = spec
+            .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default();
+        let inits = spec
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or(&[]);
+        let mut after = HashMap::new();
+        let mut later_sidecars: Vec<String> = Vec::new();
+        for c in inits.iter().rev().filter(|c| is_restartable_init(c)) {
+            let mut waits = regular.clone();
+            waits.extend(later_sidecars.iter().cloned());
+            waits.retain(|n| running.contains(n));
+            after.insert(c.name.clone(), waits);
+            later_sidecars.push(c.name.clone());
+        }
+        TerminationOrdering {
+            after,
+            running: Mutex::new(running),
+            stopped: Condvar::new(),
+        }
+    }
+
+    /// Waits up to `grace` seconds for `name`'s turn; returns the whole
+    /// seconds waited.
+    fn wait_for_turn(&self, name: &str, grace: i64) -> i64 {
+        let Some(waits) = self.after.get(name).filter(|w| !w.is_empty()) else {
+            return 0;
+        };
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(grace.unsigned_abs());
+        let mut running = self.running.lock();
+        while waits.iter().any(|n| running.contains(n)) {
+            if self.stopped.wait_until(&mut running, deadline).timed_out() {
+                break;
+            }
+        }
+        i64::try_from(start.elapsed().as_secs()).unwrap_or(grace)
+    }
+
+    fn terminated(&self, name: &str) {
+        self.running.lock().remove(name);
+        self.stopped.notify_all();
+    }
+}
+
+/// The spec of the container (or init container) named `name`.
+fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+}
+
 fn is_init_container(pod: &Pod, name: &str) -> bool {
     pod.spec
         .as_ref()
@@ -795,6 +1127,10 @@ pub fn default_pull_policy(image: &str) -> &'static str {
     }
 }
 
+/// The grace period a container's stop starts from: the kill's override,
+/// else the deletion's, else the pod's (30 s when unset, the API default).
+/// The preStop hook and the wait for a sidecar's turn come out of it; what
+/// is left, at least 2 s, goes to StopContainer.
 fn grace_period(pod: &Pod, over: Option<i64>) -> i64 {
     over.or(pod.metadata.deletion_grace_period_seconds)
         .or_else(|| {
@@ -803,7 +1139,7 @@ fn grace_period(pod: &Pod, over: Option<i64>) -> i64 {
                 .and_then(|s| s.termination_grace_period_seconds)
         })
         .unwrap_or(DEFAULT_GRACE_PERIOD_SECS)
-        .max(MIN_GRACE_PERIOD_SECS)
+        .max(0)
 }
 
 pub use cri::DEFAULT_REQUEST_TIMEOUT;
