@@ -50,9 +50,8 @@ pub fn test_manager(
         std::process::id(),
         std::thread::current().id()
     ));
-    let clock = fake.clone();
     let rm = super::RuntimeManager::new(fake.clone(), fake.clone(), dir.clone(), dir.join("logs"))
-        .with_clock(std::sync::Arc::new(move || clock.now()));
+        .with_clock(fake.clone());
     (fake, std::sync::Arc::new(rm))
 }
 
@@ -446,6 +445,12 @@ impl RuntimeService for FakeRuntime {
         _timeout: i64,
     ) -> Result<api::ExecSyncResponse, CriError> {
         self.exec(id, cmd)
+    }
+}
+
+impl crate::events::Clock for FakeRuntime {
+    fn now(&self) -> std::time::SystemTime {
+        FakeRuntime::now(self)
     }
 }
 

@@ -41,7 +41,7 @@ use parking_lot::{Condvar, Mutex};
 use protobuf::EnumOrUnknown;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
-use crate::events::{EventRecorder, EventType, ObjectRef};
+use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
 use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
 use labels::{pod_full_name, pod_uid};
@@ -52,9 +52,6 @@ const DEFAULT_GRACE_PERIOD_SECS: i64 = 30;
 /// How long a postStart httpGet may take (upstream sets none; the worker
 /// must not hang on a server that never answers).
 const POST_START_HTTP_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// What the runtime manager reads the time from: real time, or a test's clock.
-pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ContainerState {
@@ -161,7 +158,7 @@ pub struct RuntimeManager {
     /// Why each pod's containers could not start in the last sync, by pod
     /// UID and container name (upstream `ReasonCache`), for pod status.
     reasons: Mutex<HashMap<String, WaitingReasons>>,
-    clock: Clock,
+    clock: Arc<dyn Clock>,
     startup: Arc<dyn StartupResults>,
 }
 
@@ -184,13 +181,13 @@ impl RuntimeManager {
             backoff: Mutex::new(Backoff::default()),
             recorder: EventRecorder::disabled(),
             reasons: Mutex::new(HashMap::new()),
-            clock: Arc::new(SystemTime::now),
+            clock: Arc::new(SystemClock),
             startup: Arc::new(actions::NoProber),
         }
     }
 
     /// Reads the time from `clock` (restart back-off, hook durations).
-    pub fn with_clock(mut self, clock: Clock) -> Self {
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
@@ -503,7 +500,7 @@ impl RuntimeManager {
         if let Some(p) = prev.filter(|p| p.state == ContainerState::Exited) {
             let key = backoff_key(pod, c);
             let exited = ns_to_time(p.finished_at);
-            let now = (self.clock)();
+            let now = self.clock.now();
             let mut b = self.backoff.lock();
             if let Some(left) = b.remaining(&key, exited, now) {
                 let total = b.current(&key).unwrap_or(left);
@@ -821,7 +818,7 @@ impl RuntimeManager {
     ) -> i64 {
         let who = pod_full_name(pod);
         let limit = Duration::from_secs(grace.unsigned_abs());
-        let started = (self.clock)();
+        let started = self.clock.now();
         let (tx, rx) = crossbeam_channel::bounded(1);
         let job = {
             let (runtime, pod, c, id, hook) = (
@@ -863,7 +860,9 @@ impl RuntimeManager {
                         "PreStopHook failed".into(),
                     );
                 }
-                let took = (self.clock)()
+                let took = self
+                    .clock
+                    .now()
                     .duration_since(started)
                     .unwrap_or(Duration::ZERO);
                 i64::try_from(took.as_secs()).unwrap_or(grace).min(grace)
@@ -1147,6 +1146,477 @@ pub use cri::DEFAULT_REQUEST_TIMEOUT;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::{EventBroadcaster, EventSink};
+    use crate::kube::ApiError;
+    use fake::{test_pod, wait_for, ExecBehaviour, FakeRuntime, TEST_IMAGE};
+    use k8s_openapi::api::core::v1::{ExecAction, Lifecycle};
+    use serde_json::Value;
+
+    /// Events as written: (fieldPath, reason, message).
+    type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
+
+    struct Sink(Seen);
+
+    impl EventSink for Sink {
+        fn create(&mut self, _ns: &str, event: &Value) -> Result<Value, ApiError> {
+            let s = |p: &str| {
+                event
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            self.0
+                .lock()
+                .push((s("/involvedObject/fieldPath"), s("/reason"), s("/message")));
+            Ok(event.clone())
+        }
+        fn patch(&mut self, _ns: &str, _name: &str, patch: &Value) -> Result<Value, ApiError> {
+            Ok(patch.clone())
+        }
+    }
+
+    struct Rig {
+        fake: Arc<FakeRuntime>,
+        rm: RuntimeManager,
+        events: Seen,
+        _broadcaster: EventBroadcaster,
+        _dir: tempfile::TempDir,
+    }
+
+    fn rig() -> Rig {
+        let fake = Arc::new(FakeRuntime::with_images(&[TEST_IMAGE]));
+        let dir = tempfile::tempdir().unwrap();
+        let events = Seen::default();
+        let (broadcaster, recorder) =
+            EventBroadcaster::start(Box::new(Sink(events.clone())), "kubelet", "edge-1").unwrap();
+        let rm = RuntimeManager::new(
+            fake.clone(),
+            fake.clone(),
+            dir.path().into(),
+            dir.path().join("logs"),
+        )
+        .with_clock(fake.clone())
+        .with_recorder(recorder);
+        Rig {
+            fake,
+            rm,
+            events,
+            _broadcaster: broadcaster,
+            _dir: dir,
+        }
+    }
+
+    impl Rig {
+        fn status(&self, pod: &Pod) -> PodStatus {
+            self.rm
+                .get_pod_status(
+                    pod_uid(pod),
+                    labels::pod_name(pod),
+                    labels::pod_namespace(pod),
+                )
+                .unwrap()
+        }
+
+        fn sync(&self, pod: &Pod) -> Result<(), SyncError> {
+            self.rm.sync_pod(pod, &self.status(pod))
+        }
+
+        fn exit(&self, name: &str, code: i32) {
+            self.fake
+                .exit_container(&self.fake.container_id(name).unwrap(), code);
+        }
+
+        fn running(&self, name: &str) -> bool {
+            self.fake.containers().iter().any(|c| {
+                c.metadata.as_ref().is_some_and(|m| m.name == name)
+                    && c.state.enum_value() == Ok(api::ContainerState::CONTAINER_RUNNING)
+            })
+        }
+
+        /// Waits for an event with `reason` on `field_path`; returns its message.
+        fn event(&self, field_path: &str, reason: &str) -> String {
+            let find = || {
+                self.events
+                    .lock()
+                    .iter()
+                    .find(|(f, r, _)| f == field_path && r == reason)
+                    .map(|e| e.2.clone())
+            };
+            wait_for(&format!("event {reason} on {field_path}"), || {
+                find().is_some()
+            });
+            find().unwrap_or_default()
+        }
+    }
+
+    fn exec_hook(cmd: &str) -> LifecycleHandler {
+        LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["sh".into(), "-c".into(), cmd.into()]),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some(TEST_IMAGE.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn crash_back_off_doubles_to_five_minutes_and_resets_after_ten_minutes_of_running() {
+        let r = rig();
+        let pod = test_pod("u1", "web");
+        r.sync(&pod).unwrap();
+        // The first restart is immediate.
+        r.exit("app", 1);
+        r.sync(&pod).unwrap();
+        assert_eq!(r.fake.count("StartContainer"), 2);
+        for (want, text) in [
+            (10, "10s"),
+            (20, "20s"),
+            (40, "40s"),
+            (80, "1m20s"),
+            (160, "2m40s"),
+            (300, "5m0s"),
+            (300, "5m0s"),
+        ] {
+            let starts = r.fake.count("StartContainer");
+            r.exit("app", 1);
+            let want = Duration::from_secs(want);
+            match r.sync(&pod) {
+                Err(SyncError::BackOff(_, left)) => {
+                    assert!(
+                        left <= want && left > want - Duration::from_secs(1),
+                        "{left:?}"
+                    )
+                }
+                other => panic!("want back-off {want:?}, got {other:?}"),
+            }
+            assert_eq!(
+                r.rm.waiting_reasons("u1").get("app"),
+                Some(&(
+                    "CrashLoopBackOff".to_string(),
+                    format!("back-off {text} restarting failed container=app pod=web_default(u1)")
+                ))
+            );
+            // Still backing off just before the end.
+            r.fake.advance(want - Duration::from_secs(1));
+            assert!(matches!(r.sync(&pod), Err(SyncError::BackOff(..))));
+            r.fake.advance(Duration::from_secs(1));
+            r.sync(&pod).unwrap();
+            assert_eq!(r.fake.count("StartContainer"), starts + 1);
+            assert!(r.rm.waiting_reasons("u1").is_empty());
+        }
+        assert_eq!(
+            r.event("spec.containers{app}", "BackOff"),
+            "Back-off restarting failed container app in pod web_default(u1)"
+        );
+        // Ran for 11 minutes: the next restart is immediate again, and the
+        // one after waits 10 s.
+        r.fake.advance(Duration::from_secs(11 * 60));
+        r.exit("app", 1);
+        r.sync(&pod).unwrap();
+        r.exit("app", 1);
+        match r.sync(&pod) {
+            Err(SyncError::BackOff(_, left)) => assert!(left <= Duration::from_secs(10)),
+            other => panic!("want a 10 s back-off, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn restart_policies_on_the_fake_runtime() {
+        for (policy, code, restarted) in [
+            ("Always", 0, true),
+            ("OnFailure", 0, false),
+            ("OnFailure", 1, true),
+            ("Never", 1, false),
+        ] {
+            let r = rig();
+            let mut pod = test_pod("u1", "web");
+            pod.spec.as_mut().unwrap().restart_policy = Some(policy.into());
+            r.sync(&pod).unwrap();
+            r.exit("app", code);
+            r.sync(&pod).unwrap();
+            assert_eq!(r.running("app"), restarted, "{policy} exit {code}");
+            if !restarted {
+                // Finished: the sandbox is stopped and not made again.
+                assert_eq!(r.fake.count("StopPodSandbox"), 1, "{policy}");
+                r.sync(&pod).unwrap();
+                assert_eq!(r.fake.count("RunPodSandbox"), 1, "{policy}");
+            }
+        }
+    }
+
+    #[test]
+    fn init_containers_finish_first_and_a_sidecar_outlives_them() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        let spec = pod.spec.as_mut().unwrap();
+        spec.restart_policy = Some("Never".into());
+        spec.init_containers = Some(vec![
+            Container {
+                restart_policy: Some("Always".into()),
+                ..container("side")
+            },
+            container("setup"),
+        ]);
+        r.sync(&pod).unwrap();
+        assert!(r.running("side") && r.fake.container_id("setup").is_none());
+        r.sync(&pod).unwrap();
+        assert!(r.running("setup"));
+        assert!(
+            r.fake.container_id("app").is_none(),
+            "app before setup ended"
+        );
+        r.sync(&pod).unwrap();
+        assert!(r.fake.container_id("app").is_none(), "app while setup runs");
+        r.exit("setup", 0);
+        r.sync(&pod).unwrap();
+        assert!(r.running("app") && r.running("side"));
+        // The sidecar exits: it alone is restarted, despite restartPolicy Never.
+        r.exit("side", 2);
+        let app = r.fake.container_id("app");
+        r.sync(&pod).unwrap();
+        assert!(r.running("side"));
+        assert_eq!(r.fake.container_id("app"), app);
+        assert_eq!(r.fake.count("CreateContainer"), 4);
+        // The app ends: the pod is done; the sidecar is stopped with it.
+        r.exit("app", 0);
+        r.sync(&pod).unwrap();
+        assert!(!r.running("side"));
+        assert_eq!(r.fake.count("StopPodSandbox"), 1);
+        assert_eq!(
+            r.event("spec.initContainers{side}", "Killing"),
+            "Stopping container side"
+        );
+    }
+
+    #[test]
+    fn a_failed_init_container_is_retried_unless_the_policy_is_never() {
+        for policy in ["OnFailure", "Never"] {
+            let r = rig();
+            let mut pod = test_pod("u1", "web");
+            let spec = pod.spec.as_mut().unwrap();
+            spec.restart_policy = Some(policy.into());
+            spec.init_containers = Some(vec![container("setup")]);
+            r.sync(&pod).unwrap();
+            r.exit("setup", 1);
+            r.sync(&pod).unwrap();
+            if policy == "Never" {
+                assert!(!r.running("setup"));
+                assert_eq!(r.fake.count("StopPodSandbox"), 1);
+                r.sync(&pod).unwrap();
+                assert_eq!(r.fake.count("RunPodSandbox"), 1);
+            } else {
+                assert!(r.running("setup"), "retried under {policy}");
+            }
+            assert!(r.fake.container_id("app").is_none(), "{policy}");
+        }
+    }
+
+    #[test]
+    fn a_changed_container_is_restarted_alone() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        pod.spec
+            .as_mut()
+            .unwrap()
+            .containers
+            .push(container("other"));
+        r.sync(&pod).unwrap();
+        let other = r.fake.container_id("other");
+        pod.spec.as_mut().unwrap().containers[0].args = Some(vec!["v2".into()]);
+        r.sync(&pod).unwrap();
+        assert_eq!(r.fake.stops().len(), 1);
+        assert_eq!(r.fake.stops()[0].0, "app");
+        assert!(r.running("app"));
+        assert_eq!(r.fake.container_id("other"), other);
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+        assert_eq!(
+            r.event("spec.containers{app}", "Killing"),
+            "Container app definition changed, will be restarted"
+        );
+    }
+
+    #[test]
+    fn a_changed_sandbox_recreates_the_pod() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        r.sync(&pod).unwrap();
+        pod.spec.as_mut().unwrap().containers[0].ports =
+            Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+                container_port: 80,
+                host_port: Some(8080),
+                ..Default::default()
+            }]);
+        r.sync(&pod).unwrap();
+        assert_eq!(r.fake.count("StopPodSandbox"), 1);
+        assert_eq!(r.fake.count("RunPodSandbox"), 2);
+        assert!(r.running("app"));
+        r.sync(&pod).unwrap();
+        assert_eq!(r.fake.count("RunPodSandbox"), 2, "stable once recreated");
+    }
+
+    #[test]
+    fn post_start_runs_after_the_start_and_its_failure_kills_the_container() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        pod.spec.as_mut().unwrap().containers[0].lifecycle = Some(Lifecycle {
+            post_start: Some(exec_hook("touch /started")),
+            ..Default::default()
+        });
+        r.sync(&pod).unwrap();
+        assert_eq!(
+            r.fake.execs(),
+            vec![(
+                "app".to_string(),
+                vec!["sh".into(), "-c".into(), "touch /started".into()]
+            )]
+        );
+        let calls = r.fake.calls();
+        let start = calls.iter().position(|c| c == "StartContainer").unwrap();
+        assert_eq!(calls[start + 1], "ExecSync");
+        assert!(r.running("app"));
+
+        let r = rig();
+        r.fake.set_exec(ExecBehaviour {
+            exit_code: 1,
+            ..Default::default()
+        });
+        match r.sync(&pod) {
+            Err(SyncError::Failed(m)) => assert!(m.contains("PostStartHookError"), "{m}"),
+            other => panic!("want a failure, got {other:?}"),
+        }
+        assert!(!r.running("app"));
+        let (reason, message) = r.rm.waiting_reasons("u1").remove("app").unwrap();
+        assert_eq!(reason, "PostStartHookError");
+        assert!(
+            message.starts_with(
+                "Exec lifecycle hook ([sh -c touch /started]) for Container \"app\" in Pod \"web_default(u1)\" failed - error: command 'sh -c touch /started' exited with 1"
+            ),
+            "{message}"
+        );
+        assert_eq!(
+            r.event("spec.containers{app}", "FailedPostStartHook"),
+            "PostStartHook failed"
+        );
+        assert_eq!(
+            r.event("spec.containers{app}", "Killing"),
+            "FailedPostStartHook"
+        );
+    }
+
+    fn pre_stop_pod(grace: i64) -> Pod {
+        let mut pod = test_pod("u1", "web");
+        let spec = pod.spec.as_mut().unwrap();
+        spec.termination_grace_period_seconds = Some(grace);
+        spec.containers[0].lifecycle = Some(Lifecycle {
+            pre_stop: Some(exec_hook("sleep 3")),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn pre_stop_runs_first_and_its_time_comes_out_of_the_grace_period() {
+        let r = rig();
+        let pod = pre_stop_pod(10);
+        r.sync(&pod).unwrap();
+        r.fake.set_exec(ExecBehaviour {
+            takes_secs: 3,
+            ..Default::default()
+        });
+        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
+        assert_eq!(r.fake.execs().len(), 1);
+        assert_eq!(r.fake.stops(), vec![("app".to_string(), 7)]);
+        let calls = r.fake.calls();
+        let exec = calls.iter().position(|c| c == "ExecSync").unwrap();
+        let stop = calls.iter().position(|c| c == "StopContainer").unwrap();
+        assert!(exec < stop);
+        assert_eq!(
+            r.event("spec.containers{app}", "Killing"),
+            "Stopping container app"
+        );
+
+        // The deletion's grace period wins over the pod's; never below 2 s.
+        let r = rig();
+        let mut pod = pre_stop_pod(10);
+        r.sync(&pod).unwrap();
+        pod.metadata.deletion_grace_period_seconds = Some(4);
+        r.fake.set_exec(ExecBehaviour {
+            takes_secs: 3,
+            ..Default::default()
+        });
+        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
+        assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
+    }
+
+    #[test]
+    fn a_pre_stop_hook_that_outlives_the_grace_period_is_cut_short() {
+        let r = rig();
+        let pod = pre_stop_pod(30);
+        r.sync(&pod).unwrap();
+        r.fake.set_exec(ExecBehaviour {
+            blocks: Some(Duration::from_secs(4)),
+            ..Default::default()
+        });
+        let start = Instant::now();
+        r.rm.kill_pod(&pod, &r.status(&pod), Some(2)).unwrap();
+        let took = start.elapsed();
+        assert!(took >= Duration::from_secs(2), "{took:?}");
+        assert!(
+            took < Duration::from_secs(4),
+            "waited for the hook: {took:?}"
+        );
+        assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
+    }
+
+    #[test]
+    fn sidecars_stop_after_the_regular_containers_later_sidecar_first() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        let spec = pod.spec.as_mut().unwrap();
+        spec.termination_grace_period_seconds = Some(20);
+        spec.init_containers = Some(vec![
+            Container {
+                restart_policy: Some("Always".into()),
+                ..container("side1")
+            },
+            Container {
+                restart_policy: Some("Always".into()),
+                ..container("side2")
+            },
+        ]);
+        spec.containers.push(container("other"));
+        // The regular containers take a while to stop (a slow preStop hook).
+        for c in &mut spec.containers {
+            c.lifecycle = Some(Lifecycle {
+                pre_stop: Some(exec_hook("sleep 1")),
+                ..Default::default()
+            });
+        }
+        for _ in 0..3 {
+            r.sync(&pod).unwrap();
+        }
+        assert!(r.running("app") && r.running("other") && r.running("side2"));
+        r.fake.set_exec(ExecBehaviour {
+            blocks: Some(Duration::from_millis(300)),
+            ..Default::default()
+        });
+        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
+        let order: Vec<String> = r.fake.stops().into_iter().map(|s| s.0).collect();
+        assert_eq!(order.len(), 4, "{order:?}");
+        assert_eq!(&order[2..], ["side2", "side1"], "{order:?}");
+        let calls = r.fake.calls();
+        let last_stop = calls.iter().rposition(|c| c == "StopContainer").unwrap();
+        let sandbox = calls.iter().position(|c| c == "StopPodSandbox").unwrap();
+        assert!(last_stop < sandbox, "the sandbox stops last");
+    }
 
     #[test]
     fn pull_policy_defaults() {
