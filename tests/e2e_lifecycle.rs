@@ -127,7 +127,7 @@ fn init_containers_finish_first_and_a_sidecar_outlives_them() {
         ids.iter()
             .any(|id| *id != side && ctd.task_status(id) == "RUNNING")
     });
-    assert_eq!(ctd.container_ids_named(&pod, "app"), [app.clone()]);
+    assert_eq!(ctd.container_ids_named(&pod, "app"), vec![app.clone()]);
     assert_eq!(ctd.task_status(&app), "RUNNING");
     assert_eq!(
         ctd.container_ids_named(&pod, "setup"),
