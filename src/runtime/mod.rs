@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
+use k8s_openapi::api::core::v1::{Container, Lifecycle, LifecycleHandler, Pod};
 use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 use protobuf::EnumOrUnknown;
@@ -89,6 +89,10 @@ pub struct ContainerStatus {
     pub restart_count: u32,
     pub reason: String,
     pub message: String,
+    /// The pod's grace period and the container's preStop hook as recorded
+    /// on the container, for stopping it when its pod spec is gone.
+    pub grace_period: Option<i64>,
+    pub pre_stop: Option<LifecycleHandler>,
 }
 
 /// Everything the runtime knows of one pod, newest first.
@@ -369,6 +373,8 @@ impl RuntimeManager {
                     restart_count: labels::parse_restart_count(&st.annotations),
                     reason: st.reason.clone(),
                     message: st.message.clone(),
+                    grace_period: labels::parse_grace_period(&st.annotations),
+                    pre_stop: labels::parse_pre_stop(&st.annotations),
                 }),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
@@ -404,6 +410,7 @@ impl RuntimeManager {
                     id,
                     name,
                     message: Some(message.clone()),
+                    restored: None,
                 };
                 self.kill_container(pod, &kill, None, pod_ip, None)
                     .map_err(|e| fail(&format!("stop container {name:?}"), &e))?;
@@ -610,6 +617,7 @@ impl RuntimeManager {
                     id: &id,
                     name: &c.name,
                     message: Some("FailedPostStartHook".into()),
+                    restored: None,
                 };
                 if let Err(e) = self.kill_container(pod, &kill, None, None, None) {
                     warn!(
@@ -764,7 +772,7 @@ impl RuntimeManager {
         pod_ip: Option<&str>,
         ordering: Option<&TerminationOrdering>,
     ) -> Result<(), CriError> {
-        let spec = container_spec(pod, kill.name);
+        let spec = container_spec(pod, kill.name).or(kill.restored.as_ref().map(|r| &r.0));
         let message = kill
             .message
             .clone()
@@ -775,7 +783,8 @@ impl RuntimeManager {
             "Killing",
             message,
         );
-        let mut grace = grace_period(pod, grace_override);
+        let recorded = kill.restored.as_ref().and_then(|r| r.1);
+        let mut grace = grace_period(pod, grace_override.or(recorded));
         if let Some(hook) = spec
             .and_then(|c| c.lifecycle.as_ref())
             .and_then(|l| l.pre_stop.as_ref())
@@ -909,6 +918,18 @@ impl RuntimeManager {
                 id: &c.id,
                 name: &c.name,
                 message: None,
+                restored: pod.spec.is_none().then(|| {
+                    let lifecycle = c.pre_stop.clone().map(|h| Lifecycle {
+                        pre_stop: Some(h),
+                        ..Default::default()
+                    });
+                    let spec = Container {
+                        name: c.name.clone(),
+                        lifecycle,
+                        ..Default::default()
+                    };
+                    (spec, c.grace_period)
+                }),
             })
             .collect();
         let results: Vec<Result<(), CriError>> = std::thread::scope(|s| {
@@ -1012,6 +1033,10 @@ struct Kill<'a> {
     id: &'a str,
     name: &'a str,
     message: Option<String>,
+    /// For a pod known only from the runtime: the container as its
+    /// annotations describe it (name and preStop hook) and the pod's
+    /// recorded grace period.
+    restored: Option<(Container, Option<i64>)>,
 }
 
 /// The sandbox SyncPod starts containers in.
@@ -1554,6 +1579,31 @@ mod tests {
         });
         r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
         assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
+    }
+
+    #[test]
+    fn a_pod_known_only_from_the_runtime_stops_with_its_recorded_hook_and_grace() {
+        let r = rig();
+        let pod = pre_stop_pod(7);
+        r.sync(&pod).unwrap();
+        r.fake.set_exec(ExecBehaviour {
+            takes_secs: 1,
+            ..Default::default()
+        });
+        // What housekeeping has of a pod no source wants: its identity.
+        let orphan = Pod {
+            metadata: pod.metadata.clone(),
+            ..Default::default()
+        };
+        r.rm.kill_pod(&orphan, &r.status(&pod), None).unwrap();
+        assert_eq!(
+            r.fake.execs(),
+            vec![(
+                "app".to_string(),
+                vec!["sh".into(), "-c".into(), "sleep 3".into()]
+            )]
+        );
+        assert_eq!(r.fake.stops(), vec![("app".to_string(), 6)]);
     }
 
     #[test]
