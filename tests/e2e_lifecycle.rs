@@ -385,6 +385,10 @@ fn crash_loop_back_off_and_restart_policies_in_the_api_status() {
         "command": ["sh", "-c", "exit 4"],
     }]);
     fake.create_pod(init);
+    let mut hookfail = api_pod("hookfail", "Always", LONG_RUNNING);
+    hookfail["spec"]["containers"][0]["lifecycle"] =
+        json!({"postStart": {"exec": {"command": ["sh", "-c", "exit 7"]}}});
+    fake.create_pod(hookfail);
 
     let waiting = |p: &Value| {
         (
@@ -477,5 +481,28 @@ fn crash_loop_back_off_and_restart_policies_in_the_api_status() {
         ctd.container_ids_named("init-never", "app").is_empty(),
         "the app of a pod whose init container failed must never run"
     );
+
+    // A failing postStart hook: events as upstream, the container killed
+    // and started again.
+    let event = |reason: &str| {
+        fake.events().into_iter().find(|e| {
+            str_at(e, "/involvedObject/name") == "hookfail"
+                && str_at(e, "/involvedObject/fieldPath") == "spec.containers{app}"
+                && str_at(e, "/reason") == reason
+        })
+    };
+    wait_until(SETTLE, "a FailedPostStartHook event for hookfail", || {
+        event("FailedPostStartHook").is_some()
+    });
+    let failed = event("FailedPostStartHook").unwrap_or_default();
+    assert_eq!(str_at(&failed, "/message"), "PostStartHook failed");
+    assert_eq!(str_at(&failed, "/type"), "Warning");
+    let killing = event("Killing").unwrap_or_default();
+    assert_eq!(str_at(&killing, "/message"), "FailedPostStartHook");
+    wait_api(&fake, "hookfail", "its container was started again", |p| {
+        p.pointer("/status/containerStatuses/0/restartCount")
+            .and_then(Value::as_i64)
+            .is_some_and(|n| n >= 1)
+    });
     kubelet.assert_running();
 }
