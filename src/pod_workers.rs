@@ -728,6 +728,58 @@ mod tests {
     }
 
     #[test]
+    fn crash_back_off_outlives_the_worker_thread() {
+        let (fake, rm) = test_manager("pw-backoff");
+        let cache = PodCache::new();
+        let p = pod("u4", "crash");
+        let work = |t| PodWork {
+            pod: p.clone(),
+            update_type: t,
+            grace_period: None,
+        };
+        let fresh_status = || {
+            let st = rm.get_pod_status("u4", "crash", "default").unwrap();
+            cache.set("u4", st, None, Instant::now());
+        };
+        let workers = |queue: &Arc<WorkQueue>| {
+            let (done, _) = crossbeam_channel::bounded(16);
+            PodWorkers::new(
+                rm.clone(),
+                cache.clone(),
+                queue.clone(),
+                Duration::from_secs(60),
+                done,
+            )
+        };
+        let queue = Arc::new(WorkQueue::default());
+        let mut first = workers(&queue);
+        fresh_status();
+        first.update_pod(work(UpdateType::Create));
+        wait_for("first start", || fake.count("StartContainer") == 1);
+        // It crashes once: restarted at once, and the back-off begins.
+        let id = fake.container_id("app").unwrap();
+        fake.exit_container(&id, 1);
+        fresh_status();
+        first.update_pod(work(UpdateType::Sync));
+        wait_for("immediate restart", || fake.count("StartContainer") == 2);
+        first.shutdown(Duration::from_secs(2));
+
+        // A new worker thread for the same pod still sees the back-off.
+        let id = fake.container_id("app").unwrap();
+        fake.exit_container(&id, 1);
+        fresh_status();
+        let queue = Arc::new(WorkQueue::default());
+        let mut second = workers(&queue);
+        second.update_pod(work(UpdateType::Create));
+        wait_for("requeue after back-off", || !queue.due.lock().is_empty());
+        assert_eq!(fake.count("StartContainer"), 2);
+        let due = *queue.due.lock().get("u4").unwrap();
+        assert!(due > Instant::now() + Duration::from_secs(8), "{due:?}");
+        assert_eq!(rm.waiting_reasons("u4")["app"].0, "CrashLoopBackOff");
+        second.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
     fn latest_update_wins() {
         let mb = Mailbox {
             pending: Mutex::new(None),

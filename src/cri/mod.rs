@@ -66,6 +66,15 @@ pub trait RuntimeService: Send + Sync {
         filter: Option<api::ContainerFilter>,
     ) -> Result<Vec<api::Container>, CriError>;
     fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus, CriError>;
+    /// Runs `cmd` in a running container and waits up to `timeout_secs`
+    /// (0: no limit of the runtime's own) for it to end. A command that
+    /// ran and failed is an `Ok` with its exit code.
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout_secs: i64,
+    ) -> Result<api::ExecSyncResponse, CriError>;
 }
 
 /// Images (CRI `ImageService`).

@@ -290,6 +290,26 @@ impl RuntimeService for RemoteRuntime {
         Ok(resp.containers)
     }
 
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout_secs: i64,
+    ) -> Result<api::ExecSyncResponse, CriError> {
+        let mut req = api::ExecSyncRequest::new();
+        req.container_id = container_id.to_string();
+        req.cmd = cmd.to_vec();
+        req.timeout = timeout_secs.max(0);
+        // The command may run for its whole timeout before the answer.
+        let timeout = self
+            .timeout
+            .saturating_add(Duration::from_secs(req.timeout.unsigned_abs()));
+        let opt = CallOption::default().timeout(timeout);
+        self.runtime
+            .exec_sync_opt(&req, opt)
+            .map_err(|e| self.failed("ExecSync", timeout, e))
+    }
+
     fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus, CriError> {
         const METHOD: &str = "ContainerStatus";
         let mut req = api::ContainerStatusRequest::new();

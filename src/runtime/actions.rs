@@ -1,6 +1,17 @@
 //! `compute_pod_actions`: what SyncPod must do to bring a pod's runtime state
-//! to its spec. A pure function of the spec and the observed status, so it is
-//! tested without a runtime.
+//! to its spec (upstream `computePodActions` and
+//! `computeInitContainerActions`, with restartable init containers). A pure
+//! function of the spec, the observed status and the startup probe results,
+//! so it is tested without a runtime.
+//!
+//! Init containers run in spec order. A regular init container must exit 0
+//! before the next one starts; one that fails is started again unless the
+//! pod's restartPolicy is Never, which fails the pod. A restartable init
+//! container (a sidecar: `restartPolicy: Always` on the init container) lets
+//! the next one start as soon as it runs (and its startup probe, if it has
+//! one, succeeded), keeps running next to the regular containers, and is
+//! started again whenever it exits. The regular containers start once the
+//! last init container is done.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -19,19 +30,51 @@ pub struct PodActions {
     pub sandbox_id: String,
     /// Attempt number for a new sandbox.
     pub attempt: u32,
-    /// Index into `spec.initContainers` of the next init container to start.
-    pub next_init_container: Option<usize>,
+    /// Indexes into `spec.initContainers` to start, in spec order.
+    pub init_containers_to_start: Vec<usize>,
     /// Indexes into `spec.containers` of containers to start, in order.
     pub containers_to_start: Vec<usize>,
-    /// Running containers to stop, with the reason.
+    /// Containers to stop: (id, name, message of the Killing event).
     pub containers_to_kill: Vec<(String, String, String)>,
 }
 
-fn restart_policy(pod: &Pod) -> &str {
+/// A startup probe's verdict on one container, as far as SyncPod needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartupResult {
+    /// Not probed yet, or not decided.
+    Unknown,
+    Success,
+    Failure,
+}
+
+/// Where SyncPod reads startup probe results by container ID (upstream
+/// `startupManager`). A restartable init container with a startup probe
+/// lets the next init container start only once this says `Success`, and
+/// is restarted on `Failure`. The prober implements it and asks for a
+/// resync of the pod when a result changes.
+pub trait StartupResults: Send + Sync {
+    fn startup(&self, container_id: &str) -> StartupResult;
+}
+
+/// No prober: a startup probe counts as passed, as pod status assumes.
+pub struct NoProber;
+
+impl StartupResults for NoProber {
+    fn startup(&self, _container_id: &str) -> StartupResult {
+        StartupResult::Success
+    }
+}
+
+pub fn restart_policy(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
         .unwrap_or("Always")
+}
+
+/// An init container with `restartPolicy: Always`: a sidecar.
+pub fn is_restartable_init(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
 }
 
 fn host_network(pod: &Pod) -> bool {
@@ -52,13 +95,56 @@ fn init_containers(pod: &Pod) -> &[Container] {
         .unwrap_or(&[])
 }
 
-/// Whether an exited container should run again under the pod's policy.
-pub fn should_restart(pod: &Pod, status: &ContainerStatus) -> bool {
-    match restart_policy(pod) {
-        "Never" => false,
-        "OnFailure" => status.exit_code != 0,
-        _ => true,
+/// Whether a regular container whose newest instance is `status` should be
+/// started (upstream `ShouldContainerBeRestarted`).
+pub fn should_restart(pod: &Pod, status: Option<&ContainerStatus>) -> bool {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return false;
     }
+    let Some(s) = status else { return true };
+    match s.state {
+        ContainerState::Running => false,
+        ContainerState::Created | ContainerState::Unknown => true,
+        ContainerState::Exited => match restart_policy(pod) {
+            "Never" => false,
+            "OnFailure" => s.exit_code != 0,
+            _ => true,
+        },
+    }
+}
+
+/// A regular init container that did not succeed (upstream `isInitContainerFailed`).
+fn init_failed(s: &ContainerStatus) -> bool {
+    s.reason.contains("OOMKilled")
+        || (s.state == ContainerState::Exited && s.exit_code != 0)
+        || s.state == ContainerState::Unknown
+}
+
+/// A hash of what the sandbox is made from: namespaces, hostname, DNS and
+/// host ports. A ready sandbox whose recorded hash differs is recreated.
+pub fn sandbox_hash(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    let ports: Vec<_> = containers(pod)
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.is_some_and(|h| h > 0))
+        .map(|p| (p.container_port, p.host_port, &p.host_ip, &p.protocol))
+        .collect();
+    let key = serde_json::json!({
+        "hostNetwork": spec.and_then(|s| s.host_network),
+        "hostPID": spec.and_then(|s| s.host_pid),
+        "hostIPC": spec.and_then(|s| s.host_ipc),
+        "shareProcessNamespace": spec.and_then(|s| s.share_process_namespace),
+        "hostname": spec.and_then(|s| s.hostname.as_ref()),
+        "subdomain": spec.and_then(|s| s.subdomain.as_ref()),
+        "dnsPolicy": spec.and_then(|s| s.dns_policy.as_ref()),
+        "dnsConfig": spec.and_then(|s| s.dns_config.as_ref()),
+        "runtimeClassName": spec.and_then(|s| s.runtime_class_name.as_ref()),
+        "ports": ports,
+    });
+    use md5::{Digest, Md5};
+    let digest = Md5::digest(key.to_string().as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Why the sandbox must be (re)created, if it must: (create, attempt, id).
@@ -88,11 +174,23 @@ fn sandbox_changed(pod: &Pod, status: &PodStatus) -> (bool, u32, String) {
     if !host_network(pod) && latest.network.as_ref().is_none_or(|n| n.ip.is_empty()) {
         return (true, attempt + 1, latest.id.clone());
     }
+    // A sandbox made before the hash was recorded is adopted as it is.
+    if latest
+        .annotations
+        .get(super::labels::SANDBOX_HASH)
+        .is_some_and(|h| *h != sandbox_hash(pod))
+    {
+        return (true, attempt + 1, latest.id.clone());
+    }
     (false, attempt, latest.id.clone())
 }
 
 /// Computes the actions SyncPod takes for `pod` given what runs now.
-pub fn compute_pod_actions(pod: &Pod, status: &PodStatus) -> PodActions {
+pub fn compute_pod_actions(
+    pod: &Pod,
+    status: &PodStatus,
+    probes: &dyn StartupResults,
+) -> PodActions {
     let (create_sandbox, attempt, sandbox_id) = sandbox_changed(pod, status);
     let mut actions = PodActions {
         kill_pod: create_sandbox,
@@ -101,103 +199,243 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus) -> PodActions {
         sandbox_id,
         ..Default::default()
     };
+    let policy = restart_policy(pod);
 
     if create_sandbox {
         // A pod that must never restart and already ran once does not get a
         // second sandbox: it is finished.
-        if restart_policy(pod) == "Never" && attempt > 0 && !status.container_statuses.is_empty() {
+        if policy == "Never" && attempt > 0 && !status.container_statuses.is_empty() {
+            actions.create_sandbox = false;
+            return actions;
+        }
+        // OnFailure: containers that succeeded stay done in the new sandbox.
+        let to_start: Vec<usize> = containers(pod)
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| {
+                policy != "OnFailure"
+                    || !status
+                        .latest(&c.name)
+                        .is_some_and(|s| s.state == ContainerState::Exited && s.exit_code == 0)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if to_start.is_empty() && any_regular_container_created(pod, status) {
             actions.create_sandbox = false;
             return actions;
         }
         if init_containers(pod).is_empty() {
-            actions.containers_to_start = (0..containers(pod).len()).collect();
+            actions.containers_to_start = to_start;
         } else {
-            actions.next_init_container = Some(0);
+            actions.init_containers_to_start = vec![0];
         }
         return actions;
     }
 
-    // Init containers run one at a time, in order, each to success.
-    let inits = init_containers(pod);
-    if !inits.is_empty() {
-        let mut all_done = true;
-        for (i, c) in inits.iter().enumerate() {
-            match status.latest(&c.name) {
-                None => {
-                    actions.next_init_container = Some(i);
-                    all_done = false;
-                    break;
-                }
-                Some(s) if s.state == ContainerState::Running => {
-                    all_done = false;
-                    break;
-                }
-                Some(s) if s.state == ContainerState::Exited && s.exit_code == 0 => continue,
-                Some(_) => {
-                    all_done = false;
-                    if restart_policy(pod) == "Never" {
-                        actions.kill_pod = true;
-                    } else {
-                        actions.next_init_container = Some(i);
-                    }
-                    break;
-                }
-            }
-        }
-        if !all_done {
-            return actions;
-        }
+    let initialized = compute_init_actions(pod, status, probes, &mut actions);
+    if actions.kill_pod || !initialized {
+        return actions;
     }
 
     let mut keep = 0;
     for (i, c) in containers(pod).iter().enumerate() {
-        match status.latest(&c.name) {
+        let s = status.latest(&c.name);
+        match s {
             Some(s) if s.state == ContainerState::Running => {
                 if s.hash != container_hash(c) {
+                    // A changed spec restarts whatever the restart policy.
                     actions.containers_to_kill.push((
                         s.id.clone(),
                         c.name.clone(),
-                        "its definition changed".into(),
+                        format!("Container {} definition changed, will be restarted", c.name),
                     ));
                     actions.containers_to_start.push(i);
                 } else {
                     keep += 1;
                 }
             }
-            None => actions.containers_to_start.push(i),
-            Some(s) => {
+            _ => {
                 if should_restart(pod, s) {
                     actions.containers_to_start.push(i);
+                    if let Some(s) = s.filter(|s| s.state == ContainerState::Unknown) {
+                        actions.containers_to_kill.push((
+                            s.id.clone(),
+                            c.name.clone(),
+                            "Container is in \"unknown\" state, try killing it before restart"
+                                .into(),
+                        ));
+                    }
                 }
             }
         }
     }
 
     // Running containers the spec does not name any more.
+    let inits = init_containers(pod);
+    let mut seen = std::collections::HashSet::new();
     for s in &status.container_statuses {
-        if s.state == ContainerState::Running
+        if seen.insert(s.name.as_str())
+            && s.state == ContainerState::Running
             && !containers(pod).iter().any(|c| c.name == s.name)
             && !inits.iter().any(|c| c.name == s.name)
         {
             actions.containers_to_kill.push((
                 s.id.clone(),
                 s.name.clone(),
-                "not in the pod spec".into(),
+                format!("Container {} is not in the pod spec", s.name),
             ));
         }
     }
 
     if keep == 0 && actions.containers_to_start.is_empty() {
-        // Nothing runs and nothing will: stop the sandbox too.
+        // Nothing runs and nothing will: stop the sandbox too. Sidecars do
+        // not keep a finished pod alive.
         actions.kill_pod = true;
+        actions.init_containers_to_start.clear();
     }
     actions
+}
+
+/// Whether a regular container was ever created in this pod (upstream
+/// `hasAnyRegularContainerCreated`).
+fn any_regular_container_created(pod: &Pod, status: &PodStatus) -> bool {
+    containers(pod).iter().any(|c| {
+        status.latest(&c.name).is_some_and(|s| {
+            matches!(
+                s.state,
+                ContainerState::Created | ContainerState::Running | ContainerState::Exited
+            )
+        })
+    })
+}
+
+/// Fills in the init containers to start (and to kill); returns whether
+/// the pod is initialized, i.e. its regular containers may run.
+///
+/// The walk goes from the last init container back to the first: finished
+/// init containers may have been removed from the runtime, so the last one
+/// with a record tells how far initialization got.
+fn compute_init_actions(
+    pod: &Pod,
+    status: &PodStatus,
+    probes: &dyn StartupResults,
+    actions: &mut PodActions,
+) -> bool {
+    let inits = init_containers(pod);
+    if inits.is_empty() {
+        return true;
+    }
+    // A regular container that was created or runs means initialization
+    // finished before, even if init containers' records are gone. Exited
+    // ones do not count: they may be from before a reboot.
+    let mut initialized = containers(pod).iter().any(|c| {
+        status
+            .latest(&c.name)
+            .is_some_and(|s| matches!(s.state, ContainerState::Created | ContainerState::Running))
+    });
+    let mut previously_initialized = initialized;
+    let restart_on_failure = restart_policy(pod) != "Never";
+    let last = inits.len() - 1;
+    let mut start = Vec::new();
+    let kill = |actions: &mut PodActions, s: &ContainerStatus, message: String| {
+        actions
+            .containers_to_kill
+            .push((s.id.clone(), s.name.clone(), message));
+    };
+
+    for (i, c) in inits.iter().enumerate().rev() {
+        let sidecar = is_restartable_init(c);
+        let Some(s) = status.latest(&c.name) else {
+            // Gone after initialization: only a sidecar needs to run again.
+            if previously_initialized && sidecar {
+                start.push(i);
+            }
+            continue;
+        };
+        if previously_initialized && !sidecar {
+            continue;
+        }
+        match s.state {
+            // Created but not started: the start failed; try again.
+            ContainerState::Created => start.push(i),
+            ContainerState::Running if sidecar => 'running: {
+                if c.startup_probe.is_some() {
+                    match probes.startup(&s.id) {
+                        StartupResult::Unknown => break 'running,
+                        StartupResult::Failure => {
+                            kill(
+                                actions,
+                                s,
+                                format!("Init container {} failed startup probe", c.name),
+                            );
+                            start.push(i);
+                            break 'running;
+                        }
+                        StartupResult::Success => {}
+                    }
+                }
+                if i == last {
+                    initialized = true;
+                } else if !previously_initialized {
+                    start.push(i + 1);
+                }
+                if s.hash != container_hash(c) {
+                    kill(
+                        actions,
+                        s,
+                        format!("Init container {} definition changed", c.name),
+                    );
+                    start.push(i);
+                }
+            }
+            // A regular init container still running: wait for it.
+            ContainerState::Running => {}
+            ContainerState::Exited if sidecar => start.push(i),
+            ContainerState::Exited if init_failed(s) => {
+                if !restart_on_failure {
+                    actions.kill_pod = true;
+                    actions.init_containers_to_start.clear();
+                    return false;
+                }
+                start.push(i);
+            }
+            ContainerState::Exited => {
+                if i == last {
+                    initialized = true;
+                } else {
+                    start.push(i + 1);
+                }
+            }
+            ContainerState::Unknown => {
+                if !sidecar && !restart_on_failure {
+                    actions.kill_pod = true;
+                    actions.init_containers_to_start.clear();
+                    return false;
+                }
+                kill(
+                    actions,
+                    s,
+                    "Init container is in \"unknown\" state, try killing it before restart".into(),
+                );
+                start.push(i);
+            }
+        }
+        previously_initialized = true;
+    }
+    if !previously_initialized {
+        start.push(0);
+    }
+    start.reverse();
+    let mut seen = std::collections::HashSet::new();
+    start.retain(|i| seen.insert(*i));
+    actions.init_containers_to_start = start;
+    initialized
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::api::core::v1::{ContainerPort, PodSpec, Probe};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use protobuf::{EnumOrUnknown, MessageField};
 
@@ -209,7 +447,18 @@ mod tests {
         }
     }
 
+    fn sidecar(name: &str) -> Container {
+        Container {
+            restart_policy: Some("Always".into()),
+            ..container(name)
+        }
+    }
+
     fn pod(policy: &str, inits: &[&str], names: &[&str]) -> Pod {
+        pod_with(policy, inits.iter().map(|n| container(n)).collect(), names)
+    }
+
+    fn pod_with(policy: &str, inits: Vec<Container>, names: &[&str]) -> Pod {
         Pod {
             metadata: ObjectMeta {
                 name: Some("web-edge".into()),
@@ -219,11 +468,7 @@ mod tests {
             },
             spec: Some(PodSpec {
                 restart_policy: Some(policy.into()),
-                init_containers: if inits.is_empty() {
-                    None
-                } else {
-                    Some(inits.iter().map(|n| container(n)).collect())
-                },
+                init_containers: (!inits.is_empty()).then_some(inits),
                 containers: names.iter().map(|n| container(n)).collect(),
                 ..Default::default()
             }),
@@ -277,10 +522,20 @@ mod tests {
         }
     }
 
+    fn sb() -> Vec<api::PodSandboxStatus> {
+        vec![sandbox("s1", true, 0)]
+    }
+
+    fn actions(p: &Pod, s: &PodStatus) -> PodActions {
+        compute_pod_actions(p, s, &NoProber)
+    }
+
+    use ContainerState::{Exited, Running, Unknown};
+
     #[test]
     fn new_pod_creates_sandbox_and_starts_all_containers() {
         let p = pod("Always", &[], &["a", "b"]);
-        let a = compute_pod_actions(&p, &PodStatus::default());
+        let a = actions(&p, &PodStatus::default());
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!(a.attempt, 0);
         assert_eq!(a.containers_to_start, vec![0, 1]);
@@ -289,13 +544,9 @@ mod tests {
     #[test]
     fn running_pod_is_left_alone() {
         let p = pod("Always", &[], &["a"]);
-        let s = status(
-            vec![sandbox("s1", true, 0)],
-            vec![cs(&p, "a", ContainerState::Running, 0)],
-        );
-        let a = compute_pod_actions(&p, &s);
+        let s = status(sb(), vec![cs(&p, "a", Running, 0)]);
         assert_eq!(
-            a,
+            actions(&p, &s),
             PodActions {
                 sandbox_id: "s1".into(),
                 ..Default::default()
@@ -306,14 +557,31 @@ mod tests {
     #[test]
     fn dead_sandbox_is_replaced_with_next_attempt() {
         let p = pod("Always", &[], &["a"]);
-        let s = status(
-            vec![sandbox("s1", false, 2)],
-            vec![cs(&p, "a", ContainerState::Exited, 0)],
-        );
-        let a = compute_pod_actions(&p, &s);
+        let s = status(vec![sandbox("s1", false, 2)], vec![cs(&p, "a", Exited, 0)]);
+        let a = actions(&p, &s);
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!(a.attempt, 3);
         assert_eq!(a.containers_to_start, vec![0]);
+    }
+
+    #[test]
+    fn on_failure_keeps_succeeded_containers_done_in_a_new_sandbox() {
+        let p = pod("OnFailure", &[], &["a", "b"]);
+        let s = status(
+            vec![sandbox("s1", false, 0)],
+            vec![cs(&p, "a", Exited, 0), cs(&p, "b", Exited, 1)],
+        );
+        let a = actions(&p, &s);
+        assert!(a.create_sandbox);
+        assert_eq!(a.containers_to_start, vec![1]);
+        // All succeeded: no new sandbox at all.
+        let s = status(
+            vec![sandbox("s1", false, 0)],
+            vec![cs(&p, "a", Exited, 0), cs(&p, "b", Exited, 0)],
+        );
+        let a = actions(&p, &s);
+        assert!(a.kill_pod && !a.create_sandbox);
+        assert!(a.containers_to_start.is_empty());
     }
 
     #[test]
@@ -324,16 +592,14 @@ mod tests {
             ("OnFailure", 0, false),
             ("OnFailure", 2, true),
             ("Never", 1, false),
+            ("Never", 0, false),
         ] {
             let p = pod(policy, &[], &["a", "b"]);
             let s = status(
-                vec![sandbox("s1", true, 0)],
-                vec![
-                    cs(&p, "a", ContainerState::Exited, exit),
-                    cs(&p, "b", ContainerState::Running, 0),
-                ],
+                sb(),
+                vec![cs(&p, "a", Exited, exit), cs(&p, "b", Running, 0)],
             );
-            let a = compute_pod_actions(&p, &s);
+            let a = actions(&p, &s);
             assert_eq!(
                 a.containers_to_start,
                 if restart { vec![0] } else { vec![] },
@@ -344,46 +610,63 @@ mod tests {
     }
 
     #[test]
+    fn a_deleted_pod_restarts_nothing() {
+        let mut p = pod("Always", &[], &["a"]);
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        let a = actions(&p, &status(sb(), vec![cs(&p, "a", Exited, 1)]));
+        assert!(a.kill_pod);
+        assert!(a.containers_to_start.is_empty());
+    }
+
+    #[test]
+    fn unknown_container_is_killed_before_its_restart() {
+        let p = pod("Never", &[], &["a"]);
+        let a = actions(&p, &status(sb(), vec![cs(&p, "a", Unknown, 0)]));
+        assert_eq!(a.containers_to_start, vec![0]);
+        assert_eq!(a.containers_to_kill[0].0, "id-a");
+    }
+
+    #[test]
     fn finished_pod_gets_its_sandbox_stopped_and_never_recreated() {
         let p = pod("Never", &[], &["a"]);
-        let s = status(
-            vec![sandbox("s1", true, 0)],
-            vec![cs(&p, "a", ContainerState::Exited, 0)],
-        );
-        let a = compute_pod_actions(&p, &s);
+        let s = status(sb(), vec![cs(&p, "a", Exited, 0)]);
+        let a = actions(&p, &s);
         assert!(a.kill_pod && !a.create_sandbox);
-        let s = status(
-            vec![sandbox("s1", false, 0)],
-            vec![cs(&p, "a", ContainerState::Exited, 0)],
-        );
-        let a = compute_pod_actions(&p, &s);
+        let s = status(vec![sandbox("s1", false, 0)], vec![cs(&p, "a", Exited, 0)]);
+        let a = actions(&p, &s);
         assert!(a.kill_pod && !a.create_sandbox);
         assert!(a.containers_to_start.is_empty());
     }
 
     #[test]
-    fn changed_spec_restarts_the_container() {
-        let p = pod("Always", &[], &["a"]);
-        let mut running = cs(&p, "a", ContainerState::Running, 0);
+    fn changed_spec_restarts_only_that_container() {
+        let p = pod("Never", &[], &["a", "b"]);
+        let mut running = cs(&p, "a", Running, 0);
         running.hash ^= 1;
-        let s = status(vec![sandbox("s1", true, 0)], vec![running]);
-        let a = compute_pod_actions(&p, &s);
+        let s = status(sb(), vec![running, cs(&p, "b", Running, 0)]);
+        let a = actions(&p, &s);
+        assert!(!a.kill_pod && !a.create_sandbox);
         assert_eq!(a.containers_to_start, vec![0]);
-        assert_eq!(a.containers_to_kill.len(), 1);
-        assert_eq!(a.containers_to_kill[0].0, "id-a");
+        assert_eq!(
+            a.containers_to_kill,
+            vec![(
+                "id-a".to_string(),
+                "a".to_string(),
+                "Container a definition changed, will be restarted".to_string()
+            )]
+        );
     }
 
     #[test]
     fn unknown_running_container_is_killed() {
         let p = pod("Always", &[], &["a"]);
         let s = status(
-            vec![sandbox("s1", true, 0)],
-            vec![
-                cs(&p, "a", ContainerState::Running, 0),
-                cs(&p, "old", ContainerState::Running, 0),
-            ],
+            sb(),
+            vec![cs(&p, "a", Running, 0), cs(&p, "old", Running, 0)],
         );
-        let a = compute_pod_actions(&p, &s);
+        let a = actions(&p, &s);
         assert_eq!(a.containers_to_kill[0].1, "old");
         assert!(a.containers_to_start.is_empty());
     }
@@ -391,64 +674,196 @@ mod tests {
     #[test]
     fn init_containers_run_in_order_before_the_rest() {
         let p = pod("Always", &["i1", "i2"], &["a"]);
-        let a = compute_pod_actions(&p, &PodStatus::default());
-        assert_eq!(a.next_init_container, Some(0));
+        let a = actions(&p, &PodStatus::default());
+        assert_eq!(a.init_containers_to_start, vec![0]);
         assert!(a.containers_to_start.is_empty());
 
-        let sb = || vec![sandbox("s1", true, 0)];
-        let a = compute_pod_actions(
-            &p,
-            &status(sb(), vec![cs(&p, "i1", ContainerState::Running, 0)]),
-        );
+        let a = actions(&p, &status(sb(), vec![cs(&p, "i1", Running, 0)]));
         assert_eq!(
-            (a.next_init_container, a.containers_to_start.len()),
-            (None, 0)
+            (
+                a.init_containers_to_start.len(),
+                a.containers_to_start.len()
+            ),
+            (0, 0)
+        );
+        assert!(!a.kill_pod);
+
+        let a = actions(&p, &status(sb(), vec![cs(&p, "i1", Exited, 0)]));
+        assert_eq!(a.init_containers_to_start, vec![1]);
+        assert!(a.containers_to_start.is_empty());
+
+        // A failed init container is retried (Always, OnFailure).
+        let a = actions(&p, &status(sb(), vec![cs(&p, "i1", Exited, 1)]));
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        assert!(!a.kill_pod);
+
+        let done = vec![cs(&p, "i1", Exited, 0), cs(&p, "i2", Exited, 0)];
+        let a = actions(&p, &status(sb(), done.clone()));
+        assert!(a.init_containers_to_start.is_empty());
+        assert_eq!(a.containers_to_start, vec![0]);
+
+        // Once a regular container runs, removed init records do not rerun.
+        let a = actions(&p, &status(sb(), vec![cs(&p, "a", Running, 0)]));
+        assert_eq!(
+            a,
+            PodActions {
+                sandbox_id: "s1".into(),
+                ..Default::default()
+            }
         );
 
-        let a = compute_pod_actions(
+        // Never: a failed init container fails the pod.
+        let p = pod("Never", &["i1", "i2"], &["a"]);
+        let a = actions(&p, &status(sb(), vec![cs(&p, "i1", Exited, 1)]));
+        assert!(a.kill_pod);
+        assert!(a.init_containers_to_start.is_empty());
+        assert!(a.containers_to_start.is_empty());
+        // ... and an OOM-killed one too, whatever its exit code says.
+        let mut oom = cs(&p, "i1", Exited, 0);
+        oom.reason = "OOMKilled".into();
+        assert!(actions(&p, &status(sb(), vec![oom])).kill_pod);
+        // A new sandbox starts again from the first init container.
+        let a = actions(&p, &PodStatus::default());
+        assert_eq!(a.init_containers_to_start, vec![0]);
+    }
+
+    #[test]
+    fn sidecars_start_in_order_without_blocking_and_keep_running() {
+        let p = pod_with("Never", vec![sidecar("side"), container("setup")], &["a"]);
+        let a = actions(&p, &status(sb(), vec![]));
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        // The sidecar runs: the next init container starts at once.
+        let a = actions(&p, &status(sb(), vec![cs(&p, "side", Running, 0)]));
+        assert_eq!(a.init_containers_to_start, vec![1]);
+        assert!(a.containers_to_start.is_empty());
+        // setup running: wait.
+        let a = actions(
             &p,
-            &status(sb(), vec![cs(&p, "i1", ContainerState::Exited, 0)]),
+            &status(
+                sb(),
+                vec![cs(&p, "setup", Running, 0), cs(&p, "side", Running, 0)],
+            ),
         );
-        assert_eq!(a.next_init_container, Some(1));
-
-        let a = compute_pod_actions(
+        assert!(a.init_containers_to_start.is_empty() && a.containers_to_start.is_empty());
+        // setup done: the regular container starts, the sidecar stays.
+        let a = actions(
             &p,
-            &status(sb(), vec![cs(&p, "i1", ContainerState::Exited, 1)]),
+            &status(
+                sb(),
+                vec![cs(&p, "setup", Exited, 0), cs(&p, "side", Running, 0)],
+            ),
         );
-        assert_eq!(a.next_init_container, Some(0));
-
-        let a = compute_pod_actions(
+        assert!(a.init_containers_to_start.is_empty());
+        assert_eq!(a.containers_to_start, vec![0]);
+        assert!(a.containers_to_kill.is_empty());
+        // A sidecar that exits is restarted, even under restartPolicy Never,
+        // while the regular container runs on.
+        let a = actions(
             &p,
             &status(
                 sb(),
                 vec![
-                    cs(&p, "i1", ContainerState::Exited, 0),
-                    cs(&p, "i2", ContainerState::Exited, 0),
+                    cs(&p, "a", Running, 0),
+                    cs(&p, "setup", Exited, 0),
+                    cs(&p, "side", Exited, 1),
                 ],
             ),
         );
-        assert_eq!(a.next_init_container, None);
-        assert_eq!(a.containers_to_start, vec![0]);
-
-        let p = pod("Never", &["i1"], &["a"]);
-        let a = compute_pod_actions(
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        assert!(a.containers_to_start.is_empty() && !a.kill_pod);
+        // Once the regular container finished, the sidecar keeps nothing alive.
+        let a = actions(
             &p,
-            &status(sb(), vec![cs(&p, "i1", ContainerState::Exited, 1)]),
+            &status(
+                sb(),
+                vec![
+                    cs(&p, "a", Exited, 0),
+                    cs(&p, "setup", Exited, 0),
+                    cs(&p, "side", Running, 0),
+                ],
+            ),
         );
         assert!(a.kill_pod);
-        assert_eq!(a.next_init_container, None);
+        assert!(a.init_containers_to_start.is_empty());
+    }
+
+    struct Startup(StartupResult);
+    impl StartupResults for Startup {
+        fn startup(&self, _id: &str) -> StartupResult {
+            self.0
+        }
+    }
+
+    #[test]
+    fn a_sidecar_with_a_startup_probe_blocks_until_it_succeeds() {
+        let mut side = sidecar("side");
+        side.startup_probe = Some(Probe::default());
+        let p = pod_with("Always", vec![side, container("setup")], &["a"]);
+        let s = status(sb(), vec![cs(&p, "side", Running, 0)]);
+        let a = compute_pod_actions(&p, &s, &Startup(StartupResult::Unknown));
+        assert!(a.init_containers_to_start.is_empty());
+        assert!(a.containers_to_kill.is_empty());
+        let a = compute_pod_actions(&p, &s, &Startup(StartupResult::Success));
+        assert_eq!(a.init_containers_to_start, vec![1]);
+        let a = compute_pod_actions(&p, &s, &Startup(StartupResult::Failure));
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        assert_eq!(a.containers_to_kill[0].0, "id-side");
+    }
+
+    #[test]
+    fn a_changed_sidecar_is_restarted_alone() {
+        let p = pod_with("Always", vec![sidecar("side")], &["a"]);
+        let mut side = cs(&p, "side", Running, 0);
+        side.hash ^= 1;
+        let a = actions(&p, &status(sb(), vec![cs(&p, "a", Running, 0), side]));
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        assert_eq!(a.containers_to_kill.len(), 1);
+        assert_eq!(a.containers_to_kill[0].1, "side");
+        assert!(a.containers_to_start.is_empty() && !a.kill_pod);
     }
 
     #[test]
     fn host_network_change_recreates_the_sandbox() {
         let mut p = pod("Always", &[], &["a"]);
         p.spec.as_mut().unwrap().host_network = Some(true);
-        let s = status(
-            vec![sandbox("s1", true, 0)],
-            vec![cs(&p, "a", ContainerState::Running, 0)],
-        );
-        let a = compute_pod_actions(&p, &s);
+        let s = status(sb(), vec![cs(&p, "a", Running, 0)]);
+        let a = actions(&p, &s);
         assert!(a.create_sandbox);
         assert_eq!(a.attempt, 1);
+    }
+
+    #[test]
+    fn port_or_dns_change_recreates_the_sandbox() {
+        let p = pod("Always", &[], &["a"]);
+        let mut s = status(sb(), vec![cs(&p, "a", Running, 0)]);
+        s.sandbox_statuses[0]
+            .annotations
+            .insert(super::super::labels::SANDBOX_HASH.into(), sandbox_hash(&p));
+        assert!(!actions(&p, &s).create_sandbox);
+
+        let mut ported = p.clone();
+        ported.spec.as_mut().unwrap().containers[0].ports = Some(vec![ContainerPort {
+            container_port: 80,
+            host_port: Some(8080),
+            ..Default::default()
+        }]);
+        let a = actions(&ported, &s);
+        assert!(a.create_sandbox && a.kill_pod);
+        assert_eq!(a.containers_to_start, vec![0]);
+
+        let mut dns = p.clone();
+        dns.spec.as_mut().unwrap().dns_policy = Some("Default".into());
+        assert!(actions(&dns, &s).create_sandbox);
+
+        // A port without a host port is not part of the sandbox.
+        let mut inner = p.clone();
+        inner.spec.as_mut().unwrap().containers[0].ports = Some(vec![ContainerPort {
+            container_port: 80,
+            ..Default::default()
+        }]);
+        assert!(!actions(&inner, &s).create_sandbox);
+        // A sandbox without the annotation (made before it existed) is kept.
+        s.sandbox_statuses[0].annotations.clear();
+        assert!(!actions(&ported, &s).create_sandbox);
     }
 }

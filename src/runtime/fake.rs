@@ -50,7 +50,8 @@ pub fn test_manager(
         std::process::id(),
         std::thread::current().id()
     ));
-    let rm = super::RuntimeManager::new(fake.clone(), fake.clone(), dir.clone(), dir.join("logs"));
+    let rm = super::RuntimeManager::new(fake.clone(), fake.clone(), dir.clone(), dir.join("logs"))
+        .with_clock(fake.clone());
     (fake, std::sync::Arc::new(rm))
 }
 
@@ -75,6 +76,21 @@ struct State {
     images: Vec<String>,
     calls: Vec<String>,
     fail: HashMap<String, usize>,
+    /// StopContainer calls: (container name, timeout).
+    stops: Vec<(String, i64)>,
+    /// ExecSync calls: (container name, command).
+    execs: Vec<(String, Vec<String>)>,
+    exec: ExecBehaviour,
+}
+
+/// What the fake's ExecSync does.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExecBehaviour {
+    pub exit_code: i32,
+    /// Seconds the command takes on the fake clock.
+    pub takes_secs: u64,
+    /// Real time the call blocks, for hooks that outlive their deadline.
+    pub blocks: Option<std::time::Duration>,
 }
 
 #[derive(Default)]
@@ -117,6 +133,41 @@ impl FakeRuntime {
 
     pub fn clear_calls(&self) {
         self.state.lock().calls.clear();
+    }
+
+    /// The fake's clock: runtime timestamps (created, started, finished) come from it.
+    pub fn now(&self) -> std::time::SystemTime {
+        let ns = self.state.lock().clock;
+        std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64)
+    }
+
+    /// Moves the fake's clock forward.
+    pub fn advance(&self, d: std::time::Duration) {
+        self.state.lock().clock += i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+    }
+
+    /// StopContainer calls so far: (container name, timeout), in order.
+    pub fn stops(&self) -> Vec<(String, i64)> {
+        self.state.lock().stops.clone()
+    }
+
+    /// ExecSync calls so far: (container name, command), in order.
+    pub fn execs(&self) -> Vec<(String, Vec<String>)> {
+        self.state.lock().execs.clone()
+    }
+
+    pub fn set_exec(&self, b: ExecBehaviour) {
+        self.state.lock().exec = b;
+    }
+
+    /// The ID of the newest container named `name`.
+    pub fn container_id(&self, name: &str) -> Option<String> {
+        let s = self.state.lock();
+        s.containers
+            .iter()
+            .rev()
+            .find(|(_, c)| c.metadata.as_ref().is_some_and(|m| m.name == name))
+            .map(|(_, c)| c.id.clone())
     }
 
     /// The next `n` calls of `method` fail with UNAVAILABLE.
@@ -326,9 +377,16 @@ impl RuntimeService for FakeRuntime {
         Ok(())
     }
 
-    fn stop_container(&self, id: &str, _t: i64) -> Result<(), CriError> {
+    fn stop_container(&self, id: &str, timeout: i64) -> Result<(), CriError> {
         let mut s = self.begin("StopContainer")?;
         let now = s.clock;
+        let name = s
+            .containers
+            .iter()
+            .find(|(_, c)| c.id == id)
+            .and_then(|(_, c)| c.metadata.as_ref().map(|m| m.name.clone()))
+            .unwrap_or_default();
+        s.stops.push((name, timeout));
         let c = s
             .containers
             .iter_mut()
@@ -378,6 +436,61 @@ impl RuntimeService for FakeRuntime {
             .find(|(_, c)| c.id == id)
             .map(|(_, c)| c.clone())
             .ok_or_else(|| not_found("ContainerStatus", id))
+    }
+
+    fn exec_sync(
+        &self,
+        id: &str,
+        cmd: &[String],
+        _timeout: i64,
+    ) -> Result<api::ExecSyncResponse, CriError> {
+        self.exec(id, cmd)
+    }
+}
+
+impl crate::events::Clock for FakeRuntime {
+    fn now(&self) -> std::time::SystemTime {
+        FakeRuntime::now(self)
+    }
+}
+
+impl FakeRuntime {
+    fn exec(&self, id: &str, cmd: &[String]) -> Result<api::ExecSyncResponse, CriError> {
+        let b = {
+            let mut s = self.begin("ExecSync")?;
+            let c = s
+                .containers
+                .iter()
+                .find(|(_, c)| c.id == id)
+                .map(|(_, c)| c.clone())
+                .ok_or_else(|| not_found("ExecSync", id))?;
+            if c.state.enum_value() != Ok(api::ContainerState::CONTAINER_RUNNING) {
+                return Err(CriError::status(
+                    "ExecSync",
+                    "fake",
+                    RpcStatusCode::UNKNOWN,
+                    format!("container {id} is not running"),
+                ));
+            }
+            let name = c
+                .metadata
+                .as_ref()
+                .map(|m| m.name.clone())
+                .unwrap_or_default();
+            s.execs.push((name, cmd.to_vec()));
+            let b = s.exec;
+            s.clock += i64::try_from(b.takes_secs).unwrap_or(0) * 1_000_000_000;
+            b
+        };
+        if let Some(d) = b.blocks {
+            std::thread::sleep(d);
+        }
+        let mut r = api::ExecSyncResponse::new();
+        r.exit_code = b.exit_code;
+        if b.exit_code != 0 {
+            r.stderr = b"hook failed".to_vec();
+        }
+        Ok(r)
     }
 }
 

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use md5::{Digest, Md5};
 
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
@@ -19,7 +19,10 @@ pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
 pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+/// On a sandbox: the hash of what it was made from (`actions::sandbox_hash`).
+pub const SANDBOX_HASH: &str = "tinylet.io/sandbox-hash";
 pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+pub const CONTAINER_PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
 
 /// Labels of a pod sandbox: the pod's own labels plus the three identity labels.
 pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
@@ -91,7 +94,33 @@ pub fn container_annotations(
     {
         a.insert(POD_TERMINATION_GRACE_PERIOD.into(), g.to_string());
     }
+    // So that a container whose pod is gone from every source still gets
+    // its preStop hook when it is stopped.
+    if let Some(h) = container
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+    {
+        if let Ok(json) = serde_json::to_string(h) {
+            a.insert(CONTAINER_PRE_STOP_HANDLER.into(), json);
+        }
+    }
     a
+}
+
+/// The pod's grace period recorded on a container, if any.
+pub fn parse_grace_period(annotations: &HashMap<String, String>) -> Option<i64> {
+    annotations
+        .get(POD_TERMINATION_GRACE_PERIOD)
+        .and_then(|g| g.parse().ok())
+}
+
+/// The preStop hook recorded on a container, if any. An annotation that
+/// does not decode is ignored: the container is then stopped without it.
+pub fn parse_pre_stop(annotations: &HashMap<String, String>) -> Option<LifecycleHandler> {
+    annotations
+        .get(CONTAINER_PRE_STOP_HANDLER)
+        .and_then(|h| serde_json::from_str(h).ok())
 }
 
 /// A stable hash of a container's spec. A running container whose hash differs

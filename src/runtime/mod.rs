@@ -10,37 +10,49 @@
 //! 2. kill the pod's sandbox and containers if the sandbox must change;
 //! 3. kill containers that should not run;
 //! 4. create the sandbox if needed;
-//! 5. start the next init container;
+//! 5. start the init containers that should run (the next one, and
+//!    sidecars that exited);
 //! 6. start the regular containers that should run.
+//!
+//! A started container's postStart hook runs before SyncPod goes on; if it
+//! fails, the container is killed (FailedPostStartHook). Stopping a
+//! container runs its preStop hook first, within the grace period, and
+//! gives StopContainer what is left of it (never less than 2 s). A pod's
+//! containers stop in parallel, sidecars after the regular containers (the
+//! later sidecar first), the sandbox last.
 
 pub mod actions;
 pub mod backoff;
 pub mod config;
+mod hooks;
 pub mod image_gc;
 pub mod labels;
 
 #[cfg(test)]
 pub mod fake;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Lifecycle, LifecycleHandler, Pod};
 use log::{debug, info, warn};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use protobuf::EnumOrUnknown;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
-use crate::events::{EventRecorder, EventType, ObjectRef};
-use actions::{compute_pod_actions, PodActions};
+use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
+use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
 use labels::{pod_full_name, pod_uid};
 
 /// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
 const MIN_GRACE_PERIOD_SECS: i64 = 2;
 const DEFAULT_GRACE_PERIOD_SECS: i64 = 30;
+/// How long a postStart httpGet may take (upstream sets none; the worker
+/// must not hang on a server that never answers).
+const POST_START_HTTP_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ContainerState {
@@ -78,6 +90,10 @@ pub struct ContainerStatus {
     pub restart_count: u32,
     pub reason: String,
     pub message: String,
+    /// The pod's grace period and the container's preStop hook as recorded
+    /// on the container, for stopping it when its pod spec is gone.
+    pub grace_period: Option<i64>,
+    pub pre_stop: Option<LifecycleHandler>,
 }
 
 /// Everything the runtime knows of one pod, newest first.
@@ -149,6 +165,8 @@ pub struct RuntimeManager {
     reasons: Mutex<HashMap<String, WaitingReasons>>,
     /// Exited instances kept per container (`--maximum-dead-containers-per-container`).
     max_dead_per_container: u32,
+    clock: Arc<dyn Clock>,
+    startup: Arc<dyn StartupResults>,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -171,12 +189,28 @@ impl RuntimeManager {
             recorder: EventRecorder::disabled(),
             reasons: Mutex::new(HashMap::new()),
             max_dead_per_container: 1,
+            clock: Arc::new(SystemClock),
+            startup: Arc::new(actions::NoProber),
         }
     }
 
     /// Keeps `n` exited instances of each container (at least the newest).
     pub fn with_max_dead_per_container(mut self, n: u32) -> Self {
         self.max_dead_per_container = n;
+        self
+    }
+
+    /// Reads the time from `clock` (restart back-off, hook durations).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Reads startup probe results from `startup` (the prober): a sidecar
+    /// with a startup probe holds the next init container back until it
+    /// succeeded. Without it, startup probes count as passed.
+    pub fn with_startup_results(mut self, startup: Arc<dyn StartupResults>) -> Self {
+        self.startup = startup;
         self
     }
 
@@ -349,6 +383,8 @@ impl RuntimeManager {
                     restart_count: labels::parse_restart_count(&st.annotations),
                     reason: st.reason.clone(),
                     message: st.message.clone(),
+                    grace_period: labels::parse_grace_period(&st.annotations),
+                    pre_stop: labels::parse_pre_stop(&st.annotations),
                 }),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
@@ -363,7 +399,7 @@ impl RuntimeManager {
     /// Brings the pod's runtime state to its spec: the six steps.
     pub fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
         let who = pod_full_name(pod);
-        let actions = compute_pod_actions(pod, status);
+        let actions = compute_pod_actions(pod, status, self.startup.as_ref());
         debug!("pod {who}: actions {actions:?}");
         let fail = |step: &str, e: &dyn std::fmt::Display| {
             SyncError::Failed(format!("pod {who}: {step}: {e}"))
@@ -377,9 +413,16 @@ impl RuntimeManager {
                     .map_err(|e| fail("kill pod", &e))?;
             }
         } else {
-            for (id, name, reason) in &actions.containers_to_kill {
-                info!("pod {who}: stopping container {name:?} ({id:.12}): {reason}");
-                self.kill_container(id, grace_period(pod, None))
+            let pod_ip = status.ips.first().map(String::as_str);
+            for (id, name, message) in &actions.containers_to_kill {
+                info!("pod {who}: stopping container {name:?} ({id:.12}): {message}");
+                let kill = Kill {
+                    id,
+                    name,
+                    message: Some(message.clone()),
+                    restored: None,
+                };
+                self.kill_container(pod, &kill, None, pod_ip, None)
                     .map_err(|e| fail(&format!("stop container {name:?}"), &e))?;
             }
         }
@@ -388,11 +431,14 @@ impl RuntimeManager {
             create_sandbox,
             mut sandbox_id,
             attempt,
-            next_init_container,
+            init_containers_to_start,
             containers_to_start,
             ..
         } = actions;
-        let sandbox_config = config::sandbox_config(pod, attempt, &self.logs_root);
+        let mut sandbox_config = config::sandbox_config(pod, attempt, &self.logs_root);
+        sandbox_config
+            .annotations
+            .insert(labels::SANDBOX_HASH.into(), actions::sandbox_hash(pod));
 
         // Step 4.
         if create_sandbox {
@@ -412,25 +458,39 @@ impl RuntimeManager {
         if sandbox_id.is_empty() {
             return Ok(());
         }
+        let sandbox = SandboxRef {
+            id: &sandbox_id,
+            config: &sandbox_config,
+            created: create_sandbox,
+            ips: &status.ips,
+        };
 
         let spec = pod.spec.as_ref();
-        // Step 5.
-        if let Some(i) = next_init_container {
-            if let Some(c) = spec
+        // Step 5: a regular init container that fails to start ends this
+        // sync; a sidecar that fails does not hold the others back.
+        let mut first_err = None;
+        for i in init_containers_to_start {
+            let Some(c) = spec
                 .and_then(|s| s.init_containers.as_ref())
                 .and_then(|v| v.get(i))
-            {
-                self.start_container(pod, c, status, &sandbox_id, &sandbox_config)?;
+            else {
+                continue;
+            };
+            if let Err(e) = self.start_container(pod, c, status, &sandbox) {
+                if !is_restartable_init(c) {
+                    return Err(e);
+                }
+                if let Some(prev) = first_err.replace(e) {
+                    warn!("{prev}");
+                }
             }
-            return Ok(());
         }
         // Step 6.
-        let mut first_err = None;
         for i in containers_to_start {
             let Some(c) = spec.and_then(|s| s.containers.get(i)) else {
                 continue;
             };
-            if let Err(e) = self.start_container(pod, c, status, &sandbox_id, &sandbox_config) {
+            if let Err(e) = self.start_container(pod, c, status, &sandbox) {
                 if let Some(prev) = first_err.replace(e) {
                     // Several containers failed: log all but the one returned.
                     warn!("{prev}");
@@ -448,27 +508,25 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
         status: &PodStatus,
-        sandbox_id: &str,
-        sandbox_config: &api::PodSandboxConfig,
+        sandbox: &SandboxRef,
     ) -> Result<(), SyncError> {
+        let (sandbox_id, sandbox_config) = (sandbox.id, sandbox.config);
         let who = pod_full_name(pod);
         let prev = status.latest(&c.name);
         // Restart back-off, keyed by pod and container, measured from the exit.
         if let Some(p) = prev.filter(|p| p.state == ContainerState::Exited) {
             let key = backoff_key(pod, c);
             let exited = ns_to_time(p.finished_at);
-            let now = SystemTime::now();
+            let now = self.clock.now();
             let mut b = self.backoff.lock();
             if let Some(left) = b.remaining(&key, exited, now) {
                 let total = b.current(&key).unwrap_or(left);
                 drop(b);
                 let message = format!(
-                    "back-off {} restarting failed container={} pod={}_{}({})",
+                    "back-off {} restarting failed container={} pod={}",
                     go_duration(total),
                     c.name,
-                    labels::pod_name(pod),
-                    labels::pod_namespace(pod),
-                    pod_uid(pod)
+                    hooks::format_pod(pod)
                 );
                 self.set_reason(pod, &c.name, Some(("CrashLoopBackOff", message)));
                 self.container_event(
@@ -476,7 +534,11 @@ impl RuntimeManager {
                     c,
                     EventType::Warning,
                     "BackOff",
-                    "Back-off restarting failed container".into(),
+                    format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        c.name,
+                        hooks::format_pod(pod)
+                    ),
                 );
                 return Err(SyncError::BackOff(
                     format!(
@@ -542,7 +604,6 @@ impl RuntimeManager {
             self.container_event(pod, c, EventType::Warning, "Failed", format!("Error: {e}"));
             return Err(fail("start", &e));
         }
-        self.set_reason(pod, &c.name, None);
         self.container_event(
             pod,
             c,
@@ -554,7 +615,68 @@ impl RuntimeManager {
             "pod {who}: container {:?} started ({id:.12}, restart count {restart_count})",
             c.name
         );
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            if let Err(message) = self.run_post_start(pod, c, &id, hook, sandbox) {
+                warn!("pod {who}: container {:?}: {message}", c.name);
+                // The message may carry secrets: the event does not.
+                self.container_event(
+                    pod,
+                    c,
+                    EventType::Warning,
+                    "FailedPostStartHook",
+                    "PostStartHook failed".into(),
+                );
+                let kill = Kill {
+                    id: &id,
+                    name: &c.name,
+                    message: Some("FailedPostStartHook".into()),
+                    restored: None,
+                };
+                if let Err(e) = self.kill_container(pod, &kill, None, None, None) {
+                    warn!(
+                        "pod {who}: container {:?}: stop after postStart hook failure: {e}",
+                        c.name
+                    );
+                }
+                self.set_reason(pod, &c.name, Some(("PostStartHookError", message)));
+                return Err(fail("postStart hook", &"PostStartHookError"));
+            }
+        }
+        self.set_reason(pod, &c.name, None);
         Ok(())
+    }
+
+    /// Runs a container's postStart hook; the error is upstream's message.
+    fn run_post_start(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        hook: &LifecycleHandler,
+        sandbox: &SandboxRef,
+    ) -> Result<(), String> {
+        let mut ip = (!sandbox.created)
+            .then(|| sandbox.ips.first().cloned())
+            .flatten();
+        if ip.is_none() && hook.http_get.as_ref().is_some_and(|g| g.host.is_none()) {
+            // A new sandbox: ask the runtime for its address.
+            ip = self
+                .runtime
+                .pod_sandbox_status(sandbox.id)
+                .ok()
+                .and_then(|st| st.network.into_option())
+                .map(|n| n.ip)
+                .filter(|ip| !ip.is_empty());
+        }
+        hooks::run(
+            &self.runtime,
+            pod,
+            c,
+            id,
+            hook,
+            ip.as_deref(),
+            POST_START_HTTP_TIMEOUT,
+        )
     }
 
     /// Pull-if-needed under the container's imagePullPolicy; returns the image reference.
@@ -651,23 +773,145 @@ impl RuntimeManager {
         }
     }
 
-    fn kill_container(&self, id: &str, grace: i64) -> Result<(), CriError> {
-        match self.runtime.stop_container(id, grace) {
+    /// Stops one container the way upstream `killContainer` does: a
+    /// Killing event, the preStop hook within the grace period, then (for
+    /// a sidecar during a pod kill) its turn after the containers it
+    /// outlives, and StopContainer with what is left, at least 2 s.
+    fn kill_container(
+        &self,
+        pod: &Pod,
+        kill: &Kill,
+        grace_override: Option<i64>,
+        pod_ip: Option<&str>,
+        ordering: Option<&TerminationOrdering>,
+    ) -> Result<(), CriError> {
+        let spec = container_spec(pod, kill.name).or(kill.restored.as_ref().map(|r| &r.0));
+        let message = kill
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("Stopping container {}", kill.name));
+        self.recorder.event(
+            &ObjectRef::container(pod, kill.name, is_init_container(pod, kill.name)),
+            EventType::Normal,
+            "Killing",
+            message,
+        );
+        let recorded = kill.restored.as_ref().and_then(|r| r.1);
+        let mut grace = grace_period(pod, grace_override.or(recorded));
+        if let Some(hook) = spec
+            .and_then(|c| c.lifecycle.as_ref())
+            .and_then(|l| l.pre_stop.as_ref())
+            .filter(|_| grace > 0)
+        {
+            if let Some(c) = spec {
+                grace -= self.run_pre_stop(pod, c, kill.id, hook, pod_ip, grace);
+            }
+        }
+        if let Some(o) = ordering.filter(|_| grace > 0) {
+            grace -= o.wait_for_turn(kill.name, grace);
+        }
+        let grace = grace.max(MIN_GRACE_PERIOD_SECS);
+        debug!(
+            "pod {}: stopping container {:?} ({:.12}) with grace period {grace}s",
+            pod_full_name(pod),
+            kill.name,
+            kill.id
+        );
+        let result = match self.runtime.stop_container(kill.id, grace) {
             Err(e) if e.is_not_found() => Ok(()),
             r => r,
+        };
+        if let Some(o) = ordering {
+            o.terminated(kill.name);
+        }
+        result
+    }
+
+    /// Runs a preStop hook for at most `grace` seconds on its own thread;
+    /// returns the whole seconds it took (all of `grace` if it did not end).
+    fn run_pre_stop(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        hook: &LifecycleHandler,
+        pod_ip: Option<&str>,
+        grace: i64,
+    ) -> i64 {
+        let who = pod_full_name(pod);
+        let limit = Duration::from_secs(grace.unsigned_abs());
+        let started = self.clock.now();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let job = {
+            let (runtime, pod, c, id, hook) = (
+                self.runtime.clone(),
+                pod.clone(),
+                c.clone(),
+                id.to_string(),
+                hook.clone(),
+            );
+            let ip = pod_ip.map(str::to_string);
+            move || {
+                let r = hooks::run(&runtime, &pod, &c, &id, &hook, ip.as_deref(), limit);
+                // Capacity 1, one send: never blocks; nobody listening after
+                // a time-out is fine.
+                let _ = tx.send(r);
+            }
+        };
+        let thread = match crate::thread::spawn_named(format!("prestop/{id:.12}"), job) {
+            Ok(t) => t,
+            Err(e) => {
+                warn!(
+                    "pod {who}: container {:?}: cannot run its preStop hook: {e}",
+                    c.name
+                );
+                return 0;
+            }
+        };
+        let deadline = Instant::now() + limit;
+        match rx.recv_deadline(deadline) {
+            Ok(result) => {
+                drop(thread);
+                if let Err(message) = result {
+                    warn!("pod {who}: container {:?}: {message}", c.name);
+                    self.container_event(
+                        pod,
+                        c,
+                        EventType::Warning,
+                        "FailedPreStopHook",
+                        "PreStopHook failed".into(),
+                    );
+                }
+                let took = self
+                    .clock
+                    .now()
+                    .duration_since(started)
+                    .unwrap_or(Duration::ZERO);
+                i64::try_from(took.as_secs()).unwrap_or(grace).min(grace)
+            }
+            Err(_) => {
+                info!(
+                    "pod {who}: container {:?}: preStop hook did not end within the grace period ({grace}s)",
+                    c.name
+                );
+                // Its exec or request ends on its own deadline.
+                thread.detach();
+                grace
+            }
         }
     }
 
     /// Stops every container of the pod (in parallel, each with the grace
-    /// period) and then its sandboxes. For a pod known only from the runtime,
-    /// `pod` carries just its identity and the default grace period applies.
+    /// period, sidecars after the regular containers) and then its
+    /// sandboxes. For a pod known only from the runtime, `pod` carries just
+    /// its identity and the default grace period applies.
     pub fn kill_pod(
         &self,
         pod: &Pod,
         status: &PodStatus,
         grace_override: Option<i64>,
     ) -> Result<(), CriError> {
-        let grace = grace_period(pod, grace_override);
+        let mut seen = HashSet::new();
         let running: Vec<&ContainerStatus> = status
             .container_statuses
             .iter()
@@ -677,33 +921,55 @@ impl RuntimeManager {
                     ContainerState::Running | ContainerState::Created | ContainerState::Unknown
                 )
             })
+            .filter(|c| seen.insert(c.id.as_str()))
             .collect();
-        for c in &running {
-            self.recorder.event(
-                &ObjectRef::container(pod, &c.name, is_init_container(pod, &c.name)),
-                EventType::Normal,
-                "Killing",
-                format!("Stopping container {}", c.name),
-            );
-        }
+        let ordering = TerminationOrdering::new(pod, running.iter().map(|c| c.name.as_str()));
+        let pod_ip = status.ips.first().map(String::as_str);
+        let kills: Vec<Kill> = running
+            .iter()
+            .map(|c| Kill {
+                id: &c.id,
+                name: &c.name,
+                message: None,
+                restored: pod.spec.is_none().then(|| {
+                    let lifecycle = c.pre_stop.clone().map(|h| Lifecycle {
+                        pre_stop: Some(h),
+                        ..Default::default()
+                    });
+                    let spec = Container {
+                        name: c.name.clone(),
+                        lifecycle,
+                        ..Default::default()
+                    };
+                    (spec, c.grace_period)
+                }),
+            })
+            .collect();
         let results: Vec<Result<(), CriError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = running
+            let handles: Vec<_> = kills
                 .iter()
-                .map(|c| {
-                    let id = c.id.clone();
+                .map(|k| {
+                    let ordering = &ordering;
                     std::thread::Builder::new()
-                        .name(format!("kill/{:.12}", c.id))
+                        .name(format!("kill/{:.12}", k.id))
                         .stack_size(crate::thread::DEFAULT_STACK)
-                        .spawn_scoped(s, move || self.kill_container(&id, grace))
+                        .spawn_scoped(s, move || {
+                            self.kill_container(pod, k, grace_override, pod_ip, Some(ordering))
+                        })
                 })
                 .collect();
             handles
                 .into_iter()
-                .zip(&running)
-                .map(|(h, c)| match h {
+                .zip(&kills)
+                .map(|(h, k)| match h {
                     Ok(h) => h.join().unwrap_or(Ok(())),
-                    // No thread to spare: stop it from this one.
-                    Err(_) => self.kill_container(&c.id, grace),
+                    // No thread to spare: stop it from this one, without
+                    // waiting for a turn that may depend on other threads.
+                    Err(_) => {
+                        let r = self.kill_container(pod, k, grace_override, pod_ip, None);
+                        ordering.terminated(k.name);
+                        r
+                    }
                 })
                 .collect()
         });
@@ -781,7 +1047,7 @@ impl RuntimeManager {
 /// container name (statuses are newest first). The newest instance of a
 /// name is never chosen: its restart count and back-off live on it.
 fn dead_to_remove(status: &PodStatus, keep: u32) -> Vec<&str> {
-    let mut newest_seen = std::collections::HashSet::new();
+    let mut newest_seen = HashSet::new();
     let mut dead_kept: HashMap<&str, u32> = HashMap::new();
     let mut out = Vec::new();
     for c in &status.container_statuses {
@@ -797,6 +1063,96 @@ fn dead_to_remove(status: &PodStatus, keep: u32) -> Vec<&str> {
         }
     }
     out
+}
+
+/// A container to stop: its ID, its name, and the Killing event's message
+/// (upstream's "Stopping container NAME" when none).
+struct Kill<'a> {
+    id: &'a str,
+    name: &'a str,
+    message: Option<String>,
+    /// For a pod known only from the runtime: the container as its
+    /// annotations describe it (name and preStop hook) and the pod's
+    /// recorded grace period.
+    restored: Option<(Container, Option<i64>)>,
+}
+
+/// The sandbox SyncPod starts containers in.
+struct SandboxRef<'a> {
+    id: &'a str,
+    config: &'a api::PodSandboxConfig,
+    /// Made by this sync: the status's IPs are not its own.
+    created: bool,
+    ips: &'a [String],
+}
+
+/// The order in which a pod's containers stop (upstream
+/// `terminationOrdering`): a sidecar waits until the regular containers and
+/// the sidecars after it in the spec have stopped. Regular containers never
+/// wait.
+struct TerminationOrdering {
+    /// For each sidecar: the containers it outlives.
+    after: HashMap<String, Vec<String>>,
+    running: Mutex<HashSet<String>>,
+    stopped: Condvar,
+}
+
+impl TerminationOrdering {
+    fn new<'a>(pod: &Pod, running: impl Iterator<Item = &'a str>) -> Self {
+        let running: HashSet<String> = running.map(str::to_string).collect();
+        let spec = pod.spec.as_ref();
+        let regular: Vec<String> = spec
+            .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
+            .unwrap_or_default();
+        let inits = spec
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or(&[]);
+        let mut after = HashMap::new();
+        let mut later_sidecars: Vec<String> = Vec::new();
+        for c in inits.iter().rev().filter(|c| is_restartable_init(c)) {
+            let mut waits = regular.clone();
+            waits.extend(later_sidecars.iter().cloned());
+            waits.retain(|n| running.contains(n));
+            after.insert(c.name.clone(), waits);
+            later_sidecars.push(c.name.clone());
+        }
+        TerminationOrdering {
+            after,
+            running: Mutex::new(running),
+            stopped: Condvar::new(),
+        }
+    }
+
+    /// Waits up to `grace` seconds for `name`'s turn; returns the whole
+    /// seconds waited.
+    fn wait_for_turn(&self, name: &str, grace: i64) -> i64 {
+        let Some(waits) = self.after.get(name).filter(|w| !w.is_empty()) else {
+            return 0;
+        };
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(grace.unsigned_abs());
+        let mut running = self.running.lock();
+        while waits.iter().any(|n| running.contains(n)) {
+            if self.stopped.wait_until(&mut running, deadline).timed_out() {
+                break;
+            }
+        }
+        i64::try_from(start.elapsed().as_secs()).unwrap_or(grace)
+    }
+
+    fn terminated(&self, name: &str) {
+        self.running.lock().remove(name);
+        self.stopped.notify_all();
+    }
+}
+
+/// The spec of the container (or init container) named `name`.
+fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name)
 }
 
 fn is_init_container(pod: &Pod, name: &str) -> bool {
@@ -833,6 +1189,10 @@ pub fn default_pull_policy(image: &str) -> &'static str {
     }
 }
 
+/// The grace period a container's stop starts from: the kill's override,
+/// else the deletion's, else the pod's (30 s when unset, the API default).
+/// The preStop hook and the wait for a sidecar's turn come out of it; what
+/// is left, at least 2 s, goes to StopContainer.
 fn grace_period(pod: &Pod, over: Option<i64>) -> i64 {
     over.or(pod.metadata.deletion_grace_period_seconds)
         .or_else(|| {
@@ -841,7 +1201,7 @@ fn grace_period(pod: &Pod, over: Option<i64>) -> i64 {
                 .and_then(|s| s.termination_grace_period_seconds)
         })
         .unwrap_or(DEFAULT_GRACE_PERIOD_SECS)
-        .max(MIN_GRACE_PERIOD_SECS)
+        .max(0)
 }
 
 pub use cri::DEFAULT_REQUEST_TIMEOUT;
@@ -849,6 +1209,502 @@ pub use cri::DEFAULT_REQUEST_TIMEOUT;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::{EventBroadcaster, EventSink};
+    use crate::kube::ApiError;
+    use fake::{test_pod, wait_for, ExecBehaviour, FakeRuntime, TEST_IMAGE};
+    use k8s_openapi::api::core::v1::{ExecAction, Lifecycle};
+    use serde_json::Value;
+
+    /// Events as written: (fieldPath, reason, message).
+    type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
+
+    struct Sink(Seen);
+
+    impl EventSink for Sink {
+        fn create(&mut self, _ns: &str, event: &Value) -> Result<Value, ApiError> {
+            let s = |p: &str| {
+                event
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            self.0
+                .lock()
+                .push((s("/involvedObject/fieldPath"), s("/reason"), s("/message")));
+            Ok(event.clone())
+        }
+        fn patch(&mut self, _ns: &str, _name: &str, patch: &Value) -> Result<Value, ApiError> {
+            Ok(patch.clone())
+        }
+    }
+
+    struct Rig {
+        fake: Arc<FakeRuntime>,
+        rm: RuntimeManager,
+        events: Seen,
+        _broadcaster: EventBroadcaster,
+        _dir: tempfile::TempDir,
+    }
+
+    fn rig() -> Rig {
+        let fake = Arc::new(FakeRuntime::with_images(&[TEST_IMAGE]));
+        let dir = tempfile::tempdir().unwrap();
+        let events = Seen::default();
+        let (broadcaster, recorder) =
+            EventBroadcaster::start(Box::new(Sink(events.clone())), "kubelet", "edge-1").unwrap();
+        let rm = RuntimeManager::new(
+            fake.clone(),
+            fake.clone(),
+            dir.path().into(),
+            dir.path().join("logs"),
+        )
+        .with_clock(fake.clone())
+        .with_recorder(recorder);
+        Rig {
+            fake,
+            rm,
+            events,
+            _broadcaster: broadcaster,
+            _dir: dir,
+        }
+    }
+
+    impl Rig {
+        fn status(&self, pod: &Pod) -> PodStatus {
+            self.rm
+                .get_pod_status(
+                    pod_uid(pod),
+                    labels::pod_name(pod),
+                    labels::pod_namespace(pod),
+                )
+                .unwrap()
+        }
+
+        fn sync(&self, pod: &Pod) -> Result<(), SyncError> {
+            self.rm.sync_pod(pod, &self.status(pod))
+        }
+
+        fn exit(&self, name: &str, code: i32) {
+            self.fake
+                .exit_container(&self.fake.container_id(name).unwrap(), code);
+        }
+
+        fn running(&self, name: &str) -> bool {
+            self.fake.containers().iter().any(|c| {
+                c.metadata.as_ref().is_some_and(|m| m.name == name)
+                    && c.state.enum_value() == Ok(api::ContainerState::CONTAINER_RUNNING)
+            })
+        }
+
+        /// Waits for an event with `reason` on `field_path`; returns its message.
+        fn event(&self, field_path: &str, reason: &str) -> String {
+            let find = || {
+                self.events
+                    .lock()
+                    .iter()
+                    .find(|(f, r, _)| f == field_path && r == reason)
+                    .map(|e| e.2.clone())
+            };
+            wait_for(&format!("event {reason} on {field_path}"), || {
+                find().is_some()
+            });
+            find().unwrap_or_default()
+        }
+    }
+
+    fn exec_hook(cmd: &str) -> LifecycleHandler {
+        LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["sh".into(), "-c".into(), cmd.into()]),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn container(name: &str) -> Container {
+        Container {
+            name: name.into(),
+            image: Some(TEST_IMAGE.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn crash_back_off_doubles_to_five_minutes_and_resets_after_ten_minutes_of_running() {
+        let r = rig();
+        let pod = test_pod("u1", "web");
+        r.sync(&pod).unwrap();
+        // The first restart is immediate.
+        r.exit("app", 1);
+        r.sync(&pod).unwrap();
+        assert_eq!(r.fake.count("StartContainer"), 2);
+        for (want, text) in [
+            (10, "10s"),
+            (20, "20s"),
+            (40, "40s"),
+            (80, "1m20s"),
+            (160, "2m40s"),
+            (300, "5m0s"),
+            (300, "5m0s"),
+        ] {
+            let starts = r.fake.count("StartContainer");
+            r.exit("app", 1);
+            let want = Duration::from_secs(want);
+            match r.sync(&pod) {
+                Err(SyncError::BackOff(_, left)) => {
+                    assert!(
+                        left <= want && left > want - Duration::from_secs(1),
+                        "{left:?}"
+                    )
+                }
+                other => panic!("want back-off {want:?}, got {other:?}"),
+            }
+            assert_eq!(
+                r.rm.waiting_reasons("u1").get("app"),
+                Some(&(
+                    "CrashLoopBackOff".to_string(),
+                    format!("back-off {text} restarting failed container=app pod=web_default(u1)")
+                ))
+            );
+            // Still backing off just before the end.
+            r.fake.advance(want - Duration::from_secs(1));
+            assert!(matches!(r.sync(&pod), Err(SyncError::BackOff(..))));
+            r.fake.advance(Duration::from_secs(1));
+            r.sync(&pod).unwrap();
+            assert_eq!(r.fake.count("StartContainer"), starts + 1);
+            assert!(r.rm.waiting_reasons("u1").is_empty());
+        }
+        assert_eq!(
+            r.event("spec.containers{app}", "BackOff"),
+            "Back-off restarting failed container app in pod web_default(u1)"
+        );
+        // Ran for 11 minutes: the next restart is immediate again, and the
+        // one after waits 10 s.
+        r.fake.advance(Duration::from_secs(11 * 60));
+        r.exit("app", 1);
+        r.sync(&pod).unwrap();
+        r.exit("app", 1);
+        match r.sync(&pod) {
+            Err(SyncError::BackOff(_, left)) => assert!(left <= Duration::from_secs(10)),
+            other => panic!("want a 10 s back-off, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn restart_policies_on_the_fake_runtime() {
+        for (policy, code, restarted) in [
+            ("Always", 0, true),
+            ("OnFailure", 0, false),
+            ("OnFailure", 1, true),
+            ("Never", 1, false),
+        ] {
+            let r = rig();
+            let mut pod = test_pod("u1", "web");
+            pod.spec.as_mut().unwrap().restart_policy = Some(policy.into());
+            r.sync(&pod).unwrap();
+            r.exit("app", code);
+            r.sync(&pod).unwrap();
+            assert_eq!(r.running("app"), restarted, "{policy} exit {code}");
+            if !restarted {
+                // Finished: the sandbox is stopped and not made again.
+                assert_eq!(r.fake.count("StopPodSandbox"), 1, "{policy}");
+                r.sync(&pod).unwrap();
+                assert_eq!(r.fake.count("RunPodSandbox"), 1, "{policy}");
+            }
+        }
+    }
+
+    #[test]
+    fn init_containers_finish_first_and_a_sidecar_outlives_them() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        let spec = pod.spec.as_mut().unwrap();
+        spec.restart_policy = Some("Never".into());
+        spec.init_containers = Some(vec![
+            Container {
+                restart_policy: Some("Always".into()),
+                ..container("side")
+            },
+            container("setup"),
+        ]);
+        r.sync(&pod).unwrap();
+        assert!(r.running("side") && r.fake.container_id("setup").is_none());
+        r.sync(&pod).unwrap();
+        assert!(r.running("setup"));
+        assert!(
+            r.fake.container_id("app").is_none(),
+            "app before setup ended"
+        );
+        r.sync(&pod).unwrap();
+        assert!(r.fake.container_id("app").is_none(), "app while setup runs");
+        r.exit("setup", 0);
+        r.sync(&pod).unwrap();
+        assert!(r.running("app") && r.running("side"));
+        // The sidecar exits: it alone is restarted, despite restartPolicy Never.
+        r.exit("side", 2);
+        let app = r.fake.container_id("app");
+        r.sync(&pod).unwrap();
+        assert!(r.running("side"));
+        assert_eq!(r.fake.container_id("app"), app);
+        assert_eq!(r.fake.count("CreateContainer"), 4);
+        // The app ends: the pod is done; the sidecar is stopped with it.
+        r.exit("app", 0);
+        r.sync(&pod).unwrap();
+        assert!(!r.running("side"));
+        assert_eq!(r.fake.count("StopPodSandbox"), 1);
+        assert_eq!(
+            r.event("spec.initContainers{side}", "Killing"),
+            "Stopping container side"
+        );
+    }
+
+    #[test]
+    fn a_failed_init_container_is_retried_unless_the_policy_is_never() {
+        for policy in ["OnFailure", "Never"] {
+            let r = rig();
+            let mut pod = test_pod("u1", "web");
+            let spec = pod.spec.as_mut().unwrap();
+            spec.restart_policy = Some(policy.into());
+            spec.init_containers = Some(vec![container("setup")]);
+            r.sync(&pod).unwrap();
+            r.exit("setup", 1);
+            r.sync(&pod).unwrap();
+            if policy == "Never" {
+                assert!(!r.running("setup"));
+                assert_eq!(r.fake.count("StopPodSandbox"), 1);
+                r.sync(&pod).unwrap();
+                assert_eq!(r.fake.count("RunPodSandbox"), 1);
+            } else {
+                assert!(r.running("setup"), "retried under {policy}");
+            }
+            assert!(r.fake.container_id("app").is_none(), "{policy}");
+        }
+    }
+
+    #[test]
+    fn a_changed_container_is_restarted_alone() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        pod.spec
+            .as_mut()
+            .unwrap()
+            .containers
+            .push(container("other"));
+        r.sync(&pod).unwrap();
+        let other = r.fake.container_id("other");
+        pod.spec.as_mut().unwrap().containers[0].args = Some(vec!["v2".into()]);
+        r.sync(&pod).unwrap();
+        assert_eq!(r.fake.stops().len(), 1);
+        assert_eq!(r.fake.stops()[0].0, "app");
+        assert!(r.running("app"));
+        assert_eq!(r.fake.container_id("other"), other);
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+        assert_eq!(
+            r.event("spec.containers{app}", "Killing"),
+            "Container app definition changed, will be restarted"
+        );
+    }
+
+    #[test]
+    fn a_changed_sandbox_recreates_the_pod() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        r.sync(&pod).unwrap();
+        pod.spec.as_mut().unwrap().containers[0].ports =
+            Some(vec![k8s_openapi::api::core::v1::ContainerPort {
+                container_port: 80,
+                host_port: Some(8080),
+                ..Default::default()
+            }]);
+        r.sync(&pod).unwrap();
+        assert_eq!(r.fake.count("StopPodSandbox"), 1);
+        assert_eq!(r.fake.count("RunPodSandbox"), 2);
+        assert!(r.running("app"));
+        r.sync(&pod).unwrap();
+        assert_eq!(r.fake.count("RunPodSandbox"), 2, "stable once recreated");
+    }
+
+    #[test]
+    fn post_start_runs_after_the_start_and_its_failure_kills_the_container() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        pod.spec.as_mut().unwrap().containers[0].lifecycle = Some(Lifecycle {
+            post_start: Some(exec_hook("touch /started")),
+            ..Default::default()
+        });
+        r.sync(&pod).unwrap();
+        assert_eq!(
+            r.fake.execs(),
+            vec![(
+                "app".to_string(),
+                vec!["sh".into(), "-c".into(), "touch /started".into()]
+            )]
+        );
+        let calls = r.fake.calls();
+        let start = calls.iter().position(|c| c == "StartContainer").unwrap();
+        assert_eq!(calls[start + 1], "ExecSync");
+        assert!(r.running("app"));
+
+        let r = rig();
+        r.fake.set_exec(ExecBehaviour {
+            exit_code: 1,
+            ..Default::default()
+        });
+        match r.sync(&pod) {
+            Err(SyncError::Failed(m)) => assert!(m.contains("PostStartHookError"), "{m}"),
+            other => panic!("want a failure, got {other:?}"),
+        }
+        assert!(!r.running("app"));
+        let (reason, message) = r.rm.waiting_reasons("u1").remove("app").unwrap();
+        assert_eq!(reason, "PostStartHookError");
+        assert!(
+            message.starts_with(
+                "Exec lifecycle hook ([sh -c touch /started]) for Container \"app\" in Pod \"web_default(u1)\" failed - error: command 'sh -c touch /started' exited with 1"
+            ),
+            "{message}"
+        );
+        assert_eq!(
+            r.event("spec.containers{app}", "FailedPostStartHook"),
+            "PostStartHook failed"
+        );
+        assert_eq!(
+            r.event("spec.containers{app}", "Killing"),
+            "FailedPostStartHook"
+        );
+    }
+
+    fn pre_stop_pod(grace: i64) -> Pod {
+        let mut pod = test_pod("u1", "web");
+        let spec = pod.spec.as_mut().unwrap();
+        spec.termination_grace_period_seconds = Some(grace);
+        spec.containers[0].lifecycle = Some(Lifecycle {
+            pre_stop: Some(exec_hook("sleep 3")),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn pre_stop_runs_first_and_its_time_comes_out_of_the_grace_period() {
+        let r = rig();
+        let pod = pre_stop_pod(10);
+        r.sync(&pod).unwrap();
+        r.fake.set_exec(ExecBehaviour {
+            takes_secs: 3,
+            ..Default::default()
+        });
+        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
+        assert_eq!(r.fake.execs().len(), 1);
+        assert_eq!(r.fake.stops(), vec![("app".to_string(), 7)]);
+        let calls = r.fake.calls();
+        let exec = calls.iter().position(|c| c == "ExecSync").unwrap();
+        let stop = calls.iter().position(|c| c == "StopContainer").unwrap();
+        assert!(exec < stop);
+        assert_eq!(
+            r.event("spec.containers{app}", "Killing"),
+            "Stopping container app"
+        );
+
+        // The deletion's grace period wins over the pod's; never below 2 s.
+        let r = rig();
+        let mut pod = pre_stop_pod(10);
+        r.sync(&pod).unwrap();
+        pod.metadata.deletion_grace_period_seconds = Some(4);
+        r.fake.set_exec(ExecBehaviour {
+            takes_secs: 3,
+            ..Default::default()
+        });
+        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
+        assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
+    }
+
+    #[test]
+    fn a_pod_known_only_from_the_runtime_stops_with_its_recorded_hook_and_grace() {
+        let r = rig();
+        let pod = pre_stop_pod(7);
+        r.sync(&pod).unwrap();
+        r.fake.set_exec(ExecBehaviour {
+            takes_secs: 1,
+            ..Default::default()
+        });
+        // What housekeeping has of a pod no source wants: its identity.
+        let orphan = Pod {
+            metadata: pod.metadata.clone(),
+            ..Default::default()
+        };
+        r.rm.kill_pod(&orphan, &r.status(&pod), None).unwrap();
+        assert_eq!(
+            r.fake.execs(),
+            vec![(
+                "app".to_string(),
+                vec!["sh".into(), "-c".into(), "sleep 3".into()]
+            )]
+        );
+        assert_eq!(r.fake.stops(), vec![("app".to_string(), 6)]);
+    }
+
+    #[test]
+    fn a_pre_stop_hook_that_outlives_the_grace_period_is_cut_short() {
+        let r = rig();
+        let pod = pre_stop_pod(30);
+        r.sync(&pod).unwrap();
+        r.fake.set_exec(ExecBehaviour {
+            blocks: Some(Duration::from_secs(4)),
+            ..Default::default()
+        });
+        let start = Instant::now();
+        r.rm.kill_pod(&pod, &r.status(&pod), Some(2)).unwrap();
+        let took = start.elapsed();
+        assert!(took >= Duration::from_secs(2), "{took:?}");
+        assert!(
+            took < Duration::from_secs(4),
+            "waited for the hook: {took:?}"
+        );
+        assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
+    }
+
+    #[test]
+    fn sidecars_stop_after_the_regular_containers_later_sidecar_first() {
+        let r = rig();
+        let mut pod = test_pod("u1", "web");
+        let spec = pod.spec.as_mut().unwrap();
+        spec.termination_grace_period_seconds = Some(20);
+        spec.init_containers = Some(vec![
+            Container {
+                restart_policy: Some("Always".into()),
+                ..container("side1")
+            },
+            Container {
+                restart_policy: Some("Always".into()),
+                ..container("side2")
+            },
+        ]);
+        spec.containers.push(container("other"));
+        // The regular containers take a while to stop (a slow preStop hook).
+        for c in &mut spec.containers {
+            c.lifecycle = Some(Lifecycle {
+                pre_stop: Some(exec_hook("sleep 1")),
+                ..Default::default()
+            });
+        }
+        for _ in 0..3 {
+            r.sync(&pod).unwrap();
+        }
+        assert!(r.running("app") && r.running("other") && r.running("side2"));
+        r.fake.set_exec(ExecBehaviour {
+            blocks: Some(Duration::from_millis(300)),
+            ..Default::default()
+        });
+        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
+        let order: Vec<String> = r.fake.stops().into_iter().map(|s| s.0).collect();
+        assert_eq!(order.len(), 4, "{order:?}");
+        assert_eq!(&order[2..], ["side2", "side1"], "{order:?}");
+        let calls = r.fake.calls();
+        let last_stop = calls.iter().rposition(|c| c == "StopContainer").unwrap();
+        let sandbox = calls.iter().position(|c| c == "StopPodSandbox").unwrap();
+        assert!(last_stop < sandbox, "the sandbox stops last");
+    }
 
     #[test]
     fn pull_policy_defaults() {

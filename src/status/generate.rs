@@ -26,6 +26,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::{json, Map, Value};
 
 use crate::cri::api;
+use crate::runtime::actions::{is_restartable_init, restart_policy};
 use crate::runtime::{self, ContainerState};
 
 pub const PENDING: &str = "Pending";
@@ -100,8 +101,9 @@ pub fn generate_pod_status(
                 .collect()
         })
         .unwrap_or_default();
-    let initialized = initialized_condition(inits, &init_statuses, phase);
-    let containers_ready = containers_ready_condition(containers, &statuses, phase);
+    let initialized = initialized_condition(pod, &init_statuses, &statuses, phase);
+    let containers_ready =
+        containers_ready_condition(containers, inits, &statuses, &init_statuses, phase);
     let ready = ready_condition(pod, &conditions, &containers_ready);
     let first_owned = conditions.len();
     conditions.extend([
@@ -219,30 +221,19 @@ fn record_state(r: &runtime::ContainerStatus, container_id: &str) -> ApiState {
 }
 
 /// Whether the next sync would (re)start a container whose newest record is
-/// `newest` (upstream `ShouldContainerBeRestarted`).
-fn should_restart(pod: &Pod, newest: Option<&runtime::ContainerStatus>) -> bool {
-    if pod.metadata.deletion_timestamp.is_some() {
-        return false;
+/// `newest` (upstream `ShouldContainerBeRestarted`); a sidecar is started
+/// again whatever the pod's restart policy.
+fn should_restart(
+    pod: &Pod,
+    c: &Container,
+    is_init: bool,
+    newest: Option<&runtime::ContainerStatus>,
+) -> bool {
+    if is_init && is_restartable_init(c) {
+        return pod.metadata.deletion_timestamp.is_none()
+            && newest.is_none_or(|r| r.state != ContainerState::Running);
     }
-    let Some(r) = newest else {
-        return true;
-    };
-    match r.state {
-        ContainerState::Running => false,
-        ContainerState::Created | ContainerState::Unknown => true,
-        ContainerState::Exited => match restart_policy(pod) {
-            "Never" => false,
-            "OnFailure" => r.exit_code != 0,
-            _ => true,
-        },
-    }
-}
-
-fn restart_policy(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always")
+    runtime::actions::should_restart(pod, newest)
 }
 
 /// The statuses of `containers` (spec order), from the runtime's records,
@@ -314,8 +305,9 @@ fn container_statuses(
         // failed, waits with that failure's reason. An init container that
         // succeeded is never started again.
         let init_done = is_init
+            && !is_restartable_init(c)
             && newest.is_some_and(|r| r.state == ContainerState::Exited && r.exit_code == 0);
-        if !init_done && should_restart(pod, newest) {
+        if !init_done && should_restart(pod, c, is_init, newest) {
             if let Some((reason, message)) = ctx.waiting_reasons.get(&c.name) {
                 if st.state.as_ref().is_some_and(|s| s.terminated.is_some()) {
                     st.last_state = st.state.take();
@@ -324,11 +316,11 @@ fn container_statuses(
             }
         }
 
-        // No probes yet: a running container is started and ready; an init
-        // container is ready once it succeeded.
+        // No probes yet: a running container (a sidecar too) is started and
+        // ready; a regular init container is ready once it succeeded.
         let state = st.state.clone().unwrap_or_default();
         let running = state.running.is_some();
-        st.ready = if is_init {
+        st.ready = if is_init && !is_restartable_init(c) {
             state.terminated.as_ref().is_some_and(|t| t.exit_code == 0)
         } else {
             running
@@ -367,6 +359,18 @@ fn seen(statuses: &[ApiContainerStatus], name: &str) -> Option<Seen> {
     })
 }
 
+/// Whether a regular container of the pod runs or ran (upstream
+/// `HasAnyRegularContainerStarted`).
+fn any_regular_started(pod: &Pod, statuses: &[ApiContainerStatus]) -> bool {
+    let spec = pod.spec.as_ref();
+    statuses.iter().any(|s| {
+        spec.is_some_and(|sp| sp.containers.iter().any(|c| c.name == s.name))
+            && s.state
+                .as_ref()
+                .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+    })
+}
+
 /// The pod phase from its container statuses (upstream `getPhase`).
 pub fn pod_phase(
     pod: &Pod,
@@ -375,12 +379,34 @@ pub fn pod_phase(
 ) -> &'static str {
     let spec = pod.spec.as_ref();
     let policy = restart_policy(pod);
-    let (mut pending_init, mut failed_init) = (0, 0);
-    for c in spec
+    let inits = spec
         .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or(&[])
-    {
-        match seen(init_statuses, &c.name) {
+        .unwrap_or(&[]);
+    let (mut pending_init, mut failed_init, mut pending_sidecars) = (0, 0, 0);
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for c in inits {
+        let seen = seen(init_statuses, &c.name);
+        if is_restartable_init(c) {
+            // A sidecar counts as running while it runs; stopped, it counts
+            // for nothing; not yet started, it holds the pod in Pending.
+            match seen {
+                None => unknown += 1,
+                Some(Seen::Running) => {
+                    let started = init_statuses
+                        .iter()
+                        .find(|s| s.name == c.name)
+                        .is_some_and(|s| s.started == Some(true));
+                    if !started {
+                        pending_sidecars += 1;
+                    }
+                    running += 1;
+                }
+                Some(Seen::Terminated(_)) | Some(Seen::Waiting(Some(_))) => {}
+                Some(Seen::Waiting(None)) | Some(Seen::Unknown) => pending_sidecars += 1,
+            }
+            continue;
+        }
+        match seen {
             Some(Seen::Terminated(code)) | Some(Seen::Waiting(Some(code))) => {
                 if code != 0 {
                     failed_init += 1;
@@ -389,7 +415,6 @@ pub fn pod_phase(
             _ => pending_init += 1,
         }
     }
-    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for c in spec.map(|s| s.containers.as_slice()).unwrap_or(&[]) {
         match seen(statuses, &c.name) {
             None | Some(Seen::Unknown) => unknown += 1,
@@ -408,7 +433,12 @@ pub fn pod_phase(
     if failed_init > 0 && policy == "Never" {
         return FAILED;
     }
-    if pending_init > 0 || waiting > 0 {
+    // A sidecar restarting after the pod was initialized does not send it
+    // back to Pending.
+    if pending_init > 0
+        || (pending_sidecars > 0 && !any_regular_started(pod, statuses))
+        || waiting > 0
+    {
         // Some container has not started yet.
         return PENDING;
     }
@@ -449,14 +479,23 @@ fn go_list(names: &[&str]) -> String {
 }
 
 fn initialized_condition(
-    inits: &[Container],
+    pod: &Pod,
+    init_statuses: &[ApiContainerStatus],
     statuses: &[ApiContainerStatus],
     phase: &str,
 ) -> PodCondition {
+    let inits = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[]);
     let (mut unknown, mut incomplete) = (Vec::new(), Vec::new());
     for c in inits {
-        match statuses.iter().find(|s| s.name == c.name) {
-            Some(s) if s.ready => {}
+        match init_statuses.iter().find(|s| s.name == c.name) {
+            // A sidecar counts once it started, a regular init container
+            // once it succeeded.
+            Some(s) if is_restartable_init(c) && s.started == Some(true) => {}
+            Some(s) if !is_restartable_init(c) && s.ready => {}
             Some(_) => incomplete.push(c.name.as_str()),
             None => unknown.push(c.name.as_str()),
         }
@@ -464,6 +503,11 @@ fn initialized_condition(
     if inits.is_empty() || (phase == SUCCEEDED && unknown.is_empty()) {
         let reason = (!inits.is_empty()).then_some("PodCompleted");
         return condition("Initialized", true, reason, None);
+    }
+    // A regular container ran: the pod was initialized, even if a sidecar
+    // is restarting now.
+    if any_regular_started(pod, statuses) {
+        return condition("Initialized", true, None, None);
     }
     let mut msgs = Vec::new();
     if !unknown.is_empty() {
@@ -489,14 +533,21 @@ fn initialized_condition(
     )
 }
 
+/// ContainersReady: every sidecar and every regular container ready.
 fn containers_ready_condition(
     containers: &[Container],
+    inits: &[Container],
     statuses: &[ApiContainerStatus],
+    init_statuses: &[ApiContainerStatus],
     phase: &str,
 ) -> PodCondition {
     let (mut unknown, mut unready) = (Vec::new(), Vec::new());
-    for c in containers {
-        match statuses.iter().find(|s| s.name == c.name) {
+    let sidecars = inits
+        .iter()
+        .filter(|c| is_restartable_init(c))
+        .map(|c| (c, init_statuses));
+    for (c, list) in sidecars.chain(containers.iter().map(|c| (c, statuses))) {
+        match list.iter().find(|s| s.name == c.name) {
             Some(s) if s.ready => {}
             Some(_) => unready.push(c.name.as_str()),
             None => unknown.push(c.name.as_str()),
@@ -1540,6 +1591,86 @@ mod tests {
         // Init containers keep spec order.
         let p = pod("Always", &["z", "a"], &["app"]);
         assert_eq!(names(&gen(&p, &rt(vec![]))), ["z", "a"]);
+    }
+
+    #[test]
+    fn sidecars() {
+        // Init containers: a sidecar "side" (restartPolicy Always), then "setup".
+        let mut p = pod("Never", &["side", "setup"], &["app"]);
+        p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0].restart_policy =
+            Some("Always".into());
+
+        // Nothing runs yet.
+        let s = gen(&p, &rt(vec![]));
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+
+        // The sidecar runs, setup too: still initializing.
+        let s = gen(
+            &p,
+            &rt(vec![
+                rec("side", "s1", ContainerState::Running, 1),
+                rec("setup", "i1", ContainerState::Running, 2),
+            ]),
+        );
+        assert_eq!(s.phase.as_deref(), Some(PENDING));
+        let side = cstatus(&s, "side");
+        assert_eq!((side.ready, side.started), (true, Some(true)));
+        assert_eq!(
+            crm(&s, "Initialized"),
+            own(
+                "False",
+                Some("ContainersNotInitialized"),
+                Some("containers with incomplete status: [setup]")
+            )
+        );
+
+        // setup done, app and sidecar run: Running, all conditions true.
+        let up = vec![
+            rec("side", "s1", ContainerState::Running, 1),
+            exited("setup", "i1", 0, 2),
+            rec("app", "a1", ContainerState::Running, 3),
+        ];
+        let s = gen(&p, &rt(up));
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        assert_eq!(crm(&s, "Initialized"), own("True", None, None));
+        assert_eq!(crm(&s, "ContainersReady"), own("True", None, None));
+
+        // The sidecar crashed and waits for its back-off, even under
+        // restartPolicy Never: the pod stays Running and initialized, but
+        // not ready.
+        let crashed = rt(vec![
+            exited("side", "s1", 1, 1),
+            exited("setup", "i1", 0, 2),
+            rec("app", "a1", ContainerState::Running, 3),
+        ]);
+        let s = gen_with(
+            &p,
+            &crashed,
+            None,
+            &[("side", "CrashLoopBackOff", "back-off 10s")],
+        );
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        assert_eq!(
+            waiting_of(cstatus(&s, "side")).unwrap().0,
+            "CrashLoopBackOff"
+        );
+        assert_eq!(crm(&s, "Initialized"), own("True", None, None));
+        assert_eq!(
+            crm(&s, "ContainersReady"),
+            own(
+                "False",
+                Some("ContainersNotReady"),
+                Some("containers with unready status: [side]")
+            )
+        );
+
+        // The app finished: the pod's phase follows the app alone.
+        let done = rt(vec![
+            exited("side", "s1", 137, 1),
+            exited("setup", "i1", 0, 2),
+            exited("app", "a1", 0, 3),
+        ]);
+        assert_eq!(gen(&p, &done).phase.as_deref(), Some(SUCCEEDED));
     }
 
     #[test]

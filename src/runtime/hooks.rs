@@ -1,0 +1,272 @@
+//! Container lifecycle hooks (upstream `lifecycle/handlers.go`): running a
+//! postStart or preStop handler (exec through CRI ExecSync, httpGet, sleep)
+//! and saying, in upstream's words, why it failed.
+//!
+//! The HTTP GET here is deliberately small and private: one blocking request,
+//! TLS without verification as upstream does for hooks, redirects followed,
+//! the response status not checked (upstream only fails a hook on a
+//! transport error).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, HTTPGetAction, LifecycleHandler, Pod};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::labels::{pod_name, pod_namespace, pod_uid};
+use crate::cri::RuntimeService;
+
+/// The `User-Agent` of hook requests (upstream: `kube-lifecycle/<version>`).
+const USER_AGENT: &str = concat!("kube-lifecycle/", env!("CARGO_PKG_VERSION"));
+
+/// A pod as upstream's messages name it: `name_namespace(uid)`.
+pub fn format_pod(pod: &Pod) -> String {
+    format!("{}_{}({})", pod_name(pod), pod_namespace(pod), pod_uid(pod))
+}
+
+/// Go's `%v` of a string slice: `[a b c]`.
+fn go_list(v: &[String]) -> String {
+    format!("[{}]", v.join(" "))
+}
+
+/// Runs `handler` for container `c` (running as `container_id`) of `pod`,
+/// reaching the pod at `pod_ip` for httpGet. `timeout` bounds an httpGet
+/// and the runtime's own limit on an exec. Returns upstream's message on
+/// failure.
+pub fn run(
+    runtime: &Arc<dyn RuntimeService>,
+    pod: &Pod,
+    c: &Container,
+    container_id: &str,
+    handler: &LifecycleHandler,
+    pod_ip: Option<&str>,
+    timeout: Duration,
+) -> Result<(), String> {
+    if let Some(exec) = &handler.exec {
+        let cmd = exec.command.clone().unwrap_or_default();
+        let fail = |err: String, output: &str| {
+            format!(
+                "Exec lifecycle hook ({}) for Container {:?} in Pod {:?} failed - error: {err}, message: {output:?}",
+                go_list(&cmd),
+                c.name,
+                format_pod(pod)
+            )
+        };
+        // No limit of the runtime's own for a hook, as upstream; the call's
+        // deadline and the caller's wait bound it.
+        return match runtime.exec_sync(container_id, &cmd, 0) {
+            Ok(r) if r.exit_code == 0 => Ok(()),
+            Ok(r) => {
+                let mut output = String::from_utf8_lossy(&r.stdout).into_owned();
+                output.push_str(&String::from_utf8_lossy(&r.stderr));
+                Err(fail(
+                    format!(
+                        "command '{}' exited with {}: {}",
+                        cmd.join(" "),
+                        r.exit_code,
+                        String::from_utf8_lossy(&r.stderr)
+                    ),
+                    &output,
+                ))
+            }
+            Err(e) => Err(fail(e.to_string(), "")),
+        };
+    }
+    if let Some(get) = &handler.http_get {
+        let path = get.path.clone().unwrap_or_default();
+        return http_get(get, c, pod_ip, timeout).map_err(|e| {
+            format!(
+                "HTTP lifecycle hook ({path}) for Container {:?} in Pod {:?} failed - error: {e}",
+                c.name,
+                format_pod(pod)
+            )
+        });
+    }
+    if let Some(sleep) = &handler.sleep {
+        let secs = u64::try_from(sleep.seconds).unwrap_or(0);
+        std::thread::sleep(Duration::from_secs(secs).min(timeout));
+        return Ok(());
+    }
+    Err(format!(
+        "invalid handler for Container {:?} in Pod {:?}: neither exec, httpGet nor sleep",
+        c.name,
+        format_pod(pod)
+    ))
+}
+
+/// The port a hook or probe names, by number or by the container's port name.
+pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+    let n = match port {
+        IntOrString::Int(n) => i64::from(*n),
+        IntOrString::String(s) => match s.parse::<i64>() {
+            Ok(n) => n,
+            Err(_) => c
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(s.as_str()))
+                .map(|p| i64::from(p.container_port))
+                .ok_or_else(|| format!("couldn't find port: {s} in container {:?}", c.name))?,
+        },
+    };
+    u16::try_from(n)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("invalid port number: {n}"))
+}
+
+/// The URL an httpGet handler asks for.
+fn hook_url(get: &HTTPGetAction, c: &Container, pod_ip: Option<&str>) -> Result<String, String> {
+    let host = match get.host.as_deref().filter(|h| !h.is_empty()) {
+        Some(h) => h.to_string(),
+        None => pod_ip
+            .filter(|ip| !ip.is_empty())
+            .ok_or("the pod has no IP to send the request to")?
+            .to_string(),
+    };
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    let port = resolve_port(&get.port, c)?;
+    let scheme = get.scheme.as_deref().unwrap_or("HTTP").to_ascii_lowercase();
+    let path = get.path.as_deref().unwrap_or("");
+    let path = if path.starts_with('/') || path.is_empty() {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    Ok(format!("{scheme}://{host}:{port}{path}"))
+}
+
+fn http_get(
+    get: &HTTPGetAction,
+    c: &Container,
+    pod_ip: Option<&str>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let url = hook_url(get, c, pod_ip)?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .user_agent(USER_AGENT)
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .disable_verification(true)
+                .build(),
+        )
+        .build()
+        .into();
+    let mut req = agent.get(&url).header("Accept", "*/*");
+    for h in get.http_headers.iter().flatten() {
+        req = req.header(h.name.as_str(), h.value.as_str());
+    }
+    let resp = req.call().map_err(|e| format!("Get {url:?}: {e}"))?;
+    // Read (a bounded part of) the body so the connection ends cleanly.
+    let mut body = resp.into_body();
+    let _ = body.with_config().limit(10 * 1024).read_to_vec();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ContainerPort;
+
+    fn web() -> Container {
+        Container {
+            name: "web".into(),
+            ports: Some(vec![ContainerPort {
+                name: Some("http".into()),
+                container_port: 8080,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn urls_from_handlers() {
+        let get = HTTPGetAction {
+            path: Some("hooks/start".into()),
+            port: IntOrString::String("http".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            hook_url(&get, &web(), Some("10.88.0.5")).unwrap(),
+            "http://10.88.0.5:8080/hooks/start"
+        );
+        let get = HTTPGetAction {
+            host: Some("fd00::1".into()),
+            port: IntOrString::Int(9000),
+            scheme: Some("HTTPS".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            hook_url(&get, &web(), None).unwrap(),
+            "https://[fd00::1]:9000"
+        );
+        let get = HTTPGetAction {
+            port: IntOrString::String("metrics".into()),
+            ..Default::default()
+        };
+        let err = hook_url(&get, &web(), Some("10.0.0.1")).unwrap_err();
+        assert!(err.contains("couldn't find port: metrics"), "{err}");
+        let get = HTTPGetAction {
+            port: IntOrString::String("81".into()),
+            ..Default::default()
+        };
+        assert!(
+            hook_url(&get, &web(), None).is_err(),
+            "no host and no pod IP"
+        );
+        assert_eq!(
+            hook_url(&get, &web(), Some("10.0.0.1")).unwrap(),
+            "http://10.0.0.1:81"
+        );
+    }
+
+    #[test]
+    fn http_hook_reaches_the_server_and_ignores_the_status() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = crate::thread::spawn_named("test-hook-server", move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 2048];
+            let n = s.read(&mut buf).unwrap();
+            s.write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        })
+        .unwrap();
+        let get = HTTPGetAction {
+            path: Some("/stop".into()),
+            port: IntOrString::Int(i32::from(port)),
+            http_headers: Some(vec![k8s_openapi::api::core::v1::HTTPHeader {
+                name: "X-Hook".into(),
+                value: "pre".into(),
+            }]),
+            ..Default::default()
+        };
+        http_get(&get, &web(), Some("127.0.0.1"), Duration::from_secs(5)).unwrap();
+        let request = server.join().unwrap();
+        assert!(request.starts_with("GET /stop HTTP/1.1"), "{request}");
+        assert!(
+            request.to_ascii_lowercase().contains("x-hook: pre"),
+            "{request}"
+        );
+        assert!(request.contains("kube-lifecycle/"), "{request}");
+
+        // Nothing listens: a transport error fails the hook.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let get = HTTPGetAction {
+            port: IntOrString::Int(i32::from(port)),
+            ..Default::default()
+        };
+        assert!(http_get(&get, &web(), Some("127.0.0.1"), Duration::from_secs(5)).is_err());
+    }
+}
