@@ -337,6 +337,13 @@ pub fn parse_bytes(q: &str) -> Option<i64> {
 /// `P`, `E`) or a decimal exponent (`e3`, `E-2`). Negative quantities give
 /// `None`: nothing here has a use for them.
 pub fn parse_quantity_scaled(q: &str, scale: i32) -> Option<i64> {
+    parse_quantity_wide(q, scale).map(|v| i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// Like [`parse_quantity_scaled`], with `u128` room (saturating at
+/// `u128::MAX`): for ratios of quantities that `i64` cannot hold at a fine
+/// scale, such as gibibytes counted in nanounits.
+pub fn parse_quantity_wide(q: &str, scale: i32) -> Option<u128> {
     let q = q.trim();
     let q = q.strip_prefix('+').unwrap_or(q);
     let num_len = q
@@ -384,23 +391,25 @@ pub fn parse_quantity_scaled(q: &str, scale: i32) -> Option<i64> {
     }
     if digits.len() > 38 {
         // More significant digits than u128 holds: no real request is this big.
-        return Some(i64::MAX);
+        return Some(u128::MAX);
     }
     let mantissa: u128 = digits.parse().ok()?;
     let exp = exp10 + scale - frac_part.len() as i32;
-    let saturate = |v: Option<u128>| v.map_or(i64::MAX, |v| i64::try_from(v).unwrap_or(i64::MAX));
     let scaled = mantissa.checked_mul(1u128 << exp2);
     if exp >= 0 {
         let pow = 10u128.checked_pow(exp as u32);
-        return Some(saturate(
-            scaled.zip(pow).and_then(|(m, p)| m.checked_mul(p)),
-        ));
+        return Some(
+            scaled
+                .zip(pow)
+                .and_then(|(m, p)| m.checked_mul(p))
+                .unwrap_or(u128::MAX),
+        );
     }
     let Some(scaled) = scaled else {
-        return Some(i64::MAX);
+        return Some(u128::MAX);
     };
     match 10u128.checked_pow(exp.unsigned_abs()) {
-        Some(den) => Some(saturate(Some(scaled.div_ceil(den)))),
+        Some(den) => Some(scaled.div_ceil(den)),
         // A divisor beyond u128 and a non-zero mantissa: a tiny positive value.
         None => Some(1),
     }
