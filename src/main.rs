@@ -15,6 +15,7 @@ use tinylet::config::{
 };
 use tinylet::cri::RemoteRuntime;
 use tinylet::events::{EventBroadcaster, EventRecorder, EventType, ObjectRef};
+use tinylet::fieldpath::NodeAllocatable;
 use tinylet::kube::{load_kubeconfig, Client, ClientOptions};
 use tinylet::kubelet::{Inputs, Kubelet};
 use tinylet::node::lease::LeaseController;
@@ -23,6 +24,7 @@ use tinylet::node::{initial_node_state, node_info};
 use tinylet::options::{parse_args, Command, Options, USAGE};
 use tinylet::pleg::{Pleg, PodCache, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
+use tinylet::runtime::config::NodeSettings;
 use tinylet::runtime::RuntimeManager;
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
@@ -284,7 +286,20 @@ fn run(opts: Options) -> anyhow::Result<()> {
             opts.root_dir.clone(),
             opts.pod_logs_dir.clone(),
         )
-        .with_recorder(recorder.clone()),
+        .with_recorder(recorder.clone())
+        .with_node(
+            NodeSettings {
+                cluster_dns: opts.cluster_dns.iter().map(|ip| ip.to_string()).collect(),
+                cluster_domain: opts.cluster_domain.clone(),
+                resolv_conf: opts.resolv_conf.clone(),
+                host_ips: host_ip.iter().cloned().collect(),
+                seccomp_profile_root: opts.root_dir.join("seccomp"),
+            },
+            {
+                let node_state = node_state.clone();
+                Box::new(move || NodeAllocatable::from_map(&node_state.read().allocatable))
+            },
+        ),
     );
     let (_node_status, _lease) = match &client {
         Some(c) => {

@@ -54,6 +54,16 @@ pub struct Options {
     pub node_labels: Vec<(String, String)>,
     /// Taints added at registration (`--register-with-taints`).
     pub register_with_taints: Vec<Taint>,
+    /// Nameservers of dnsPolicy ClusterFirst pods (`--cluster-dns`).
+    pub cluster_dns: Vec<std::net::IpAddr>,
+    /// The cluster's DNS domain (`--cluster-domain`).
+    pub cluster_domain: String,
+    /// The resolver configuration of dnsPolicy Default pods (`--resolv-conf`);
+    /// empty: none.
+    pub resolv_conf: PathBuf,
+    /// Whether privileged containers and host namespaces are allowed
+    /// (`--allow-privileged`).
+    pub allow_privileged: bool,
 }
 
 /// A node taint: `key[=value]:Effect`.
@@ -95,6 +105,10 @@ impl Default for Options {
             node_ip: None,
             node_labels: Vec::new(),
             register_with_taints: Vec::new(),
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            allow_privileged: true,
         }
     }
 }
@@ -128,6 +142,16 @@ Flags:
   --file-check-frequency duration      how often the manifest path is re-listed (default 20s)
   --sync-frequency duration            how often a running pod is re-synced (default 1m0s)
   --runtime-request-timeout duration   deadline of each CRI call (default 2m0s)
+  --cluster-dns list                   DNS server IPs (comma-separated) for pods with
+                                       dnsPolicy ClusterFirst; without it they fall back to
+                                       dnsPolicy Default
+  --cluster-domain string              the cluster's DNS domain; ClusterFirst pods search
+                                       <ns>.svc.<domain>, svc.<domain> and <domain>
+  --resolv-conf string                 resolver configuration of dnsPolicy Default pods
+                                       (default /etc/resolv.conf; \"\" for none)
+  --allow-privileged bool              allow privileged containers and hostNetwork, hostPID
+                                       and hostIPC pods; false refuses them at admission
+                                       (default true)
 
 Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --kubeconfig string                  kubeconfig of the API server; joins the cluster as
@@ -308,6 +332,12 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                 o.register_with_taints =
                     parse_taints(&v).map_err(|e| format!("flag --{name}: {e}"))?;
             }
+            "cluster-dns" => {
+                o.cluster_dns = parse_ips(&v).map_err(|e| format!("flag --{name}: {e}"))?
+            }
+            "cluster-domain" => o.cluster_domain = v.trim_end_matches('.').to_string(),
+            "resolv-conf" => o.resolv_conf = PathBuf::from(v),
+            "allow-privileged" => o.allow_privileged = boolean(name, &v)?,
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -395,7 +425,20 @@ const FLAGS: &[&str] = &[
     "node-ip",
     "node-labels",
     "register-with-taints",
+    "cluster-dns",
+    "cluster-domain",
+    "resolv-conf",
+    "allow-privileged",
 ];
+
+/// Parses a comma-separated list of IP addresses; empty input is none.
+pub fn parse_ips(v: &str) -> Result<Vec<std::net::IpAddr>, String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|_| format!("{s:?} is not an IP address")))
+        .collect()
+}
 
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
     v.parse()
@@ -600,6 +643,33 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
             "nodeLeaseDurationSeconds" => o.node_lease_duration_seconds = unsigned(field, v)?,
             "nodeStatusUpdateFrequency" => o.node_status_update_frequency = duration(field, v)?,
             "nodeStatusReportFrequency" => o.node_status_report_frequency = duration(field, v)?,
+            "clusterDNS" => {
+                let Value::Array(items) = v else {
+                    return Err(err(
+                        field,
+                        format!("expected a list of IP addresses, found {v}"),
+                    ));
+                };
+                o.cluster_dns.clear();
+                for (i, item) in items.iter().enumerate() {
+                    let at = format!("{field}[{i}]");
+                    let s = string(&at, item)?;
+                    o.cluster_dns.push(
+                        s.parse()
+                            .map_err(|_| err(&at, format!("{s:?} is not an IP address")))?,
+                    );
+                }
+            }
+            "clusterDomain" => {
+                o.cluster_domain = string(field, v)?.trim_end_matches('.').to_string()
+            }
+            "resolvConf" => o.resolv_conf = PathBuf::from(string(field, v)?),
+            // Not a KubeletConfiguration field: tinylet's own, like its flag.
+            "allowPrivileged" => {
+                o.allow_privileged = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
             "registerNode" => {
                 o.register_node = v
                     .as_bool()

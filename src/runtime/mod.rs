@@ -16,6 +16,8 @@
 pub mod actions;
 pub mod backoff;
 pub mod config;
+pub mod expansion;
+mod inputs;
 pub mod labels;
 
 #[cfg(test)]
@@ -146,6 +148,10 @@ pub struct RuntimeManager {
     /// Why each pod's containers could not start in the last sync, by pod
     /// UID and container name (upstream `ReasonCache`), for pod status.
     reasons: Mutex<HashMap<String, WaitingReasons>>,
+    /// Node-wide settings of the CRI configs (DNS, node IPs).
+    node: config::NodeSettings,
+    /// The node's allocatable resources, read at each container creation.
+    allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -167,7 +173,20 @@ impl RuntimeManager {
             backoff: Mutex::new(Backoff::default()),
             recorder: EventRecorder::disabled(),
             reasons: Mutex::new(HashMap::new()),
+            node: config::NodeSettings::default(),
+            allocatable: Box::new(Default::default),
         }
+    }
+
+    /// Uses the node's settings and allocatable resources in CRI configs.
+    pub fn with_node(
+        mut self,
+        node: config::NodeSettings,
+        allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
+    ) -> Self {
+        self.node = node;
+        self.allocatable = allocatable;
+        self
     }
 
     /// Reports the pod lifecycle events (Pulling, Created, Killing, ...) to
@@ -382,7 +401,7 @@ impl RuntimeManager {
             containers_to_start,
             ..
         } = actions;
-        let sandbox_config = config::sandbox_config(pod, attempt, &self.logs_root);
+        let sandbox_config = config::sandbox_config(pod, attempt, &self.logs_root, &self.node);
 
         // Step 4.
         if create_sandbox {
@@ -485,7 +504,11 @@ impl RuntimeManager {
 
         let image_ref = self.ensure_image(pod, c, sandbox_config)?;
         let volumes_dir = config::pod_dir(&self.root_dir, pod_uid(pod)).join("volumes");
-        let cfg = match config::container_config(pod, c, restart_count, &image_ref, &volumes_dir) {
+        let cfg = match self
+            .container_inputs(pod, c, status, sandbox_id)
+            .and_then(|inputs| {
+                config::container_config(pod, c, restart_count, &image_ref, &volumes_dir, &inputs)
+            }) {
             Ok(cfg) => cfg,
             Err(e) => {
                 self.set_reason(

@@ -1,0 +1,100 @@
+//! What a container's CRI config needs from outside its pod, gathered at
+//! creation: the sandbox's IPs, the node's allocatable resources, and the
+//! image's user when `runAsNonRoot` must be checked.
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use log::warn;
+
+use super::config::{self, ContainerInputs, ImageUser};
+use super::labels::pod_full_name;
+use super::{PodStatus, RuntimeManager};
+use crate::cri::api;
+
+impl RuntimeManager {
+    /// The inputs of `c`'s config in sandbox `sandbox_id`. An error (the
+    /// image's user cannot be read) is a config error of the container.
+    pub(super) fn container_inputs(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        status: &PodStatus,
+        sandbox_id: &str,
+    ) -> Result<ContainerInputs<'_>, String> {
+        let image_user = if config::must_verify_non_root(pod, c) {
+            Some(self.image_user(c)?)
+        } else {
+            None
+        };
+        Ok(ContainerInputs {
+            settings: &self.node,
+            pod_ips: self.sandbox_ips(pod, status, sandbox_id),
+            allocatable: (self.allocatable)(),
+            image_user,
+        })
+    }
+
+    /// The pod's IPs: the node's for a hostNetwork pod, else the sandbox's
+    /// (read again when the sandbox is newer than `status`).
+    fn sandbox_ips(&self, pod: &Pod, status: &PodStatus, sandbox_id: &str) -> Vec<String> {
+        if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false)
+        {
+            return self.node.host_ips.clone();
+        }
+        if status
+            .sandbox_statuses
+            .first()
+            .is_some_and(|s| s.id == sandbox_id)
+        {
+            return status.ips.clone();
+        }
+        match self.runtime.pod_sandbox_status(sandbox_id) {
+            Ok(st) => st
+                .network
+                .as_ref()
+                .map(|n| {
+                    std::iter::once(n.ip.clone())
+                        .filter(|ip| !ip.is_empty())
+                        .chain(n.additional_ips.iter().map(|ip| ip.ip.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Err(e) => {
+                warn!(
+                    "pod {}: sandbox {sandbox_id:.12}: cannot read its IPs: {e}",
+                    pod_full_name(pod)
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// The user the container's image runs as (upstream `getImageUser`):
+    /// its uid, else its user name, else root.
+    fn image_user(&self, c: &Container) -> Result<ImageUser, String> {
+        let mut spec = api::ImageSpec::new();
+        spec.image = c.image.clone().unwrap_or_default();
+        let image = self
+            .images
+            .image_status(&spec)
+            .map_err(|e| format!("inspect image {:?}: {e}", spec.image))?
+            .ok_or_else(|| format!("image {:?} is not present", spec.image))?;
+        Ok(match (image.uid.as_ref(), image.username.as_str()) {
+            (Some(uid), _) => ImageUser {
+                uid: Some(uid.value),
+                username: String::new(),
+            },
+            (None, name) if !name.is_empty() => ImageUser {
+                uid: None,
+                username: name.to_string(),
+            },
+            _ => ImageUser {
+                uid: Some(0),
+                username: String::new(),
+            },
+        })
+    }
+}
