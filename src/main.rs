@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use crossbeam_channel::{bounded, Receiver};
 use log::{error, info, warn};
 
+use tinylet::admission::NodeInfo;
 use tinylet::config::{
     load_checkpoints, ApiSource, FileSource, HttpSource, NotificationMode, PodConfig, API_SOURCE,
     FILE_SOURCE, HTTP_SOURCE,
@@ -434,6 +435,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let ready_config = config.clone();
     let sources_ready = Box::new(move || ready_config.seen_all_sources(&sources));
+    let allow_privileged = opts.allow_privileged;
     let kubelet = Kubelet::new(
         workers,
         cache,
@@ -449,7 +451,10 @@ fn run(opts: Options) -> anyhow::Result<()> {
     .with_cluster(
         reporter,
         recorder,
-        Box::new(move || node_info(&node_state.read())),
+        Box::new(move || NodeInfo {
+            allow_privileged,
+            ..node_info(&node_state.read())
+        }),
     );
     info!("started in {} ms", started.elapsed().as_millis());
     kubelet.run();

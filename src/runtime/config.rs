@@ -1220,6 +1220,51 @@ mod tests {
     }
 
     #[test]
+    fn working_dir_ports_stdio_and_log_path() {
+        let pod = pod_from(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u1"},
+            "spec": {"containers": [
+                {"name": "app", "image": "busybox", "workingDir": "/srv",
+                 "stdin": true, "stdinOnce": true, "tty": true,
+                 "ports": [{"containerPort": 80, "hostPort": 8080},
+                           {"containerPort": 53, "hostPort": 5353, "protocol": "UDP", "hostIP": "127.0.0.1"},
+                           {"containerPort": 9090}]},
+                {"name": "side", "image": "busybox",
+                 "ports": [{"containerPort": 81, "hostPort": 8081, "protocol": "SCTP"}]}
+            ]}
+        }));
+        let s = settings();
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        let cfg = container_config(&pod, c, 3, "img", Path::new("/tmp/v"), &inputs(&s)).unwrap();
+        assert_eq!(cfg.working_dir, "/srv");
+        assert!(cfg.stdin && cfg.stdin_once && cfg.tty);
+        // Relative to the sandbox's log directory.
+        assert_eq!(cfg.log_path, "app/3.log");
+        let sb = sandbox_config(&pod, 0, Path::new("/var/log/pods"), &s);
+        assert_eq!(sb.log_directory, "/var/log/pods/shop_web_u1");
+        let ports: Vec<(i32, i32, String, Option<api::Protocol>)> = sb
+            .port_mappings
+            .iter()
+            .map(|m| {
+                (
+                    m.container_port,
+                    m.host_port,
+                    m.host_ip.clone(),
+                    m.protocol.enum_value().ok(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ports,
+            vec![
+                (80, 8080, String::new(), Some(api::Protocol::TCP)),
+                (53, 5353, "127.0.0.1".into(), Some(api::Protocol::UDP)),
+                (81, 8081, String::new(), Some(api::Protocol::SCTP)),
+            ]
+        );
+    }
+
+    #[test]
     fn dns_from_resolv_conf() {
         let d = dns_config(
             "# x\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch a.b c\noptions ndots:2\n",
