@@ -57,6 +57,9 @@ pub struct ContainerInputs<'a> {
     pub allocatable: NodeAllocatable,
     /// The image's user, looked up when `runAsNonRoot` must be checked.
     pub image_user: Option<ImageUser>,
+    /// The pod's managed `/etc/hosts` file, mounted unless the container
+    /// mounts its own.
+    pub etc_hosts: Option<PathBuf>,
 }
 
 /// Where a pod's container logs go: `<logs_root>/<namespace>_<name>_<uid>`,
@@ -99,22 +102,266 @@ fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     o
 }
 
-/// DNS settings for a pod on the pod network: the node's resolver
-/// configuration (dnsPolicy Default; tinylet has no cluster DNS yet).
-fn dns_config(resolv_conf: &str) -> api::DNSConfig {
+/// The resolver settings of a resolv.conf: nameservers, search domains
+/// (the last `search` line; trailing dots dropped, `.` ignored) and options.
+fn parse_resolv_conf(text: &str) -> api::DNSConfig {
     let mut dns = api::DNSConfig::new();
-    for line in resolv_conf.lines() {
+    for line in text.lines() {
+        if line.starts_with(['#', ';']) {
+            continue;
+        }
         let mut words = line.split_whitespace();
         match words.next() {
             Some("nameserver") => dns.servers.extend(words.next().map(String::from)),
-            Some("search") | Some("domain") => {
-                dns.searches = words.map(String::from).collect();
+            Some("search") => {
+                dns.searches = words
+                    .filter(|w| *w != ".")
+                    .map(|w| w.trim_end_matches('.').to_string())
+                    .collect();
             }
-            Some("options") => dns.options.extend(words.map(String::from)),
+            Some("options") => merge_options(
+                &mut dns.options,
+                words.map(|w| match w.split_once(':') {
+                    Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                    None => (w.to_string(), None),
+                }),
+            ),
             _ => {}
         }
     }
     dns
+}
+
+/// Adds resolver options, a later one replacing an earlier one of the same
+/// name in its place.
+fn merge_options(into: &mut Vec<String>, options: impl Iterator<Item = (String, Option<String>)>) {
+    for (name, value) in options {
+        let text = match value.filter(|v| !v.is_empty()) {
+            Some(v) => format!("{name}:{v}"),
+            None => name.clone(),
+        };
+        let same = |o: &String| o.split_once(':').map_or(o.as_str(), |(k, _)| k) == name;
+        match into.iter_mut().find(|o| same(o)) {
+            Some(slot) => *slot = text,
+            None => into.push(text),
+        }
+    }
+}
+
+fn push_unique(into: &mut Vec<String>, items: impl IntoIterator<Item = String>) {
+    for item in items {
+        if !into.contains(&item) {
+            into.push(item);
+        }
+    }
+}
+
+/// The most nameservers a resolver uses.
+const MAX_DNS_NAMESERVERS: usize = 3;
+/// The most search domains, and the longest search line, a pod gets.
+const MAX_DNS_SEARCH_PATHS: usize = 32;
+const MAX_DNS_SEARCH_LIST_CHARS: usize = 2048;
+/// Longer search domains make some resolvers abort.
+const MAX_DNS_SEARCH_DOMAIN_CHARS: usize = 253;
+
+/// A pod's DNS settings (upstream `GetPodDNS`) from its dnsPolicy and
+/// dnsConfig, the node's settings and the text of the node's resolver
+/// configuration, with warnings as (event reason, message).
+pub fn pod_dns(
+    pod: &Pod,
+    settings: &NodeSettings,
+    host_resolv_conf: &str,
+) -> (api::DNSConfig, Vec<(&'static str, String)>) {
+    let spec = pod.spec.as_ref();
+    let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+    let mut warnings = Vec::new();
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
+    let mut cluster = match policy {
+        "ClusterFirstWithHostNet" => true,
+        "ClusterFirst" => !host_network,
+        _ => false,
+    };
+    if cluster && settings.cluster_dns.is_empty() {
+        warnings.push((
+            "MissingClusterDNS",
+            format!(
+                "pod: {:?}. kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.",
+                format!("{}_{}({})", pod_name(pod), pod_namespace(pod), pod_uid(pod))
+            ),
+        ));
+        cluster = false;
+    }
+    let mut dns = if settings.resolv_conf.as_os_str().is_empty() {
+        api::DNSConfig::new()
+    } else {
+        parse_resolv_conf(host_resolv_conf)
+    };
+    if policy == "None" {
+        dns = api::DNSConfig::new();
+    } else if cluster {
+        dns.servers = settings.cluster_dns.clone();
+        if !settings.cluster_domain.is_empty() {
+            let d = &settings.cluster_domain;
+            let mut searches = vec![
+                format!("{}.svc.{d}", pod_namespace(pod)),
+                format!("svc.{d}"),
+                d.clone(),
+            ];
+            push_unique(&mut searches, std::mem::take(&mut dns.searches));
+            dns.searches = searches;
+        }
+        dns.options = vec!["ndots:5".into()];
+    } else if settings.resolv_conf.as_os_str().is_empty() {
+        // No resolver configuration: point at the local host, which resolves
+        // nothing unless something listens there.
+        let v6 = settings.host_ips.iter().any(|ip| ip.contains(':'));
+        let v4 = settings.host_ips.iter().any(|ip| !ip.contains(':'));
+        if v4 || !v6 {
+            dns.servers.push("127.0.0.1".into());
+        }
+        if v6 {
+            dns.servers.push("::1".into());
+        }
+        dns.searches = vec![".".into()];
+    }
+    if let Some(extra) = spec.and_then(|s| s.dns_config.as_ref()) {
+        let servers: Vec<String> = dns.servers.drain(..).collect();
+        push_unique(&mut dns.servers, servers);
+        push_unique(
+            &mut dns.servers,
+            extra.nameservers.iter().flatten().cloned(),
+        );
+        let searches: Vec<String> = dns.searches.drain(..).collect();
+        push_unique(&mut dns.searches, searches);
+        push_unique(&mut dns.searches, extra.searches.iter().flatten().cloned());
+        merge_options(
+            &mut dns.options,
+            extra
+                .options
+                .iter()
+                .flatten()
+                .map(|o| (o.name.clone().unwrap_or_default(), o.value.clone())),
+        );
+    }
+    if dns.servers.len() > MAX_DNS_NAMESERVERS {
+        dns.servers.truncate(MAX_DNS_NAMESERVERS);
+        warnings.push((
+            "DNSConfigForming",
+            format!(
+                "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: {}",
+                dns.servers.join(" ")
+            ),
+        ));
+    }
+    let mut exceeded = false;
+    if dns.searches.len() > MAX_DNS_SEARCH_PATHS {
+        dns.searches.truncate(MAX_DNS_SEARCH_PATHS);
+        exceeded = true;
+    }
+    let before = dns.searches.len();
+    dns.searches
+        .retain(|d| d.len() <= MAX_DNS_SEARCH_DOMAIN_CHARS);
+    exceeded |= dns.searches.len() != before;
+    while dns.searches.join(" ").len() > MAX_DNS_SEARCH_LIST_CHARS {
+        dns.searches.pop();
+        exceeded = true;
+    }
+    if exceeded {
+        warnings.push((
+            "DNSConfigForming",
+            format!(
+                "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: {}",
+                dns.searches.join(" ")
+            ),
+        ));
+    }
+    (dns, warnings)
+}
+
+/// The node's resolver configuration's text ("" when there is none or it
+/// cannot be read).
+pub fn read_host_resolv_conf(settings: &NodeSettings) -> String {
+    if settings.resolv_conf.as_os_str().is_empty() {
+        return String::new();
+    }
+    std::fs::read_to_string(&settings.resolv_conf).unwrap_or_else(|e| {
+        log::debug!("--resolv-conf {}: {e}", settings.resolv_conf.display());
+        String::new()
+    })
+}
+
+/// A pod's hostname and DNS domain (upstream `GeneratePodHostNameAndDomain`):
+/// `spec.hostname` or the pod's name, at most 63 characters; the domain is
+/// `<subdomain>.<namespace>.svc.<cluster domain>` when a subdomain is set.
+pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, String) {
+    let spec = pod.spec.as_ref();
+    let mut hostname = spec
+        .and_then(|s| s.hostname.clone())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| pod_name(pod).to_string());
+    if hostname.len() > 63 {
+        hostname.truncate(63);
+        let trimmed = hostname.trim_end_matches(['-', '.']).len();
+        hostname.truncate(trimmed);
+    }
+    let domain = match spec.and_then(|s| s.subdomain.as_deref()) {
+        Some(sub) if !sub.is_empty() => {
+            format!("{sub}.{}.svc.{cluster_domain}", pod_namespace(pod))
+        }
+        _ => String::new(),
+    };
+    (hostname, domain)
+}
+
+/// The pod's managed `/etc/hosts` (upstream `ensureHostsFile`): for a
+/// hostNetwork pod the node's own file (`node_hosts`), else localhost
+/// entries and the pod's IPs with its hostname (and FQDN); then the
+/// pod's hostAliases.
+pub fn etc_hosts_content(
+    pod: &Pod,
+    settings: &NodeSettings,
+    pod_ips: &[String],
+    node_hosts: &str,
+) -> String {
+    let spec = pod.spec.as_ref();
+    let mut out = String::new();
+    if spec.and_then(|s| s.host_network).unwrap_or(false) {
+        out.push_str("# Kubernetes-managed hosts file (host network).\n");
+        out.push_str(node_hosts);
+    } else {
+        out.push_str(
+            "# Kubernetes-managed hosts file.\n\
+             127.0.0.1\tlocalhost\n\
+             ::1\tlocalhost ip6-localhost ip6-loopback\n\
+             fe00::0\tip6-localnet\n\
+             fe00::0\tip6-mcastprefix\n\
+             fe00::1\tip6-allnodes\n\
+             fe00::2\tip6-allrouters\n",
+        );
+        let (hostname, domain) = hostname_and_domain(pod, &settings.cluster_domain);
+        for ip in pod_ips {
+            if domain.is_empty() {
+                out.push_str(&format!("{ip}\t{hostname}\n"));
+            } else {
+                out.push_str(&format!("{ip}\t{hostname}.{domain}\t{hostname}\n"));
+            }
+        }
+    }
+    let aliases = spec.and_then(|s| s.host_aliases.as_deref()).unwrap_or(&[]);
+    if !aliases.is_empty() {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for a in aliases {
+            out.push_str(&a.ip);
+            for h in a.hostnames.iter().flatten() {
+                out.push('\t');
+                out.push_str(h);
+            }
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The CRI sandbox config for a pod.
@@ -138,22 +385,18 @@ pub fn sandbox_config(
     // A pod on the host network shares the node's UTS namespace: the
     // runtime refuses to set a hostname there, so it stays empty.
     if !host_network {
-        cfg.hostname = spec
-            .and_then(|s| s.hostname.clone())
-            .unwrap_or_else(|| pod_name(pod).to_string());
-        // A hostname is at most 63 characters, as the kubelet truncates it.
-        if cfg.hostname.len() > 63 {
-            cfg.hostname.truncate(63);
-            let trimmed = cfg.hostname.trim_end_matches(['-', '.']).len();
-            cfg.hostname.truncate(trimmed);
-        }
+        let (hostname, domain) = hostname_and_domain(pod, &settings.cluster_domain);
+        let fqdn = spec.and_then(|s| s.set_hostname_as_fqdn).unwrap_or(false);
+        cfg.hostname = if fqdn && !domain.is_empty() {
+            // The kernel holds at most 64 characters; upstream refuses a
+            // longer FQDN, the runtime would too.
+            format!("{hostname}.{domain}")
+        } else {
+            hostname
+        };
     }
     cfg.log_directory = pod_log_dir(logs_root, pod).to_string_lossy().into_owned();
-    if !host_network {
-        cfg.dns_config = MessageField::some(dns_config(
-            &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-        ));
-    }
+    cfg.dns_config = MessageField::some(pod_dns(pod, settings, &read_host_resolv_conf(settings)).0);
     for c in spec.map(|s| &s.containers[..]).unwrap_or(&[]) {
         for p in c.ports.iter().flatten() {
             let Some(host_port) = p.host_port.filter(|hp| *hp > 0) else {
@@ -256,6 +499,14 @@ pub fn container_config(
         cfg.envs.push(kv);
     }
     cfg.mounts = mounts(pod, container, volumes_dir)?;
+    if let Some(hosts) = inputs.etc_hosts.as_ref() {
+        if !cfg.mounts.iter().any(|m| m.container_path == "/etc/hosts") {
+            let mut m = api::Mount::new();
+            m.container_path = "/etc/hosts".into();
+            m.host_path = hosts.to_string_lossy().into_owned();
+            cfg.mounts.push(m);
+        }
+    }
     cfg.labels = labels::container_labels(pod, container);
     cfg.annotations = labels::container_annotations(pod, container, restart_count);
     cfg.log_path = format!("{}/{}.log", container.name, restart_count);
@@ -914,6 +1165,7 @@ mod tests {
                 ephemeral_storage: None,
             },
             image_user: None,
+            etc_hosts: None,
         }
     }
 
@@ -1266,11 +1518,243 @@ mod tests {
 
     #[test]
     fn dns_from_resolv_conf() {
-        let d = dns_config(
-            "# x\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch a.b c\noptions ndots:2\n",
+        let d = parse_resolv_conf(
+            "# x\n; y\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch old\nsearch a.b. . c\n\
+             options ndots:2 rotate\noptions ndots:3\n",
         );
         assert_eq!(d.servers, vec!["1.1.1.1", "8.8.8.8"]);
         assert_eq!(d.searches, vec!["a.b", "c"]);
-        assert_eq!(d.options, vec!["ndots:2"]);
+        assert_eq!(d.options, vec!["ndots:3", "rotate"]);
+    }
+
+    fn dns_pod(spec: serde_json::Value) -> Pod {
+        let mut spec = spec;
+        spec["containers"] = serde_json::json!([{"name": "app"}]);
+        pod_from(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u1"},
+            "spec": spec
+        }))
+    }
+
+    const HOST_RESOLV: &str = "nameserver 192.168.1.1\nsearch lan\noptions edns0\n";
+
+    fn dns(
+        spec: serde_json::Value,
+        s: &NodeSettings,
+    ) -> (Vec<String>, Vec<String>, Vec<String>, Vec<&'static str>) {
+        let (d, w) = pod_dns(&dns_pod(spec), s, HOST_RESOLV);
+        (
+            d.servers,
+            d.searches,
+            d.options,
+            w.into_iter().map(|(r, _)| r).collect(),
+        )
+    }
+
+    fn v(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn dns_policies() {
+        let cluster = NodeSettings {
+            cluster_dns: v(&["10.96.0.10"]),
+            cluster_domain: "cluster.local".into(),
+            ..settings()
+        };
+        let search = v(&[
+            "shop.svc.cluster.local",
+            "svc.cluster.local",
+            "cluster.local",
+            "lan",
+        ]);
+        // ClusterFirst (also the default).
+        for spec in [
+            serde_json::json!({}),
+            serde_json::json!({"dnsPolicy": "ClusterFirst"}),
+        ] {
+            assert_eq!(
+                dns(spec, &cluster),
+                (v(&["10.96.0.10"]), search.clone(), v(&["ndots:5"]), vec![])
+            );
+        }
+        // ClusterFirst on the host network is Default; ClusterFirstWithHostNet is not.
+        let host = (v(&["192.168.1.1"]), v(&["lan"]), v(&["edns0"]), vec![]);
+        assert_eq!(
+            dns(serde_json::json!({"hostNetwork": true}), &cluster),
+            host.clone()
+        );
+        assert_eq!(
+            dns(
+                serde_json::json!({"hostNetwork": true, "dnsPolicy": "ClusterFirstWithHostNet"}),
+                &cluster
+            )
+            .0,
+            v(&["10.96.0.10"])
+        );
+        assert_eq!(
+            dns(serde_json::json!({"dnsPolicy": "Default"}), &cluster),
+            host
+        );
+        // No cluster DNS: Default, with a warning.
+        let (servers, _, _, warnings) = dns(serde_json::json!({}), &settings());
+        assert_eq!(servers, v(&["192.168.1.1"]));
+        assert_eq!(warnings, vec!["MissingClusterDNS"]);
+        // None: only dnsConfig.
+        assert_eq!(
+            dns(
+                serde_json::json!({"dnsPolicy": "None", "dnsConfig": {
+                    "nameservers": ["1.1.1.1"], "searches": ["x.y"],
+                    "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]}}),
+                &cluster
+            ),
+            (
+                v(&["1.1.1.1"]),
+                v(&["x.y"]),
+                v(&["ndots:2", "edns0"]),
+                vec![]
+            )
+        );
+        // No resolver configuration: the local host, search ".".
+        let none = NodeSettings {
+            resolv_conf: PathBuf::new(),
+            ..settings()
+        };
+        assert_eq!(
+            dns(serde_json::json!({"dnsPolicy": "Default"}), &none),
+            (v(&["127.0.0.1"]), v(&["."]), vec![], vec![])
+        );
+    }
+
+    #[test]
+    fn dns_config_merges_and_limits() {
+        let cluster = NodeSettings {
+            cluster_dns: v(&["10.96.0.10"]),
+            cluster_domain: "cluster.local".into(),
+            ..settings()
+        };
+        let (servers, searches, options, warnings) = dns(
+            serde_json::json!({"dnsConfig": {
+                "nameservers": ["10.96.0.10", "1.1.1.1", "8.8.8.8", "9.9.9.9"],
+                "searches": ["lan", "extra"],
+                "options": [{"name": "ndots", "value": "1"}, {"name": "timeout", "value": "2"}]}}),
+            &cluster,
+        );
+        assert_eq!(servers, v(&["10.96.0.10", "1.1.1.1", "8.8.8.8"]));
+        assert_eq!(
+            searches,
+            v(&[
+                "shop.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local",
+                "lan",
+                "extra"
+            ])
+        );
+        assert_eq!(options, v(&["ndots:1", "timeout:2"]));
+        assert_eq!(warnings, vec!["DNSConfigForming"]);
+
+        let many: Vec<String> = (0..40).map(|i| format!("d{i}.example")).collect();
+        let (_, searches, _, warnings) = dns(
+            serde_json::json!({"dnsPolicy": "None", "dnsConfig": {"searches": many}}),
+            &cluster,
+        );
+        assert_eq!(searches.len(), 32);
+        assert_eq!(warnings, vec!["DNSConfigForming"]);
+        let long: Vec<String> = (0..12).map(|i| format!("{i}{}", "a".repeat(200))).collect();
+        let (_, searches, _, _) = dns(
+            serde_json::json!({"dnsPolicy": "None", "dnsConfig": {"searches": long}}),
+            &cluster,
+        );
+        assert!(
+            searches.join(" ").len() <= 2048 && searches.len() == 10,
+            "{}",
+            searches.len()
+        );
+        let (_, searches, _, _) = dns(
+            serde_json::json!({"dnsPolicy": "None", "dnsConfig": {"searches": ["a".repeat(254), "ok"]}}),
+            &cluster,
+        );
+        assert_eq!(searches, v(&["ok"]));
+    }
+
+    #[test]
+    fn managed_etc_hosts() {
+        let s = NodeSettings {
+            cluster_domain: "cluster.local".into(),
+            ..settings()
+        };
+        let pod = dns_pod(serde_json::json!({"hostname": "db-0", "subdomain": "db",
+            "hostAliases": [{"ip": "10.0.0.9", "hostnames": ["foo", "bar"]}]}));
+        let text = etc_hosts_content(&pod, &s, &v(&["10.88.0.7"]), "ignored");
+        assert!(
+            text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "fe00::2\tip6-allrouters\n10.88.0.7\tdb-0.db.shop.svc.cluster.local\tdb-0\n\
+                 \n# Entries added by HostAliases.\n10.0.0.9\tfoo\tbar\n"
+            ),
+            "{text}"
+        );
+        let plain = etc_hosts_content(&dns_pod(serde_json::json!({})), &s, &v(&["10.88.0.7"]), "");
+        assert!(
+            plain.ends_with("ip6-allrouters\n10.88.0.7\tweb\n"),
+            "{plain}"
+        );
+        let host = etc_hosts_content(
+            &dns_pod(serde_json::json!({"hostNetwork": true})),
+            &s,
+            &v(&["192.168.1.2"]),
+            "127.0.0.1 localhost\n",
+        );
+        assert_eq!(
+            host,
+            "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n"
+        );
+
+        // Mounted unless the container brings its own.
+        let mut i = inputs(&s);
+        i.etc_hosts = Some(PathBuf::from("/r/pods/u1/etc-hosts"));
+        let cfg = build(&pod, &i).unwrap();
+        let m = cfg
+            .mounts
+            .iter()
+            .find(|m| m.container_path == "/etc/hosts")
+            .unwrap();
+        assert_eq!(m.host_path, "/r/pods/u1/etc-hosts");
+        assert!(!m.readonly);
+    }
+
+    #[test]
+    fn hostname_subdomain_and_fqdn() {
+        let s = NodeSettings {
+            cluster_domain: "cluster.local".into(),
+            ..settings()
+        };
+        let sb = |spec: serde_json::Value| sandbox_config(&dns_pod(spec), 0, Path::new("/l"), &s);
+        assert_eq!(sb(serde_json::json!({})).hostname, "web");
+        assert_eq!(
+            sb(serde_json::json!({"hostname": "db-0", "subdomain": "db"})).hostname,
+            "db-0"
+        );
+        assert_eq!(
+            sb(serde_json::json!({"hostname": "db-0", "subdomain": "db", "setHostnameAsFQDN": true}))
+                .hostname,
+            "db-0.db.shop.svc.cluster.local"
+        );
+        assert_eq!(
+            sb(serde_json::json!({"hostNetwork": true, "hostname": "x"})).hostname,
+            ""
+        );
+        let (h, d) = hostname_and_domain(
+            &dns_pod(
+                serde_json::json!({"hostname": format!("{}-.x", "a".repeat(61)), "subdomain": "s"}),
+            ),
+            "c.l",
+        );
+        assert_eq!(h, "a".repeat(61));
+        assert_eq!(d, "s.shop.svc.c.l");
     }
 }

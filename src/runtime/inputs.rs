@@ -1,16 +1,32 @@
 //! What a container's CRI config needs from outside its pod, gathered at
 //! creation: the sandbox's IPs, the node's allocatable resources, and the
-//! image's user when `runAsNonRoot` must be checked.
+//! image's user when `runAsNonRoot` must be checked; writes the pod's
+//! managed `/etc/hosts`, and reports DNS settings that had to be cut.
+
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use log::warn;
 
 use super::config::{self, ContainerInputs, ImageUser};
-use super::labels::pod_full_name;
+use super::labels::{pod_full_name, pod_uid};
 use super::{PodStatus, RuntimeManager};
 use crate::cri::api;
+use crate::events::{EventType, ObjectRef};
 
 impl RuntimeManager {
+    /// Logs and reports what the pod's DNS settings had to give up (no
+    /// cluster DNS for ClusterFirst, too many nameservers or search paths),
+    /// as upstream does when it creates the sandbox.
+    pub(super) fn report_dns_warnings(&self, pod: &Pod) {
+        let host = config::read_host_resolv_conf(&self.node);
+        for (reason, message) in config::pod_dns(pod, &self.node, &host).1 {
+            warn!("pod {}: {reason}: {message}", pod_full_name(pod));
+            self.recorder
+                .event(&ObjectRef::pod(pod), EventType::Warning, reason, message);
+        }
+    }
+
     /// The inputs of `c`'s config in sandbox `sandbox_id`. An error (the
     /// image's user cannot be read) is a config error of the container.
     pub(super) fn container_inputs(
@@ -25,12 +41,36 @@ impl RuntimeManager {
         } else {
             None
         };
+        let pod_ips = self.sandbox_ips(pod, status, sandbox_id);
+        let etc_hosts = if pod_ips.is_empty() {
+            None
+        } else {
+            Some(self.write_etc_hosts(pod, &pod_ips)?)
+        };
         Ok(ContainerInputs {
             settings: &self.node,
-            pod_ips: self.sandbox_ips(pod, status, sandbox_id),
+            pod_ips,
             allocatable: (self.allocatable)(),
             image_user,
+            etc_hosts,
         })
+    }
+
+    /// Writes the pod's managed `/etc/hosts` under its pod dir (again at
+    /// each container creation, as upstream) and returns its path.
+    fn write_etc_hosts(&self, pod: &Pod, pod_ips: &[String]) -> Result<PathBuf, String> {
+        let node_hosts = if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+            std::fs::read_to_string("/etc/hosts").map_err(|e| format!("read /etc/hosts: {e}"))?
+        } else {
+            String::new()
+        };
+        let text = config::etc_hosts_content(pod, &self.node, pod_ips, &node_hosts);
+        let dir = config::pod_dir(&self.root_dir, pod_uid(pod));
+        let path = dir.join("etc-hosts");
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&path, text))
+            .map_err(|e| format!("write {}: {e}", path.display()))?;
+        Ok(path)
     }
 
     /// The pod's IPs: the node's for a hostNetwork pod, else the sandbox's

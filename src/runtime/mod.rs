@@ -405,6 +405,7 @@ impl RuntimeManager {
 
         // Step 4.
         if create_sandbox {
+            self.report_dns_warnings(pod);
             let log_dir = config::pod_log_dir(&self.logs_root, pod);
             std::fs::create_dir_all(&log_dir)
                 .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
