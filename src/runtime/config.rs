@@ -60,6 +60,18 @@ pub struct ContainerInputs<'a> {
     /// The pod's managed `/etc/hosts` file, mounted unless the container
     /// mounts its own.
     pub etc_hosts: Option<PathBuf>,
+    /// A fresh empty file mounted at the container's
+    /// terminationMessagePath, read back when it has exited.
+    pub termination_log: Option<PathBuf>,
+}
+
+/// Where a container writes its termination message (`/dev/termination-log`
+/// unless set; empty: nowhere).
+pub fn termination_message_path(container: &Container) -> &str {
+    container
+        .termination_message_path
+        .as_deref()
+        .unwrap_or("/dev/termination-log")
 }
 
 /// Where a pod's container logs go: `<logs_root>/<namespace>_<name>_<uid>`,
@@ -499,6 +511,15 @@ pub fn container_config(
         cfg.envs.push(kv);
     }
     cfg.mounts = mounts(pod, container, volumes_dir)?;
+    if let Some(log) = inputs.termination_log.as_ref() {
+        let path = termination_message_path(container);
+        if !path.is_empty() {
+            let mut m = api::Mount::new();
+            m.container_path = path.to_string();
+            m.host_path = log.to_string_lossy().into_owned();
+            cfg.mounts.push(m);
+        }
+    }
     if let Some(hosts) = inputs.etc_hosts.as_ref() {
         if !cfg.mounts.iter().any(|m| m.container_path == "/etc/hosts") {
             let mut m = api::Mount::new();
@@ -1166,6 +1187,7 @@ mod tests {
             },
             image_user: None,
             etc_hosts: None,
+            termination_log: None,
         }
     }
 
@@ -1725,6 +1747,30 @@ mod tests {
             .unwrap();
         assert_eq!(m.host_path, "/r/pods/u1/etc-hosts");
         assert!(!m.readonly);
+    }
+
+    #[test]
+    fn termination_log_is_mounted_at_the_message_path() {
+        let s = settings();
+        let mut i = inputs(&s);
+        i.termination_log = Some(PathBuf::from("/r/pods/u1/containers/app/x"));
+        let mut pod = env_pod(serde_json::json!([]));
+        let cfg = build(&pod, &i).unwrap();
+        let m = cfg
+            .mounts
+            .iter()
+            .find(|m| m.container_path == "/dev/termination-log")
+            .unwrap();
+        assert_eq!(m.host_path, "/r/pods/u1/containers/app/x");
+        pod.spec.as_mut().unwrap().containers[0].termination_message_path = Some("/tmp/why".into());
+        let cfg = build(&pod, &i).unwrap();
+        assert!(cfg.mounts.iter().any(|m| m.container_path == "/tmp/why"));
+        assert_eq!(
+            cfg.annotations
+                .get(labels::TERMINATION_MESSAGE_PATH)
+                .map(String::as_str),
+            Some("/tmp/why")
+        );
     }
 
     #[test]

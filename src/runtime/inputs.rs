@@ -47,12 +47,18 @@ impl RuntimeManager {
         } else {
             Some(self.write_etc_hosts(pod, &pod_ips)?)
         };
+        let termination_log = if config::termination_message_path(c).is_empty() {
+            None
+        } else {
+            Some(self.create_termination_log(pod, c)?)
+        };
         Ok(ContainerInputs {
             settings: &self.node,
             pod_ips,
             allocatable: (self.allocatable)(),
             image_user,
             etc_hosts,
+            termination_log,
         })
     }
 
@@ -70,6 +76,26 @@ impl RuntimeManager {
         std::fs::create_dir_all(&dir)
             .and_then(|()| std::fs::write(&path, text))
             .map_err(|e| format!("write {}: {e}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Creates an empty, world-writable file for this instance of the
+    /// container's termination message, under
+    /// `<pod dir>/containers/<name>/`, as upstream.
+    fn create_termination_log(&self, pod: &Pod, c: &Container) -> Result<PathBuf, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = config::pod_dir(&self.root_dir, pod_uid(pod))
+            .join("containers")
+            .join(&c.name);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let path = dir.join(format!("{nanos:x}"));
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::File::create(&path))
+            .and_then(|_| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)))
+            .map_err(|e| format!("create termination log {}: {e}", path.display()))?;
         Ok(path)
     }
 

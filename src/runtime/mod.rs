@@ -19,6 +19,7 @@ pub mod config;
 pub mod expansion;
 mod inputs;
 pub mod labels;
+pub mod termination;
 
 #[cfg(test)]
 pub mod fake;
@@ -357,7 +358,7 @@ impl RuntimeManager {
                     hash: labels::parse_hash(&st.annotations),
                     restart_count: labels::parse_restart_count(&st.annotations),
                     reason: st.reason.clone(),
-                    message: st.message.clone(),
+                    message: termination::status_message(&st),
                 }),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e),
