@@ -1087,4 +1087,64 @@ cgroupDriver: systemd
             "{err}"
         );
     }
+
+    #[test]
+    fn container_spec_flags_and_fields() {
+        let Ok(Command::Run(o)) = parse(&[]) else {
+            panic!("parse failed");
+        };
+        assert!(o.cluster_dns.is_empty());
+        assert_eq!(o.resolv_conf, PathBuf::from("/etc/resolv.conf"));
+        assert!(o.allow_privileged);
+        let Ok(Command::Run(o)) = parse(&[
+            "--cluster-dns=10.96.0.10,fd00::a",
+            "--cluster-domain",
+            "cluster.local.",
+            "--resolv-conf=",
+            "--allow-privileged=false",
+        ]) else {
+            panic!("parse failed");
+        };
+        assert_eq!(
+            o.cluster_dns,
+            vec![
+                "10.96.0.10".parse::<std::net::IpAddr>().unwrap(),
+                "fd00::a".parse().unwrap()
+            ]
+        );
+        assert_eq!(o.cluster_domain, "cluster.local");
+        assert_eq!(o.resolv_conf, PathBuf::new());
+        assert!(!o.allow_privileged);
+        let e = parse(&["--cluster-dns", "10.96.0.x"]).unwrap_err();
+        assert!(
+            e.contains("--cluster-dns") && e.contains("10.96.0.x"),
+            "{e}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("k.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             clusterDNS: [10.0.0.10]\nclusterDomain: corp.local\nresolvConf: /run/resolv.conf\n\
+             allowPrivileged: false\n",
+        )
+        .unwrap();
+        let mut o = Options::default();
+        apply_config_file(&mut o, &file).unwrap();
+        assert_eq!(
+            o.cluster_dns,
+            vec!["10.0.0.10".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(o.cluster_domain, "corp.local");
+        assert_eq!(o.resolv_conf, PathBuf::from("/run/resolv.conf"));
+        assert!(!o.allow_privileged);
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS: [nope]\n",
+        )
+        .unwrap();
+        let e = apply_config_file(&mut o, &file).unwrap_err();
+        assert!(e.contains("clusterDNS[0]"), "{e}");
+    }
 }
