@@ -295,6 +295,12 @@ fn run(opts: Options) -> anyhow::Result<()> {
                 resolv_conf: opts.resolv_conf.clone(),
                 host_ips: host_ip.iter().cloned().collect(),
                 seccomp_profile_root: opts.root_dir.join("seccomp"),
+                cgroups_per_qos: opts.cgroups_per_qos,
+                cgroup_driver: opts.cgroup_driver,
+                memory_capacity: i64::try_from(
+                    tinylet::node::machine::read_machine_info().memory_capacity,
+                )
+                .unwrap_or(i64::MAX),
             },
             {
                 let node_state = node_state.clone();

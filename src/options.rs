@@ -64,6 +64,10 @@ pub struct Options {
     /// Whether privileged containers and host namespaces are allowed
     /// (`--allow-privileged`).
     pub allow_privileged: bool,
+    /// Pods in cgroups by QoS class under `kubepods` (`--cgroups-per-qos`).
+    pub cgroups_per_qos: bool,
+    /// `cgroupfs` or `systemd`, as the runtime uses (`--cgroup-driver`).
+    pub cgroup_driver: crate::runtime::qos::CgroupDriver,
 }
 
 /// A node taint: `key[=value]:Effect`.
@@ -109,6 +113,8 @@ impl Default for Options {
             cluster_domain: String::new(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             allow_privileged: true,
+            cgroups_per_qos: true,
+            cgroup_driver: crate::runtime::qos::CgroupDriver::Cgroupfs,
         }
     }
 }
@@ -152,6 +158,10 @@ Flags:
   --allow-privileged bool              allow privileged containers and hostNetwork, hostPID
                                        and hostIPC pods; false refuses them at admission
                                        (default true)
+  --cgroups-per-qos bool               put each pod in a cgroup under kubepods/<QoS class>
+                                       (default true)
+  --cgroup-driver string               cgroupfs or systemd; must match the runtime's
+                                       (default cgroupfs)
 
 Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --kubeconfig string                  kubeconfig of the API server; joins the cluster as
@@ -338,6 +348,11 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "cluster-domain" => o.cluster_domain = v.trim_end_matches('.').to_string(),
             "resolv-conf" => o.resolv_conf = PathBuf::from(v),
             "allow-privileged" => o.allow_privileged = boolean(name, &v)?,
+            "cgroups-per-qos" => o.cgroups_per_qos = boolean(name, &v)?,
+            "cgroup-driver" => {
+                o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&v)
+                    .map_err(|e| format!("flag --{name}: {e}"))?
+            }
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -429,6 +444,8 @@ const FLAGS: &[&str] = &[
     "cluster-domain",
     "resolv-conf",
     "allow-privileged",
+    "cgroups-per-qos",
+    "cgroup-driver",
 ];
 
 /// Parses a comma-separated list of IP addresses; empty input is none.
@@ -664,6 +681,15 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                 o.cluster_domain = string(field, v)?.trim_end_matches('.').to_string()
             }
             "resolvConf" => o.resolv_conf = PathBuf::from(string(field, v)?),
+            "cgroupsPerQOS" => {
+                o.cgroups_per_qos = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "cgroupDriver" => {
+                o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&string(field, v)?)
+                    .map_err(|e| err(field, e))?;
+            }
             // Not a KubeletConfiguration field: tinylet's own, like its flag.
             "allowPrivileged" => {
                 o.allow_privileged = v
@@ -980,7 +1006,8 @@ cgroupDriver: systemd
         assert_eq!(o.container_runtime_endpoint, "unix:///run/crio/crio.sock");
         assert_eq!(o.pod_logs_dir, PathBuf::from("/srv/logs"));
         assert_eq!(o.runtime_request_timeout, Duration::from_secs(15));
-        assert_eq!(o.ignored_config_fields, ["authentication", "cgroupDriver"]);
+        assert_eq!(o.ignored_config_fields, ["authentication"]);
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
         assert_eq!(
             (o.kube_api_qps, o.kube_api_burst, o.max_pods),
             (7.0, 14, 50)
@@ -1115,6 +1142,14 @@ cgroupDriver: systemd
         assert_eq!(o.cluster_domain, "cluster.local");
         assert_eq!(o.resolv_conf, PathBuf::new());
         assert!(!o.allow_privileged);
+        assert!(o.cgroups_per_qos);
+        let Ok(Command::Run(o)) = parse(&["--cgroups-per-qos=false", "--cgroup-driver", "systemd"])
+        else {
+            panic!("parse failed");
+        };
+        assert!(!o.cgroups_per_qos);
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
+        assert!(parse(&["--cgroup-driver", "cgroupsfs"]).is_err());
         let e = parse(&["--cluster-dns", "10.96.0.x"]).unwrap_err();
         assert!(
             e.contains("--cluster-dns") && e.contains("10.96.0.x"),
@@ -1127,7 +1162,7 @@ cgroupDriver: systemd
             &file,
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              clusterDNS: [10.0.0.10]\nclusterDomain: corp.local\nresolvConf: /run/resolv.conf\n\
-             allowPrivileged: false\n",
+             allowPrivileged: false\ncgroupsPerQOS: false\ncgroupDriver: systemd\n",
         )
         .unwrap();
         let mut o = Options::default();
@@ -1139,6 +1174,8 @@ cgroupDriver: systemd
         assert_eq!(o.cluster_domain, "corp.local");
         assert_eq!(o.resolv_conf, PathBuf::from("/run/resolv.conf"));
         assert!(!o.allow_privileged);
+        assert!(!o.cgroups_per_qos);
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
         std::fs::write(
             &file,
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS: [nope]\n",

@@ -2,7 +2,8 @@
 //! container, on a real, private containerd: env vars from the downward
 //! API and `$(VAR)` expansion, workingDir, a hostPort reached through the
 //! CNI portmap plugin, runAsUser and the runAsNonRoot refusal, DNS and
-//! /etc/hosts, and termination messages read back from the API status.
+//! /etc/hosts, QoS cgroups and OOM scores, and termination messages read
+//! back from the API status.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -12,7 +13,8 @@ use serde_json::{json, Value};
 
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
 use crate::support::containerd::{
-    wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
+    remove_manifest, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
+    POD_UID_LABEL,
 };
 use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
 
@@ -206,6 +208,35 @@ spec:
     );
     assert!(resolv.contains("ndots:5"), "{resolv}");
 
+    // QoS: a Burstable pod (a memory limit, no cpu) in its cgroup under
+    // kubepods/burstable, with the OOM score of its share of the memory.
+    let uid = ctd
+        .object(&sandbox)
+        .map(|o| o.label(POD_UID_LABEL).to_string())
+        .unwrap_or_default();
+    let cgroups = ctd
+        .exec(&app, &["cat", "/proc/self/cgroup"])
+        .unwrap_or_else(|e| panic!("cat /proc/self/cgroup in web: {e}"));
+    let pod_cgroup = format!("/kubepods/burstable/pod{uid}/");
+    assert!(
+        cgroups.lines().any(|l| l.contains(&pod_cgroup)),
+        "{pod_cgroup} not in /proc/self/cgroup:\n{cgroups}"
+    );
+    let mem_total: i64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+        })
+        .expect("MemTotal in /proc/meminfo")
+        * 1024;
+    let want_oom = (1000 - 1000 * (64i64 << 20) / mem_total).clamp(3, 999);
+    let oom = ctd
+        .exec(&app, &["cat", "/proc/self/oom_score_adj"])
+        .unwrap_or_else(|e| panic!("cat /proc/self/oom_score_adj in web: {e}"));
+    assert_eq!(oom.trim(), want_oom.to_string());
+
     // runAsNonRoot against an image that runs as root: refused, never created.
     let nonroot = kubelet.pod_name("nonroot");
     let want =
@@ -217,6 +248,25 @@ spec:
         ctd.container_ids(&nonroot).is_empty(),
         "a container was created for the refused pod"
     );
+
+    // A removed pod leaves no cgroup behind.
+    let cgroup_dirs: Vec<std::path::PathBuf> = [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup/cpu",
+    ]
+    .iter()
+    .map(|root| std::path::Path::new(root).join(pod_cgroup.trim_matches('/')))
+    .filter(|p| p.exists())
+    .collect();
+    assert!(
+        !cgroup_dirs.is_empty(),
+        "no cgroup directory {pod_cgroup} on this host"
+    );
+    remove_manifest(&dir, "web.yaml");
+    wait_until(SETTLE, "the removed pod's cgroups are gone", || {
+        ctd.pod_gone(&web_pod) && cgroup_dirs.iter().all(|p| !p.exists())
+    });
 }
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {

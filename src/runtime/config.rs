@@ -9,6 +9,7 @@ use protobuf::{EnumOrUnknown, MessageField};
 
 use super::expansion::expand;
 use super::labels::{self, pod_name, pod_namespace, pod_uid};
+use super::qos::{self, CgroupDriver};
 use crate::cri::api;
 use crate::fieldpath::{self, NodeAllocatable};
 
@@ -26,6 +27,12 @@ pub struct NodeSettings {
     pub host_ips: Vec<String>,
     /// Where `Localhost` seccomp profiles are (`<root-dir>/seccomp`).
     pub seccomp_profile_root: PathBuf,
+    /// Pods get a cgroup parent by QoS class (`--cgroups-per-qos`).
+    pub cgroups_per_qos: bool,
+    /// How cgroups are named (`--cgroup-driver`).
+    pub cgroup_driver: CgroupDriver,
+    /// The node's memory in bytes, for Burstable OOM score adjustments.
+    pub memory_capacity: i64,
 }
 
 impl Default for NodeSettings {
@@ -36,6 +43,9 @@ impl Default for NodeSettings {
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             host_ips: Vec::new(),
             seccomp_profile_root: PathBuf::from("/var/lib/tinylet/seccomp"),
+            cgroups_per_qos: false,
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            memory_capacity: 0,
         }
     }
 }
@@ -465,6 +475,9 @@ pub fn sandbox_config(
     sc.seccomp_profile_path = path;
     let mut linux = api::LinuxPodSandboxConfig::new();
     linux.security_context = MessageField::some(sc);
+    if settings.cgroups_per_qos {
+        linux.cgroup_parent = qos::pod_cgroup_parent(pod, settings.cgroup_driver);
+    }
     if let Some(sysctls) = spec
         .and_then(|s| s.security_context.as_ref())
         .and_then(|sc| sc.sysctls.as_ref())
@@ -536,7 +549,9 @@ pub fn container_config(
     cfg.tty = container.tty.unwrap_or(false);
 
     let mut linux = api::LinuxContainerConfig::new();
-    linux.resources = MessageField::some(resources(container)?);
+    let mut res = resources(container)?;
+    res.oom_score_adj = qos::oom_score_adj(pod, container, inputs.settings.memory_capacity);
+    linux.resources = MessageField::some(res);
     verify_run_as_non_root(pod, container, inputs.image_user.as_ref())?;
     let sc = container_security_context(pod, container, &inputs.settings.seccomp_profile_root);
     linux.security_context = MessageField::some(sc);
@@ -1698,6 +1713,36 @@ mod tests {
             &cluster,
         );
         assert_eq!(searches, v(&["ok"]));
+    }
+
+    #[test]
+    fn qos_cgroup_parent_and_oom_score() {
+        let mut s = settings();
+        let pod = env_pod(serde_json::json!([]));
+        assert_eq!(
+            sandbox_config(&pod, 0, Path::new("/l"), &s)
+                .linux
+                .cgroup_parent,
+            ""
+        );
+        s.cgroups_per_qos = true;
+        assert_eq!(
+            sandbox_config(&pod, 0, Path::new("/l"), &s)
+                .linux
+                .cgroup_parent,
+            "/kubepods/burstable/podu1"
+        );
+        s.cgroup_driver = CgroupDriver::Systemd;
+        assert_eq!(
+            sandbox_config(&pod, 0, Path::new("/l"), &s)
+                .linux
+                .cgroup_parent,
+            "kubepods-burstable-podu1.slice"
+        );
+        s.memory_capacity = 256 << 20;
+        // 64Mi limit (and so request) of 256Mi: 1000 - 250.
+        let cfg = build(&pod, &inputs(&s)).unwrap();
+        assert_eq!(cfg.linux.resources.oom_score_adj, 750);
     }
 
     #[test]

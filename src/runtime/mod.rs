@@ -19,13 +19,14 @@ pub mod config;
 pub mod expansion;
 mod inputs;
 pub mod labels;
+pub mod qos;
 pub mod termination;
 
 #[cfg(test)]
 pub mod fake;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -753,6 +754,9 @@ impl RuntimeManager {
             if e.kind() != std::io::ErrorKind::NotFound {
                 warn!("pod {uid}: cannot remove {}: {e}", dir.display());
             }
+        }
+        if self.node.cgroups_per_qos {
+            qos::remove_pod_cgroups(Path::new("/sys/fs/cgroup"), self.node.cgroup_driver, uid);
         }
         self.backoff.lock().forget_prefix(&format!("{uid}/"));
         self.reasons.lock().remove(uid);
