@@ -301,7 +301,8 @@ fn api_pod(name: &str, script: &str, container_extra: Value) -> Value {
 /// Termination messages reach the API status: the file's content (File),
 /// the log's tail when a failed container wrote none
 /// (FallbackToLogsOnError), the file over the log when both exist; a
-/// runAsNonRoot refusal is the container's CreateContainerConfigError.
+/// runAsNonRoot refusal is the container's CreateContainerConfigError; with
+/// `--allow-privileged=false` a hostNetwork pod fails admission.
 #[test]
 fn termination_messages_and_config_errors_reach_the_api_status() {
     let fake = FakeApiServer::start();
@@ -312,7 +313,11 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
         KubeconfigAuth::token(),
     );
     let kubeconfig = kubeconfig.display().to_string();
-    let _kubelet = Tinylet::start_with(&ctd, NODE, &["--kubeconfig", &kubeconfig]);
+    let _kubelet = Tinylet::start_with(
+        &ctd,
+        NODE,
+        &["--kubeconfig", &kubeconfig, "--allow-privileged=false"],
+    );
 
     fake.create_pod(api_pod(
         "file",
@@ -334,6 +339,9 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
         "echo -n 'from file' > /dev/termination-log; echo from log; exit 4",
         json!({"terminationMessagePolicy": "FallbackToLogsOnError"}),
     ));
+    let mut hostnet = api_pod("hostnet", LONG_RUNNING, json!({}));
+    hostnet["spec"]["hostNetwork"] = json!(true);
+    fake.create_pod(hostnet);
     fake.create_pod(api_pod(
         "nonroot",
         LONG_RUNNING,
@@ -380,4 +388,22 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
         )
     );
     assert!(ctd.container_ids("nonroot").is_empty());
+
+    // --allow-privileged=false: a hostNetwork pod is refused at admission.
+    wait_until(
+        SETTLE,
+        "pod hostnet is refused with PrivilegedForbidden",
+        || {
+            fake.pod("default", "hostnet").is_some_and(|p| {
+                str_at(&p, "/status/phase") == "Failed"
+                    && str_at(&p, "/status/reason") == "PrivilegedForbidden"
+            })
+        },
+    );
+    let pod = fake.pod("default", "hostnet").unwrap_or_default();
+    assert_eq!(
+        str_at(&pod, "/status/message"),
+        "Pod was rejected: Pod specified host networking, but privileged pods are disallowed on this node (--allow-privileged=false)"
+    );
+    assert!(ctd.sandbox_ids("hostnet").is_empty());
 }
