@@ -40,6 +40,9 @@ pub const NODE_AFFINITY: &str = "NodeAffinity";
 pub const NODE_NAME: &str = "NodeName";
 /// Predicate name (and reason) for a host port already taken.
 pub const NODE_PORTS: &str = "NodePorts";
+/// Reason when a privileged container or a host namespace is refused
+/// (`--allow-privileged=false`).
+pub const PRIVILEGED_FORBIDDEN: &str = "PrivilegedForbidden";
 
 const NODE_AFFINITY_DESC: &str = "node(s) didn't match Pod's node affinity/selector";
 const NODE_NAME_DESC: &str = "node(s) didn't match the requested node name";
@@ -65,6 +68,9 @@ pub struct NodeInfo {
     pub allowed_pod_number: i64,
     /// The node's OS as Go names it ("linux").
     pub os: &'static str,
+    /// Whether privileged containers and host namespaces may run
+    /// (`--allow-privileged`).
+    pub allow_privileged: bool,
 }
 
 /// Why a pod was not admitted: the pod status' `reason` and `message`.
@@ -135,6 +141,17 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejectio
         }
     }
 
+    if !node.allow_privileged {
+        if let Some(what) = privileged_use(pod) {
+            return Err(Rejection {
+                reason: PRIVILEGED_FORBIDDEN.into(),
+                message: format!(
+                    "Pod specified {what}, but privileged pods are disallowed on this node (--allow-privileged=false)"
+                ),
+            });
+        }
+    }
+
     let want = try_pod_requests(pod).map_err(|e| Rejection {
         reason: UNEXPECTED_ADMISSION_ERROR.into(),
         message: e.to_string(),
@@ -154,6 +171,48 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejectio
         return Err(predicate_failure(NODE_PORTS, NODE_PORTS_DESC));
     }
     Ok(())
+}
+
+/// What in `pod` needs privileges: a host namespace or a privileged
+/// (init, or ephemeral) container; `None` when nothing does.
+pub fn privileged_use(pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    for (on, what) in [
+        (spec.host_network, "host networking"),
+        (spec.host_pid, "host PID"),
+        (spec.host_ipc, "host IPC"),
+    ] {
+        if on == Some(true) {
+            return Some(what.into());
+        }
+    }
+    let privileged = |sc: Option<&k8s_openapi::api::core::v1::SecurityContext>| {
+        sc.and_then(|s| s.privileged) == Some(true)
+    };
+    if let Some(c) = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| privileged(c.security_context.as_ref()))
+    {
+        return Some(format!("privileged init container {:?}", c.name));
+    }
+    if let Some(c) = spec
+        .containers
+        .iter()
+        .find(|c| privileged(c.security_context.as_ref()))
+    {
+        return Some(format!("privileged container {:?}", c.name));
+    }
+    if let Some(c) = spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .find(|c| privileged(c.security_context.as_ref()))
+    {
+        return Some(format!("privileged ephemeral container {:?}", c.name));
+    }
+    None
 }
 
 fn predicate_failure(name: &str, desc: &str) -> Rejection {
@@ -533,6 +592,7 @@ mod tests {
             allocatable_milli_cpu: 1000,
             allocatable_memory: 1 << 30,
             allocatable_ephemeral_storage: 10 << 30,
+            allow_privileged: true,
             allowed_pod_number: 10,
             os: "linux",
         }
@@ -1217,5 +1277,61 @@ mod tests {
             ]}}
         }));
         assert!(matches_node_affinity(&p, &node()));
+    }
+
+    #[test]
+    fn privileged_pods_are_refused_only_when_disallowed() {
+        let strict = NodeInfo {
+            allow_privileged: false,
+            ..node()
+        };
+        let plain: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"containers": [{"name": "app"}]}
+        }))
+        .unwrap();
+        assert_eq!(admit(&plain, &[], &strict), Ok(()));
+        let cases = [
+            (
+                json!({"hostNetwork": true, "containers": [{"name": "app"}]}),
+                "host networking",
+            ),
+            (
+                json!({"hostPID": true, "containers": [{"name": "app"}]}),
+                "host PID",
+            ),
+            (
+                json!({"hostIPC": true, "containers": [{"name": "app"}]}),
+                "host IPC",
+            ),
+            (
+                json!({"containers": [{"name": "app", "securityContext": {"privileged": true}}]}),
+                "privileged container \"app\"",
+            ),
+            (
+                json!({"initContainers": [{"name": "init", "securityContext": {"privileged": true}}],
+                       "containers": [{"name": "app"}]}),
+                "privileged init container \"init\"",
+            ),
+        ];
+        for (spec, what) in cases {
+            let pod: Pod = serde_json::from_value(
+                json!({"metadata": {"name": "p", "uid": "u"}, "spec": spec}),
+            )
+            .unwrap();
+            assert_eq!(admit(&pod, &[], &node()), Ok(()), "{what}");
+            let r = admit(&pod, &[], &strict).unwrap_err();
+            assert_eq!(r.reason, PRIVILEGED_FORBIDDEN);
+            assert_eq!(
+                r.message,
+                format!("Pod specified {what}, but privileged pods are disallowed on this node (--allow-privileged=false)")
+            );
+        }
+        // Explicitly unprivileged is fine.
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+            "hostNetwork": false,
+            "containers": [{"name": "app", "securityContext": {"privileged": false}}]}}))
+        .unwrap();
+        assert_eq!(admit(&pod, &[], &strict), Ok(()));
     }
 }

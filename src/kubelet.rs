@@ -639,6 +639,7 @@ mod tests {
             &pod("gone", "old"),
             0,
             std::path::Path::new("/tmp"),
+            &Default::default(),
         );
         cfg.log_directory.clear();
         r.fake.run_pod_sandbox(&cfg, "").unwrap();

@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use crossbeam_channel::{bounded, Receiver};
 use log::{error, info, warn};
 
+use tinylet::admission::NodeInfo;
 use tinylet::config::{
     load_checkpoints, ApiSource, FileSource, HttpSource, NotificationMode, PodConfig, API_SOURCE,
     FILE_SOURCE, HTTP_SOURCE,
@@ -24,6 +25,7 @@ use tinylet::node::{initial_node_state, node_info};
 use tinylet::options::{parse_args, Command, Options, USAGE};
 use tinylet::pleg::{Pleg, PodCache, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
+use tinylet::runtime::config::NodeSettings;
 use tinylet::runtime::image_gc::{self, ImageGc};
 use tinylet::runtime::RuntimeManager;
 use tinylet::status::manager::{StatusManager, StatusReporter};
@@ -288,7 +290,26 @@ fn run(opts: Options) -> anyhow::Result<()> {
             opts.pod_logs_dir.clone(),
         )
         .with_recorder(recorder.clone())
-        .with_max_dead_per_container(opts.max_dead_per_container),
+        .with_max_dead_per_container(opts.max_dead_per_container)
+        .with_node(
+            NodeSettings {
+                cluster_dns: opts.cluster_dns.iter().map(|ip| ip.to_string()).collect(),
+                cluster_domain: opts.cluster_domain.clone(),
+                resolv_conf: opts.resolv_conf.clone(),
+                host_ips: host_ip.iter().cloned().collect(),
+                seccomp_profile_root: opts.root_dir.join("seccomp"),
+                cgroups_per_qos: opts.cgroups_per_qos,
+                cgroup_driver: opts.cgroup_driver,
+                memory_capacity: i64::try_from(
+                    tinylet::node::machine::read_machine_info().memory_capacity,
+                )
+                .unwrap_or(i64::MAX),
+            },
+            {
+                let node_state = node_state.clone();
+                Box::new(move || NodeAllocatable::from_map(&node_state.read().allocatable))
+            },
+        ),
     );
     let _image_gc = if opts.image_gc.enabled() {
         let gc = ImageGc::new(
@@ -446,6 +467,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let ready_config = config.clone();
     let sources_ready = Box::new(move || ready_config.seen_all_sources(&sources));
+    let allow_privileged = opts.allow_privileged;
     let kubelet = Kubelet::new(
         workers,
         cache,
@@ -461,7 +483,10 @@ fn run(opts: Options) -> anyhow::Result<()> {
     .with_cluster(
         reporter,
         recorder,
-        Box::new(move || node_info(&node_state.read())),
+        Box::new(move || NodeInfo {
+            allow_privileged,
+            ..node_info(&node_state.read())
+        }),
     );
     info!("started in {} ms", started.elapsed().as_millis());
     kubelet.run();

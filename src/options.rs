@@ -60,6 +60,20 @@ pub struct Options {
     /// Dead instances kept per container
     /// (`--maximum-dead-containers-per-container`).
     pub max_dead_per_container: u32,
+    /// Nameservers of dnsPolicy ClusterFirst pods (`--cluster-dns`).
+    pub cluster_dns: Vec<std::net::IpAddr>,
+    /// The cluster's DNS domain (`--cluster-domain`).
+    pub cluster_domain: String,
+    /// The resolver configuration of dnsPolicy Default pods (`--resolv-conf`);
+    /// empty: none.
+    pub resolv_conf: PathBuf,
+    /// Whether privileged containers and host namespaces are allowed
+    /// (`--allow-privileged`).
+    pub allow_privileged: bool,
+    /// Pods in cgroups by QoS class under `kubepods` (`--cgroups-per-qos`).
+    pub cgroups_per_qos: bool,
+    /// `cgroupfs` or `systemd`, as the runtime uses (`--cgroup-driver`).
+    pub cgroup_driver: crate::runtime::qos::CgroupDriver,
 }
 
 /// A node taint: `key[=value]:Effect`.
@@ -103,6 +117,12 @@ impl Default for Options {
             register_with_taints: Vec::new(),
             image_gc: crate::runtime::image_gc::Policy::default(),
             max_dead_per_container: 1,
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            allow_privileged: true,
+            cgroups_per_qos: true,
+            cgroup_driver: crate::runtime::qos::CgroupDriver::Cgroupfs,
         }
     }
 }
@@ -136,6 +156,20 @@ Flags:
   --file-check-frequency duration      how often the manifest path is re-listed (default 20s)
   --sync-frequency duration            how often a running pod is re-synced (default 1m0s)
   --runtime-request-timeout duration   deadline of each CRI call (default 2m0s)
+  --cluster-dns list                   DNS server IPs (comma-separated) for pods with
+                                       dnsPolicy ClusterFirst; without it they fall back to
+                                       dnsPolicy Default
+  --cluster-domain string              the cluster's DNS domain; ClusterFirst pods search
+                                       <ns>.svc.<domain>, svc.<domain> and <domain>
+  --resolv-conf string                 resolver configuration of dnsPolicy Default pods
+                                       (default /etc/resolv.conf; \"\" for none)
+  --allow-privileged bool              allow privileged containers and hostNetwork, hostPID
+                                       and hostIPC pods; false refuses them at admission
+                                       (default true)
+  --cgroups-per-qos bool               put each pod in a cgroup under kubepods/<QoS class>
+                                       (default true)
+  --cgroup-driver string               cgroupfs or systemd; must match the runtime's
+                                       (default cgroupfs)
 
 Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --kubeconfig string                  kubeconfig of the API server; joins the cluster as
@@ -331,6 +365,17 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "image-gc-low-threshold" => o.image_gc.low_threshold = number(name, &v)?,
             "minimum-image-ttl-duration" => o.image_gc.min_age = dur(&v)?,
             "maximum-dead-containers-per-container" => o.max_dead_per_container = number(name, &v)?,
+            "cluster-dns" => {
+                o.cluster_dns = parse_ips(&v).map_err(|e| format!("flag --{name}: {e}"))?
+            }
+            "cluster-domain" => o.cluster_domain = v.trim_end_matches('.').to_string(),
+            "resolv-conf" => o.resolv_conf = PathBuf::from(v),
+            "allow-privileged" => o.allow_privileged = boolean(name, &v)?,
+            "cgroups-per-qos" => o.cgroups_per_qos = boolean(name, &v)?,
+            "cgroup-driver" => {
+                o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&v)
+                    .map_err(|e| format!("flag --{name}: {e}"))?
+            }
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -426,7 +471,22 @@ const FLAGS: &[&str] = &[
     "image-gc-low-threshold",
     "minimum-image-ttl-duration",
     "maximum-dead-containers-per-container",
+    "cluster-dns",
+    "cluster-domain",
+    "resolv-conf",
+    "allow-privileged",
+    "cgroups-per-qos",
+    "cgroup-driver",
 ];
+
+/// Parses a comma-separated list of IP addresses; empty input is none.
+pub fn parse_ips(v: &str) -> Result<Vec<std::net::IpAddr>, String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|_| format!("{s:?} is not an IP address")))
+        .collect()
+}
 
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
     v.parse()
@@ -645,6 +705,42 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
             "nodeLeaseDurationSeconds" => o.node_lease_duration_seconds = unsigned(field, v)?,
             "nodeStatusUpdateFrequency" => o.node_status_update_frequency = duration(field, v)?,
             "nodeStatusReportFrequency" => o.node_status_report_frequency = duration(field, v)?,
+            "clusterDNS" => {
+                let Value::Array(items) = v else {
+                    return Err(err(
+                        field,
+                        format!("expected a list of IP addresses, found {v}"),
+                    ));
+                };
+                o.cluster_dns.clear();
+                for (i, item) in items.iter().enumerate() {
+                    let at = format!("{field}[{i}]");
+                    let s = string(&at, item)?;
+                    o.cluster_dns.push(
+                        s.parse()
+                            .map_err(|_| err(&at, format!("{s:?} is not an IP address")))?,
+                    );
+                }
+            }
+            "clusterDomain" => {
+                o.cluster_domain = string(field, v)?.trim_end_matches('.').to_string()
+            }
+            "resolvConf" => o.resolv_conf = PathBuf::from(string(field, v)?),
+            "cgroupsPerQOS" => {
+                o.cgroups_per_qos = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "cgroupDriver" => {
+                o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&string(field, v)?)
+                    .map_err(|e| err(field, e))?;
+            }
+            // Not a KubeletConfiguration field: tinylet's own, like its flag.
+            "allowPrivileged" => {
+                o.allow_privileged = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
             "registerNode" => {
                 o.register_node = v
                     .as_bool()
@@ -955,7 +1051,8 @@ cgroupDriver: systemd
         assert_eq!(o.container_runtime_endpoint, "unix:///run/crio/crio.sock");
         assert_eq!(o.pod_logs_dir, PathBuf::from("/srv/logs"));
         assert_eq!(o.runtime_request_timeout, Duration::from_secs(15));
-        assert_eq!(o.ignored_config_fields, ["authentication", "cgroupDriver"]);
+        assert_eq!(o.ignored_config_fields, ["authentication"]);
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
         assert_eq!(
             (o.kube_api_qps, o.kube_api_burst, o.max_pods),
             (7.0, 14, 50)
@@ -1061,5 +1158,75 @@ cgroupDriver: systemd
             err.contains(&missing) && err.contains("No such file"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn container_spec_flags_and_fields() {
+        let Ok(Command::Run(o)) = parse(&[]) else {
+            panic!("parse failed");
+        };
+        assert!(o.cluster_dns.is_empty());
+        assert_eq!(o.resolv_conf, PathBuf::from("/etc/resolv.conf"));
+        assert!(o.allow_privileged);
+        let Ok(Command::Run(o)) = parse(&[
+            "--cluster-dns=10.96.0.10,fd00::a",
+            "--cluster-domain",
+            "cluster.local.",
+            "--resolv-conf=",
+            "--allow-privileged=false",
+        ]) else {
+            panic!("parse failed");
+        };
+        assert_eq!(
+            o.cluster_dns,
+            vec![
+                "10.96.0.10".parse::<std::net::IpAddr>().unwrap(),
+                "fd00::a".parse().unwrap()
+            ]
+        );
+        assert_eq!(o.cluster_domain, "cluster.local");
+        assert_eq!(o.resolv_conf, PathBuf::new());
+        assert!(!o.allow_privileged);
+        assert!(o.cgroups_per_qos);
+        let Ok(Command::Run(o)) = parse(&["--cgroups-per-qos=false", "--cgroup-driver", "systemd"])
+        else {
+            panic!("parse failed");
+        };
+        assert!(!o.cgroups_per_qos);
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
+        assert!(parse(&["--cgroup-driver", "cgroupsfs"]).is_err());
+        let e = parse(&["--cluster-dns", "10.96.0.x"]).unwrap_err();
+        assert!(
+            e.contains("--cluster-dns") && e.contains("10.96.0.x"),
+            "{e}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("k.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             clusterDNS: [10.0.0.10]\nclusterDomain: corp.local\nresolvConf: /run/resolv.conf\n\
+             allowPrivileged: false\ncgroupsPerQOS: false\ncgroupDriver: systemd\n",
+        )
+        .unwrap();
+        let mut o = Options::default();
+        apply_config_file(&mut o, &file).unwrap();
+        assert_eq!(
+            o.cluster_dns,
+            vec!["10.0.0.10".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(o.cluster_domain, "corp.local");
+        assert_eq!(o.resolv_conf, PathBuf::from("/run/resolv.conf"));
+        assert!(!o.allow_privileged);
+        assert!(!o.cgroups_per_qos);
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS: [nope]\n",
+        )
+        .unwrap();
+        let e = apply_config_file(&mut o, &file).unwrap_err();
+        assert!(e.contains("clusterDNS[0]"), "{e}");
     }
 }

@@ -10,6 +10,7 @@ mod config_sources;
 mod e2e;
 mod e2e_cluster;
 mod e2e_lifecycle;
+mod e2e_spec;
 mod fake_apiserver;
 mod fake_cri;
 mod http_source;

@@ -2,11 +2,87 @@
 
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{
+    AppArmorProfile, Capabilities, Container, EnvVar, Pod, SELinuxOptions, SeccompProfile,
+};
 use protobuf::{EnumOrUnknown, MessageField};
 
+use super::expansion::expand;
 use super::labels::{self, pod_name, pod_namespace, pod_uid};
+use super::qos::{self, CgroupDriver};
 use crate::cri::api;
+use crate::fieldpath::{self, NodeAllocatable};
+
+/// Node-wide settings that shape every pod's CRI configs (from flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSettings {
+    /// `--cluster-dns`: the nameservers of dnsPolicy ClusterFirst.
+    pub cluster_dns: Vec<String>,
+    /// `--cluster-domain`: the cluster's DNS domain (search paths).
+    pub cluster_domain: String,
+    /// `--resolv-conf`: the resolver configuration of dnsPolicy Default;
+    /// empty: none (pods then resolve nothing but through dnsConfig).
+    pub resolv_conf: PathBuf,
+    /// The node's IPs: `status.hostIP(s)`, and the pod IPs of hostNetwork pods.
+    pub host_ips: Vec<String>,
+    /// Where `Localhost` seccomp profiles are (`<root-dir>/seccomp`).
+    pub seccomp_profile_root: PathBuf,
+    /// Pods get a cgroup parent by QoS class (`--cgroups-per-qos`).
+    pub cgroups_per_qos: bool,
+    /// How cgroups are named (`--cgroup-driver`).
+    pub cgroup_driver: CgroupDriver,
+    /// The node's memory in bytes, for Burstable OOM score adjustments.
+    pub memory_capacity: i64,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            host_ips: Vec::new(),
+            seccomp_profile_root: PathBuf::from("/var/lib/tinylet/seccomp"),
+            cgroups_per_qos: false,
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            memory_capacity: 0,
+        }
+    }
+}
+
+/// The user an image runs as, from the runtime's ImageStatus.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageUser {
+    pub uid: Option<i64>,
+    pub username: String,
+}
+
+/// What a container's config needs besides its pod, known when it is created.
+#[derive(Debug, Clone)]
+pub struct ContainerInputs<'a> {
+    pub settings: &'a NodeSettings,
+    /// The sandbox's IPs (for a hostNetwork pod, the node's), primary first.
+    pub pod_ips: Vec<String>,
+    /// Stands in for missing limits in `resourceFieldRef`s.
+    pub allocatable: NodeAllocatable,
+    /// The image's user, looked up when `runAsNonRoot` must be checked.
+    pub image_user: Option<ImageUser>,
+    /// The pod's managed `/etc/hosts` file, mounted unless the container
+    /// mounts its own.
+    pub etc_hosts: Option<PathBuf>,
+    /// A fresh empty file mounted at the container's
+    /// terminationMessagePath, read back when it has exited.
+    pub termination_log: Option<PathBuf>,
+}
+
+/// Where a container writes its termination message (`/dev/termination-log`
+/// unless set; empty: nowhere).
+pub fn termination_message_path(container: &Container) -> &str {
+    container
+        .termination_message_path
+        .as_deref()
+        .unwrap_or("/dev/termination-log")
+}
 
 /// Where a pod's container logs go: `<logs_root>/<namespace>_<name>_<uid>`,
 /// the layout log collectors expect from the kubelet.
@@ -48,26 +124,275 @@ fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     o
 }
 
-/// DNS settings for a pod on the pod network: the node's resolver
-/// configuration (dnsPolicy Default; tinylet has no cluster DNS yet).
-fn dns_config(resolv_conf: &str) -> api::DNSConfig {
+/// The resolver settings of a resolv.conf: nameservers, search domains
+/// (the last `search` line; trailing dots dropped, `.` ignored) and options.
+fn parse_resolv_conf(text: &str) -> api::DNSConfig {
     let mut dns = api::DNSConfig::new();
-    for line in resolv_conf.lines() {
+    for line in text.lines() {
+        if line.starts_with(['#', ';']) {
+            continue;
+        }
         let mut words = line.split_whitespace();
         match words.next() {
             Some("nameserver") => dns.servers.extend(words.next().map(String::from)),
-            Some("search") | Some("domain") => {
-                dns.searches = words.map(String::from).collect();
+            Some("search") => {
+                dns.searches = words
+                    .filter(|w| *w != ".")
+                    .map(|w| w.trim_end_matches('.').to_string())
+                    .collect();
             }
-            Some("options") => dns.options.extend(words.map(String::from)),
+            Some("options") => merge_options(
+                &mut dns.options,
+                words.map(|w| match w.split_once(':') {
+                    Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                    None => (w.to_string(), None),
+                }),
+            ),
             _ => {}
         }
     }
     dns
 }
 
+/// Adds resolver options, a later one replacing an earlier one of the same
+/// name in its place.
+fn merge_options(into: &mut Vec<String>, options: impl Iterator<Item = (String, Option<String>)>) {
+    for (name, value) in options {
+        let text = match value.filter(|v| !v.is_empty()) {
+            Some(v) => format!("{name}:{v}"),
+            None => name.clone(),
+        };
+        let same = |o: &String| o.split_once(':').map_or(o.as_str(), |(k, _)| k) == name;
+        match into.iter_mut().find(|o| same(o)) {
+            Some(slot) => *slot = text,
+            None => into.push(text),
+        }
+    }
+}
+
+fn push_unique(into: &mut Vec<String>, items: impl IntoIterator<Item = String>) {
+    for item in items {
+        if !into.contains(&item) {
+            into.push(item);
+        }
+    }
+}
+
+/// The most nameservers a resolver uses.
+const MAX_DNS_NAMESERVERS: usize = 3;
+/// The most search domains, and the longest search line, a pod gets.
+const MAX_DNS_SEARCH_PATHS: usize = 32;
+const MAX_DNS_SEARCH_LIST_CHARS: usize = 2048;
+/// Longer search domains make some resolvers abort.
+const MAX_DNS_SEARCH_DOMAIN_CHARS: usize = 253;
+
+/// A pod's DNS settings (upstream `GetPodDNS`) from its dnsPolicy and
+/// dnsConfig, the node's settings and the text of the node's resolver
+/// configuration, with warnings as (event reason, message).
+pub fn pod_dns(
+    pod: &Pod,
+    settings: &NodeSettings,
+    host_resolv_conf: &str,
+) -> (api::DNSConfig, Vec<(&'static str, String)>) {
+    let spec = pod.spec.as_ref();
+    let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+    let mut warnings = Vec::new();
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
+    let mut cluster = match policy {
+        "ClusterFirstWithHostNet" => true,
+        "ClusterFirst" => !host_network,
+        _ => false,
+    };
+    if cluster && settings.cluster_dns.is_empty() {
+        warnings.push((
+            "MissingClusterDNS",
+            format!(
+                "pod: {:?}. kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.",
+                format!("{}_{}({})", pod_name(pod), pod_namespace(pod), pod_uid(pod))
+            ),
+        ));
+        cluster = false;
+    }
+    let mut dns = if settings.resolv_conf.as_os_str().is_empty() {
+        api::DNSConfig::new()
+    } else {
+        parse_resolv_conf(host_resolv_conf)
+    };
+    if policy == "None" {
+        dns = api::DNSConfig::new();
+    } else if cluster {
+        dns.servers = settings.cluster_dns.clone();
+        if !settings.cluster_domain.is_empty() {
+            let d = &settings.cluster_domain;
+            let mut searches = vec![
+                format!("{}.svc.{d}", pod_namespace(pod)),
+                format!("svc.{d}"),
+                d.clone(),
+            ];
+            push_unique(&mut searches, std::mem::take(&mut dns.searches));
+            dns.searches = searches;
+        }
+        dns.options = vec!["ndots:5".into()];
+    } else if settings.resolv_conf.as_os_str().is_empty() {
+        // No resolver configuration: point at the local host, which resolves
+        // nothing unless something listens there.
+        let v6 = settings.host_ips.iter().any(|ip| ip.contains(':'));
+        let v4 = settings.host_ips.iter().any(|ip| !ip.contains(':'));
+        if v4 || !v6 {
+            dns.servers.push("127.0.0.1".into());
+        }
+        if v6 {
+            dns.servers.push("::1".into());
+        }
+        dns.searches = vec![".".into()];
+    }
+    if let Some(extra) = spec.and_then(|s| s.dns_config.as_ref()) {
+        let servers: Vec<String> = dns.servers.drain(..).collect();
+        push_unique(&mut dns.servers, servers);
+        push_unique(
+            &mut dns.servers,
+            extra.nameservers.iter().flatten().cloned(),
+        );
+        let searches: Vec<String> = dns.searches.drain(..).collect();
+        push_unique(&mut dns.searches, searches);
+        push_unique(&mut dns.searches, extra.searches.iter().flatten().cloned());
+        merge_options(
+            &mut dns.options,
+            extra
+                .options
+                .iter()
+                .flatten()
+                .map(|o| (o.name.clone().unwrap_or_default(), o.value.clone())),
+        );
+    }
+    if dns.servers.len() > MAX_DNS_NAMESERVERS {
+        dns.servers.truncate(MAX_DNS_NAMESERVERS);
+        warnings.push((
+            "DNSConfigForming",
+            format!(
+                "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: {}",
+                dns.servers.join(" ")
+            ),
+        ));
+    }
+    let mut exceeded = false;
+    if dns.searches.len() > MAX_DNS_SEARCH_PATHS {
+        dns.searches.truncate(MAX_DNS_SEARCH_PATHS);
+        exceeded = true;
+    }
+    let before = dns.searches.len();
+    dns.searches
+        .retain(|d| d.len() <= MAX_DNS_SEARCH_DOMAIN_CHARS);
+    exceeded |= dns.searches.len() != before;
+    while dns.searches.join(" ").len() > MAX_DNS_SEARCH_LIST_CHARS {
+        dns.searches.pop();
+        exceeded = true;
+    }
+    if exceeded {
+        warnings.push((
+            "DNSConfigForming",
+            format!(
+                "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: {}",
+                dns.searches.join(" ")
+            ),
+        ));
+    }
+    (dns, warnings)
+}
+
+/// The node's resolver configuration's text ("" when there is none or it
+/// cannot be read).
+pub fn read_host_resolv_conf(settings: &NodeSettings) -> String {
+    if settings.resolv_conf.as_os_str().is_empty() {
+        return String::new();
+    }
+    std::fs::read_to_string(&settings.resolv_conf).unwrap_or_else(|e| {
+        log::debug!("--resolv-conf {}: {e}", settings.resolv_conf.display());
+        String::new()
+    })
+}
+
+/// A pod's hostname and DNS domain (upstream `GeneratePodHostNameAndDomain`):
+/// `spec.hostname` or the pod's name, at most 63 characters; the domain is
+/// `<subdomain>.<namespace>.svc.<cluster domain>` when a subdomain is set.
+pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, String) {
+    let spec = pod.spec.as_ref();
+    let mut hostname = spec
+        .and_then(|s| s.hostname.clone())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| pod_name(pod).to_string());
+    if hostname.len() > 63 {
+        hostname.truncate(63);
+        let trimmed = hostname.trim_end_matches(['-', '.']).len();
+        hostname.truncate(trimmed);
+    }
+    let domain = match spec.and_then(|s| s.subdomain.as_deref()) {
+        Some(sub) if !sub.is_empty() => {
+            format!("{sub}.{}.svc.{cluster_domain}", pod_namespace(pod))
+        }
+        _ => String::new(),
+    };
+    (hostname, domain)
+}
+
+/// The pod's managed `/etc/hosts` (upstream `ensureHostsFile`): for a
+/// hostNetwork pod the node's own file (`node_hosts`), else localhost
+/// entries and the pod's IPs with its hostname (and FQDN); then the
+/// pod's hostAliases.
+pub fn etc_hosts_content(
+    pod: &Pod,
+    settings: &NodeSettings,
+    pod_ips: &[String],
+    node_hosts: &str,
+) -> String {
+    let spec = pod.spec.as_ref();
+    let mut out = String::new();
+    if spec.and_then(|s| s.host_network).unwrap_or(false) {
+        out.push_str("# Kubernetes-managed hosts file (host network).\n");
+        out.push_str(node_hosts);
+    } else {
+        out.push_str(
+            "# Kubernetes-managed hosts file.\n\
+             127.0.0.1\tlocalhost\n\
+             ::1\tlocalhost ip6-localhost ip6-loopback\n\
+             fe00::0\tip6-localnet\n\
+             fe00::0\tip6-mcastprefix\n\
+             fe00::1\tip6-allnodes\n\
+             fe00::2\tip6-allrouters\n",
+        );
+        let (hostname, domain) = hostname_and_domain(pod, &settings.cluster_domain);
+        for ip in pod_ips {
+            if domain.is_empty() {
+                out.push_str(&format!("{ip}\t{hostname}\n"));
+            } else {
+                out.push_str(&format!("{ip}\t{hostname}.{domain}\t{hostname}\n"));
+            }
+        }
+    }
+    let aliases = spec.and_then(|s| s.host_aliases.as_deref()).unwrap_or(&[]);
+    if !aliases.is_empty() {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for a in aliases {
+            out.push_str(&a.ip);
+            for h in a.hostnames.iter().flatten() {
+                out.push('\t');
+                out.push_str(h);
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// The CRI sandbox config for a pod.
-pub fn sandbox_config(pod: &Pod, attempt: u32, logs_root: &Path) -> api::PodSandboxConfig {
+pub fn sandbox_config(
+    pod: &Pod,
+    attempt: u32,
+    logs_root: &Path,
+    settings: &NodeSettings,
+) -> api::PodSandboxConfig {
     let spec = pod.spec.as_ref();
     let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
 
@@ -82,22 +407,18 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, logs_root: &Path) -> api::PodSand
     // A pod on the host network shares the node's UTS namespace: the
     // runtime refuses to set a hostname there, so it stays empty.
     if !host_network {
-        cfg.hostname = spec
-            .and_then(|s| s.hostname.clone())
-            .unwrap_or_else(|| pod_name(pod).to_string());
-        // A hostname is at most 63 characters, as the kubelet truncates it.
-        if cfg.hostname.len() > 63 {
-            cfg.hostname.truncate(63);
-            let trimmed = cfg.hostname.trim_end_matches(['-', '.']).len();
-            cfg.hostname.truncate(trimmed);
-        }
+        let (hostname, domain) = hostname_and_domain(pod, &settings.cluster_domain);
+        let fqdn = spec.and_then(|s| s.set_hostname_as_fqdn).unwrap_or(false);
+        cfg.hostname = if fqdn && !domain.is_empty() {
+            // The kernel holds at most 64 characters; upstream refuses a
+            // longer FQDN, the runtime would too.
+            format!("{hostname}.{domain}")
+        } else {
+            hostname
+        };
     }
     cfg.log_directory = pod_log_dir(logs_root, pod).to_string_lossy().into_owned();
-    if !host_network {
-        cfg.dns_config = MessageField::some(dns_config(
-            &std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-        ));
-    }
+    cfg.dns_config = MessageField::some(pod_dns(pod, settings, &read_host_resolv_conf(settings)).0);
     for c in spec.map(|s| &s.containers[..]).unwrap_or(&[]) {
         for p in c.ports.iter().flatten() {
             let Some(host_port) = p.host_port.filter(|hp| *hp > 0) else {
@@ -133,8 +454,30 @@ pub fn sandbox_config(pod: &Pod, attempt: u32, logs_root: &Path) -> api::PodSand
                 })
         })
         .unwrap_or(false);
+    if let Some(p) = spec.and_then(|s| s.security_context.as_ref()) {
+        if let Some(uid) = p.run_as_user {
+            sc.run_as_user = int64(uid);
+        }
+        if let Some(gid) = p.run_as_group {
+            sc.run_as_group = int64(gid);
+        }
+        if let Some(o) = p.se_linux_options.as_ref() {
+            sc.selinux_options = selinux(o);
+        }
+    }
+    sc.supplemental_groups = supplemental_groups(pod);
+    let (profile, path) = seccomp(
+        spec.and_then(|s| s.security_context.as_ref())
+            .and_then(|p| p.seccomp_profile.as_ref()),
+        &settings.seccomp_profile_root,
+    );
+    sc.seccomp = MessageField::some(profile);
+    sc.seccomp_profile_path = path;
     let mut linux = api::LinuxPodSandboxConfig::new();
     linux.security_context = MessageField::some(sc);
+    if settings.cgroups_per_qos {
+        linux.cgroup_parent = qos::pod_cgroup_parent(pod, settings.cgroup_driver);
+    }
     if let Some(sysctls) = spec
         .and_then(|s| s.security_context.as_ref())
         .and_then(|sc| sc.sysctls.as_ref())
@@ -155,6 +498,7 @@ pub fn container_config(
     restart_count: u32,
     image_ref: &str,
     volumes_dir: &Path,
+    inputs: &ContainerInputs,
 ) -> Result<api::ContainerConfig, String> {
     let mut meta = api::ContainerMetadata::new();
     meta.name = container.name.clone();
@@ -169,23 +513,34 @@ pub fn container_config(
     cfg.command = container.command.clone().unwrap_or_default();
     cfg.args = container.args.clone().unwrap_or_default();
     cfg.working_dir = container.working_dir.clone().unwrap_or_default();
-    for e in container.env.iter().flatten() {
-        if e.value_from.is_some() {
-            // Downward API and config references need the apiserver.
-            log::warn!(
-                "pod {}: container {:?}: env {:?}: valueFrom is not supported yet, skipped",
-                labels::pod_full_name(pod),
-                container.name,
-                e.name
-            );
-            continue;
-        }
+    let env = make_env(pod, container, inputs)?;
+    let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    cfg.command = cfg.command.iter().map(|a| expand(a, lookup)).collect();
+    cfg.args = cfg.args.iter().map(|a| expand(a, lookup)).collect();
+    for (key, value) in env.iter() {
         let mut kv = api::KeyValue::new();
-        kv.key = e.name.clone();
-        kv.value = e.value.clone().unwrap_or_default();
+        kv.key = key.clone();
+        kv.value = value.clone();
         cfg.envs.push(kv);
     }
     cfg.mounts = mounts(pod, container, volumes_dir)?;
+    if let Some(log) = inputs.termination_log.as_ref() {
+        let path = termination_message_path(container);
+        if !path.is_empty() {
+            let mut m = api::Mount::new();
+            m.container_path = path.to_string();
+            m.host_path = log.to_string_lossy().into_owned();
+            cfg.mounts.push(m);
+        }
+    }
+    if let Some(hosts) = inputs.etc_hosts.as_ref() {
+        if !cfg.mounts.iter().any(|m| m.container_path == "/etc/hosts") {
+            let mut m = api::Mount::new();
+            m.container_path = "/etc/hosts".into();
+            m.host_path = hosts.to_string_lossy().into_owned();
+            cfg.mounts.push(m);
+        }
+    }
     cfg.labels = labels::container_labels(pod, container);
     cfg.annotations = labels::container_annotations(pod, container, restart_count);
     cfg.log_path = format!("{}/{}.log", container.name, restart_count);
@@ -194,43 +549,386 @@ pub fn container_config(
     cfg.tty = container.tty.unwrap_or(false);
 
     let mut linux = api::LinuxContainerConfig::new();
-    linux.resources = MessageField::some(resources(container)?);
-    let mut sc = api::LinuxContainerSecurityContext::new();
-    sc.namespace_options = MessageField::some(namespace_options(pod));
-    let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    if let Some(csc) = container.security_context.as_ref() {
-        sc.privileged = csc.privileged.unwrap_or(false);
-        sc.readonly_rootfs = csc.read_only_root_filesystem.unwrap_or(false);
-        if let Some(caps) = csc.capabilities.as_ref() {
-            let mut c = api::Capability::new();
-            c.add_capabilities = caps.add.clone().unwrap_or_default();
-            c.drop_capabilities = caps.drop.clone().unwrap_or_default();
-            sc.capabilities = MessageField::some(c);
-        }
-    }
-    let run_as_user = container
-        .security_context
-        .as_ref()
-        .and_then(|c| c.run_as_user)
-        .or_else(|| pod_sc.and_then(|p| p.run_as_user));
-    if let Some(uid) = run_as_user {
-        let mut v = api::Int64Value::new();
-        v.value = uid;
-        sc.run_as_user = MessageField::some(v);
-    }
-    let run_as_group = container
-        .security_context
-        .as_ref()
-        .and_then(|c| c.run_as_group)
-        .or_else(|| pod_sc.and_then(|p| p.run_as_group));
-    if let Some(gid) = run_as_group {
-        let mut v = api::Int64Value::new();
-        v.value = gid;
-        sc.run_as_group = MessageField::some(v);
-    }
+    let mut res = resources(container)?;
+    res.oom_score_adj = qos::oom_score_adj(pod, container, inputs.settings.memory_capacity);
+    linux.resources = MessageField::some(res);
+    verify_run_as_non_root(pod, container, inputs.image_user.as_ref())?;
+    let sc = container_security_context(pod, container, &inputs.settings.seccomp_profile_root);
     linux.security_context = MessageField::some(sc);
     cfg.linux = MessageField::some(linux);
     Ok(cfg)
+}
+
+/// A container's security settings with the pod's as defaults (upstream
+/// `DetermineEffectiveSecurityContext`): the container's field wins.
+#[derive(Debug, Clone, Default)]
+struct EffectiveSecurity {
+    run_as_user: Option<i64>,
+    run_as_group: Option<i64>,
+    run_as_non_root: Option<bool>,
+    se_linux: Option<SELinuxOptions>,
+    seccomp: Option<SeccompProfile>,
+    apparmor: Option<AppArmorProfile>,
+    capabilities: Option<Capabilities>,
+    privileged: Option<bool>,
+    read_only_root_filesystem: Option<bool>,
+    allow_privilege_escalation: Option<bool>,
+    proc_mount: Option<String>,
+}
+
+fn effective_security(pod: &Pod, container: &Container) -> EffectiveSecurity {
+    let mut e = EffectiveSecurity::default();
+    if let Some(p) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()) {
+        e.run_as_user = p.run_as_user;
+        e.run_as_group = p.run_as_group;
+        e.run_as_non_root = p.run_as_non_root;
+        e.se_linux = p.se_linux_options.clone();
+        e.seccomp = p.seccomp_profile.clone();
+        e.apparmor = p.app_armor_profile.clone();
+    }
+    if let Some(c) = container.security_context.as_ref() {
+        let or = |c: Option<i64>, p: Option<i64>| c.or(p);
+        e.run_as_user = or(c.run_as_user, e.run_as_user);
+        e.run_as_group = or(c.run_as_group, e.run_as_group);
+        e.run_as_non_root = c.run_as_non_root.or(e.run_as_non_root);
+        e.se_linux = c.se_linux_options.clone().or(e.se_linux);
+        e.seccomp = c.seccomp_profile.clone().or(e.seccomp);
+        e.apparmor = c.app_armor_profile.clone().or(e.apparmor);
+        e.capabilities = c.capabilities.clone();
+        e.privileged = c.privileged;
+        e.read_only_root_filesystem = c.read_only_root_filesystem;
+        e.allow_privilege_escalation = c.allow_privilege_escalation;
+        e.proc_mount = c.proc_mount.clone();
+    }
+    e
+}
+
+/// Whether the container must not run as root, so that the image's user
+/// has to be checked (runAsNonRoot without a runAsUser).
+pub fn must_verify_non_root(pod: &Pod, container: &Container) -> bool {
+    let e = effective_security(pod, container);
+    e.run_as_non_root == Some(true) && e.run_as_user.is_none()
+}
+
+/// Refuses a container that would run as root against `runAsNonRoot`
+/// (upstream `verifyRunAsNonRoot`, with its messages); `image_user` is
+/// needed only when [`must_verify_non_root`] says so.
+pub fn verify_run_as_non_root(
+    pod: &Pod,
+    container: &Container,
+    image_user: Option<&ImageUser>,
+) -> Result<(), String> {
+    let e = effective_security(pod, container);
+    if e.run_as_non_root != Some(true) {
+        return Ok(());
+    }
+    let who = format!(
+        "pod: {:?}, container: {}",
+        format!("{}_{}({})", pod_name(pod), pod_namespace(pod), pod_uid(pod)),
+        container.name
+    );
+    if let Some(uid) = e.run_as_user {
+        if uid == 0 {
+            return Err(format!(
+                "container's runAsUser breaks non-root policy ({who})"
+            ));
+        }
+        return Ok(());
+    }
+    match image_user {
+        Some(ImageUser { uid: Some(0), .. }) => Err(format!(
+            "container has runAsNonRoot and image will run as root ({who})"
+        )),
+        Some(ImageUser { uid: None, username }) if !username.is_empty() => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({username}), cannot verify user is non-root ({who})"
+        )),
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "container has runAsNonRoot and the image's user is not known ({who})"
+        )),
+    }
+}
+
+/// Paths the runtime hides from a container unless procMount is Unmasked.
+const MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+/// Paths the runtime makes read-only unless procMount is Unmasked.
+const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+fn int64(v: i64) -> MessageField<api::Int64Value> {
+    let mut i = api::Int64Value::new();
+    i.value = v;
+    MessageField::some(i)
+}
+
+fn selinux(o: &SELinuxOptions) -> MessageField<api::SELinuxOption> {
+    let mut s = api::SELinuxOption::new();
+    s.user = o.user.clone().unwrap_or_default();
+    s.role = o.role.clone().unwrap_or_default();
+    s.type_ = o.type_.clone().unwrap_or_default();
+    s.level = o.level.clone().unwrap_or_default();
+    MessageField::some(s)
+}
+
+fn security_profile(
+    kind: api::security_profile::ProfileType,
+    localhost: &str,
+) -> api::SecurityProfile {
+    let mut p = api::SecurityProfile::new();
+    p.profile_type = EnumOrUnknown::new(kind);
+    p.localhost_ref = localhost.to_string();
+    p
+}
+
+/// A seccomp profile for the CRI: the structured field and the older path
+/// form. No profile is Unconfined, as upstream without `--seccomp-default`.
+fn seccomp(profile: Option<&SeccompProfile>, root: &Path) -> (api::SecurityProfile, String) {
+    use api::security_profile::ProfileType;
+    match profile.map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())) {
+        Some(("RuntimeDefault", _)) => (
+            security_profile(ProfileType::RuntimeDefault, ""),
+            "runtime/default".into(),
+        ),
+        Some(("Localhost", Some(file))) => {
+            let path = root.join(file).to_string_lossy().into_owned();
+            (
+                security_profile(ProfileType::Localhost, &path),
+                format!("localhost/{path}"),
+            )
+        }
+        _ => (
+            security_profile(ProfileType::Unconfined, ""),
+            "unconfined".into(),
+        ),
+    }
+}
+
+/// The AppArmor profile: the security context's field, else the older
+/// per-container annotation. None: the runtime's default.
+fn apparmor(
+    pod: &Pod,
+    container: &Container,
+    field: Option<&AppArmorProfile>,
+) -> Option<(api::SecurityProfile, String)> {
+    use api::security_profile::ProfileType;
+    let annotation = || {
+        pod.metadata
+            .annotations
+            .as_ref()?
+            .get(&format!(
+                "container.apparmor.security.beta.kubernetes.io/{}",
+                container.name
+            ))
+            .cloned()
+    };
+    let (kind, name) = match field {
+        Some(p) => (
+            p.type_.clone(),
+            p.localhost_profile.clone().unwrap_or_default(),
+        ),
+        None => {
+            let v = annotation()?;
+            match v.as_str() {
+                "runtime/default" => ("RuntimeDefault".into(), String::new()),
+                "unconfined" => ("Unconfined".into(), String::new()),
+                other => (
+                    "Localhost".into(),
+                    other.strip_prefix("localhost/")?.to_string(),
+                ),
+            }
+        }
+    };
+    Some(match kind.as_str() {
+        "RuntimeDefault" => (
+            security_profile(ProfileType::RuntimeDefault, ""),
+            "runtime/default".into(),
+        ),
+        "Localhost" => (
+            security_profile(ProfileType::Localhost, &name),
+            format!("localhost/{name}"),
+        ),
+        _ => (
+            security_profile(ProfileType::Unconfined, ""),
+            "unconfined".into(),
+        ),
+    })
+}
+
+/// The pod's supplemental groups: fsGroup first, then supplementalGroups.
+fn supplemental_groups(pod: &Pod) -> Vec<i64> {
+    let Some(p) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref()) else {
+        return Vec::new();
+    };
+    p.fs_group
+        .into_iter()
+        .chain(p.supplemental_groups.iter().flatten().copied())
+        .collect()
+}
+
+/// The CRI security context of a container (upstream
+/// `determineEffectiveSecurityContext`).
+fn container_security_context(
+    pod: &Pod,
+    container: &Container,
+    seccomp_root: &Path,
+) -> api::LinuxContainerSecurityContext {
+    let e = effective_security(pod, container);
+    let mut sc = api::LinuxContainerSecurityContext::new();
+    sc.namespace_options = MessageField::some(namespace_options(pod));
+    if let Some(caps) = e.capabilities.as_ref() {
+        let mut c = api::Capability::new();
+        c.add_capabilities = caps.add.clone().unwrap_or_default();
+        c.drop_capabilities = caps.drop.clone().unwrap_or_default();
+        sc.capabilities = MessageField::some(c);
+    }
+    if let Some(o) = e.se_linux.as_ref() {
+        sc.selinux_options = selinux(o);
+    }
+    if let Some(uid) = e.run_as_user {
+        sc.run_as_user = int64(uid);
+    }
+    if let Some(gid) = e.run_as_group {
+        sc.run_as_group = int64(gid);
+    }
+    sc.privileged = e.privileged.unwrap_or(false);
+    sc.readonly_rootfs = e.read_only_root_filesystem.unwrap_or(false);
+    let (profile, path) = seccomp(e.seccomp.as_ref(), seccomp_root);
+    sc.seccomp = MessageField::some(profile);
+    sc.seccomp_profile_path = path;
+    if let Some((profile, name)) = apparmor(pod, container, e.apparmor.as_ref()) {
+        sc.apparmor = MessageField::some(profile);
+        sc.apparmor_profile = name;
+    }
+    sc.supplemental_groups = supplemental_groups(pod);
+    // no_new_privs only when escalation is explicitly refused.
+    sc.no_new_privs = e.allow_privilege_escalation == Some(false);
+    if e.proc_mount.as_deref() != Some("Unmasked") {
+        sc.masked_paths = MASKED_PATHS.iter().map(|p| p.to_string()).collect();
+        sc.readonly_paths = READONLY_PATHS.iter().map(|p| p.to_string()).collect();
+    }
+    sc
+}
+
+/// The container's environment (upstream `makeEnvironmentVariables`):
+/// each variable in declaration order, a literal value with its `$(VAR)`
+/// references to earlier variables expanded, or the value of its
+/// `valueFrom` source. A name declared again keeps its first place and
+/// takes the later value.
+pub fn make_env(
+    pod: &Pod,
+    container: &Container,
+    inputs: &ContainerInputs,
+) -> Result<Vec<(String, String)>, String> {
+    let at = |what: String| format!("container {:?}: {what}", container.name);
+    if let Some((i, from)) = container.env_from.iter().flatten().enumerate().next() {
+        let source = if from.config_map_ref.is_some() {
+            "configMapRef"
+        } else {
+            "secretRef"
+        };
+        return Err(at(format!(
+            "envFrom[{i}].{source}: ConfigMap and Secret sources are not supported yet"
+        )));
+    }
+    let mut env: Vec<(String, String)> = Vec::new();
+    for e in container.env.iter().flatten() {
+        let value = match (e.value.as_deref(), e.value_from.as_ref()) {
+            (Some(v), _) if !v.is_empty() => expand(v, |name| {
+                env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+            }),
+            (_, Some(_)) => env_source_value(pod, container, e, inputs)
+                .map_err(|m| at(format!("env {:?}: valueFrom.{m}", e.name)))?,
+            _ => String::new(),
+        };
+        match env.iter_mut().find(|(k, _)| *k == e.name) {
+            Some(slot) => slot.1 = value,
+            None => env.push((e.name.clone(), value)),
+        }
+    }
+    Ok(env)
+}
+
+/// The value of an env var's `valueFrom`; errors start with the source's
+/// field name (`fieldRef`, ...).
+fn env_source_value(
+    pod: &Pod,
+    container: &Container,
+    e: &EnvVar,
+    inputs: &ContainerInputs,
+) -> Result<String, String> {
+    let Some(from) = e.value_from.as_ref() else {
+        return Ok(String::new());
+    };
+    if let Some(f) = from.field_ref.as_ref() {
+        let fail = |m: String| format!("fieldRef: {m}");
+        if let Some(v) = f
+            .api_version
+            .as_deref()
+            .filter(|v| !v.is_empty() && *v != "v1")
+        {
+            return Err(fail(format!("unsupported pod version: {v}")));
+        }
+        let joined = |ips: &[String]| ips.join(",");
+        return match f.field_path.as_str() {
+            // The runtime's view, as at container creation upstream.
+            "status.podIP" => Ok(inputs.pod_ips.first().cloned().unwrap_or_default()),
+            "status.podIPs" => Ok(joined(&inputs.pod_ips)),
+            "status.hostIP" if !inputs.settings.host_ips.is_empty() => {
+                Ok(inputs.settings.host_ips[0].clone())
+            }
+            "status.hostIPs" if !inputs.settings.host_ips.is_empty() => {
+                Ok(joined(&inputs.settings.host_ips))
+            }
+            path => fieldpath::field_value(pod, path).map_err(|e| fail(e.to_string())),
+        };
+    }
+    if let Some(r) = from.resource_field_ref.as_ref() {
+        let fail = |m: String| format!("resourceFieldRef: {m}");
+        let target = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
+            None => container,
+            Some(name) => pod
+                .spec
+                .as_ref()
+                .and_then(|s| {
+                    s.containers
+                        .iter()
+                        .chain(s.init_containers.iter().flatten())
+                        .find(|c| c.name == name)
+                })
+                .ok_or_else(|| fail(format!("container {name} not found")))?,
+        };
+        let divisor = r.divisor.as_ref().map(|q| q.0.as_str());
+        return fieldpath::resource_value(target, &r.resource, divisor, &inputs.allocatable)
+            .map_err(|e| fail(e.to_string()));
+    }
+    // ConfigMap and Secret keys need the volumes' object sources.
+    let source = if from.config_map_key_ref.is_some() {
+        "configMapKeyRef"
+    } else if from.secret_key_ref.is_some() {
+        "secretKeyRef"
+    } else {
+        return Err("no source given".into());
+    };
+    Err(format!(
+        "{source}: ConfigMap and Secret keys are not supported yet"
+    ))
 }
 
 fn mounts(pod: &Pod, container: &Container, volumes_dir: &Path) -> Result<Vec<api::Mount>, String> {
@@ -474,13 +1172,672 @@ mod tests {
         }
     }
 
+    fn pod_from(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn settings() -> NodeSettings {
+        NodeSettings {
+            host_ips: vec!["192.168.1.2".into()],
+            ..Default::default()
+        }
+    }
+
+    fn inputs(settings: &NodeSettings) -> ContainerInputs<'_> {
+        ContainerInputs {
+            settings,
+            pod_ips: vec!["10.88.0.7".into(), "fd00::7".into()],
+            allocatable: NodeAllocatable {
+                cpu: Some("2".into()),
+                memory: Some("1Gi".into()),
+                ephemeral_storage: None,
+            },
+            image_user: None,
+            etc_hosts: None,
+            termination_log: None,
+        }
+    }
+
+    fn env_pod(env: serde_json::Value) -> Pod {
+        pod_from(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u1",
+                         "labels": {"app": "web"}},
+            "spec": {"nodeName": "edge-1", "serviceAccountName": "robot", "containers": [
+                {"name": "app", "image": "busybox", "env": env,
+                 "command": ["sh", "-c", "echo $(A) $$(A) $(NOPE) $(B)"],
+                 "args": ["$(C)", "$$$(D)"],
+                 "resources": {"limits": {"memory": "64Mi"}, "requests": {"cpu": "250m"}}},
+                {"name": "side", "image": "busybox",
+                 "resources": {"limits": {"cpu": "500m"}}}
+            ]}
+        }))
+    }
+
+    fn build(pod: &Pod, inputs: &ContainerInputs) -> Result<api::ContainerConfig, String> {
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        container_config(pod, c, 0, "img", Path::new("/tmp/v"), inputs)
+    }
+
+    fn envs(cfg: &api::ContainerConfig) -> Vec<(String, String)> {
+        cfg.envs
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn env_values_expand_in_order_and_later_wins() {
+        let pod = env_pod(serde_json::json!([
+            {"name": "A", "value": "a"},
+            {"name": "B", "value": "$(A)-x"},
+            {"name": "C", "value": "$(D)/$(A)"},
+            {"name": "D", "value": "d"},
+            {"name": "A", "value": "second"},
+            {"name": "E", "value": "$(A)$$(A)"},
+            {"name": "F"},
+            {"name": "G", "value": "$(F)|$(SELF)"}
+        ]));
+        let s = settings();
+        let cfg = build(&pod, &inputs(&s)).unwrap();
+        let owned = |v: &[(&str, &str)]| {
+            v.iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            envs(&cfg),
+            owned(&[
+                ("A", "second"),
+                ("B", "a-x"),
+                ("C", "$(D)/a"),
+                ("D", "d"),
+                ("E", "second$(A)"),
+                ("F", ""),
+                ("G", "|$(SELF)"),
+            ])
+        );
+        // Command and args see the final values.
+        assert_eq!(
+            cfg.command,
+            vec!["sh", "-c", "echo second $(A) $(NOPE) a-x"]
+        );
+        assert_eq!(cfg.args, vec!["$(D)/a", "$d"]);
+    }
+
+    #[test]
+    fn env_from_field_and_resource_refs() {
+        let pod = env_pod(serde_json::json!([
+            {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "NS", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}},
+            {"name": "UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "IPS", "valueFrom": {"fieldRef": {"fieldPath": "status.podIPs"}}},
+            {"name": "HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+            {"name": "HOSTS", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIPs"}}},
+            {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+            {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+            {"name": "REQ", "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1m"}}},
+            {"name": "SIDE", "valueFrom": {"resourceFieldRef": {"containerName": "side", "resource": "limits.cpu", "divisor": "1m"}}},
+            {"name": "URL", "value": "http://$(IP):80/$(NAME)"}
+        ]));
+        let s = settings();
+        let cfg = build(&pod, &inputs(&s)).unwrap();
+        let env = envs(&cfg);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("NAME"), Some("web"));
+        assert_eq!(get("NS"), Some("shop"));
+        assert_eq!(get("UID"), Some("u1"));
+        assert_eq!(get("APP"), Some("web"));
+        assert_eq!(get("NODE"), Some("edge-1"));
+        assert_eq!(get("SA"), Some("robot"));
+        assert_eq!(get("IP"), Some("10.88.0.7"));
+        assert_eq!(get("IPS"), Some("10.88.0.7,fd00::7"));
+        assert_eq!(get("HOST"), Some("192.168.1.2"));
+        assert_eq!(get("HOSTS"), Some("192.168.1.2"));
+        assert_eq!(get("MEM"), Some("64"));
+        // No cpu limit: the node's allocatable 2 cores.
+        assert_eq!(get("CPU"), Some("2"));
+        assert_eq!(get("REQ"), Some("250"));
+        assert_eq!(get("SIDE"), Some("500"));
+        assert_eq!(get("URL"), Some("http://10.88.0.7:80/web"));
+    }
+
+    #[test]
+    fn env_errors_name_the_field() {
+        let s = settings();
+        let err = |env: serde_json::Value| build(&env_pod(env), &inputs(&s)).unwrap_err();
+        let e = err(serde_json::json!([
+            {"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "spec.restartPolicy"}}}
+        ]));
+        assert_eq!(
+            e,
+            "container \"app\": env \"X\": valueFrom.fieldRef: spec.restartPolicy: unsupported field path"
+        );
+        let e = err(serde_json::json!([
+            {"name": "X", "valueFrom": {"fieldRef": {"apiVersion": "v2", "fieldPath": "metadata.name"}}}
+        ]));
+        assert!(e.contains("unsupported pod version: v2"), "{e}");
+        let e = err(serde_json::json!([
+            {"name": "X", "valueFrom": {"resourceFieldRef": {"containerName": "nope", "resource": "limits.cpu"}}}
+        ]));
+        assert!(
+            e.contains("resourceFieldRef: container nope not found"),
+            "{e}"
+        );
+        let e = err(serde_json::json!([
+            {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}
+        ]));
+        assert!(e.contains("env \"X\": valueFrom.configMapKeyRef"), "{e}");
+        let e = err(serde_json::json!([
+            {"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+        ]));
+        assert!(e.contains("valueFrom.secretKeyRef"), "{e}");
+        let mut pod = env_pod(serde_json::json!([]));
+        pod.spec.as_mut().unwrap().containers[0].env_from = Some(vec![serde_json::from_value(
+            serde_json::json!({"secretRef": {"name": "s"}}),
+        )
+        .unwrap()]);
+        let e = build(&pod, &inputs(&s)).unwrap_err();
+        assert!(e.contains("envFrom[0].secretRef"), "{e}");
+    }
+
+    fn sc_pod(pod_sc: serde_json::Value, c_sc: serde_json::Value) -> Pod {
+        pod_from(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u1",
+                "annotations": {"container.apparmor.security.beta.kubernetes.io/app": "localhost/tight"}},
+            "spec": {"securityContext": pod_sc, "containers": [
+                {"name": "app", "image": "busybox", "securityContext": c_sc}
+            ]}
+        }))
+    }
+
+    fn security(pod: &Pod) -> api::LinuxContainerSecurityContext {
+        let s = settings();
+        let cfg = build(pod, &inputs(&s)).unwrap();
+        cfg.linux.unwrap().security_context.unwrap()
+    }
+
+    #[test]
+    fn security_context_container_wins_over_pod() {
+        let pod = sc_pod(
+            serde_json::json!({"runAsUser": 1000, "runAsGroup": 2000, "fsGroup": 3000,
+                "supplementalGroups": [4000, 4001],
+                "seccompProfile": {"type": "RuntimeDefault"},
+                "seLinuxOptions": {"level": "s0:c1"}}),
+            serde_json::json!({"runAsUser": 1001,
+                "capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]},
+                "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false,
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "p/audit.json"}}),
+        );
+        let sc = security(&pod);
+        assert_eq!(sc.run_as_user.value, 1001);
+        assert_eq!(sc.run_as_group.value, 2000);
+        assert_eq!(sc.supplemental_groups, vec![3000, 4000, 4001]);
+        assert_eq!(sc.capabilities.add_capabilities, vec!["NET_ADMIN"]);
+        assert_eq!(sc.capabilities.drop_capabilities, vec!["ALL"]);
+        assert!(sc.readonly_rootfs);
+        assert!(sc.no_new_privs);
+        assert!(!sc.privileged);
+        assert_eq!(sc.selinux_options.level, "s0:c1");
+        assert_eq!(
+            sc.seccomp.profile_type.enum_value(),
+            Ok(api::security_profile::ProfileType::Localhost)
+        );
+        assert_eq!(
+            sc.seccomp.localhost_ref,
+            "/var/lib/tinylet/seccomp/p/audit.json"
+        );
+        assert_eq!(sc.apparmor.localhost_ref, "tight");
+        assert_eq!(sc.apparmor_profile, "localhost/tight");
+        assert_eq!(sc.masked_paths.len(), MASKED_PATHS.len());
+        assert_eq!(sc.readonly_paths.len(), READONLY_PATHS.len());
+
+        // Defaults: escalation allowed, unconfined seccomp, pod values.
+        let pod = sc_pod(
+            serde_json::json!({"runAsUser": 1000}),
+            serde_json::json!({"privileged": true, "procMount": "Unmasked",
+                "appArmorProfile": {"type": "RuntimeDefault"}}),
+        );
+        let sc = security(&pod);
+        assert_eq!(sc.run_as_user.value, 1000);
+        assert!(sc.run_as_group.is_none());
+        assert!(sc.privileged);
+        assert!(!sc.no_new_privs);
+        assert_eq!(sc.seccomp_profile_path, "unconfined");
+        assert_eq!(sc.apparmor_profile, "runtime/default");
+        assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty());
+    }
+
+    #[test]
+    fn run_as_non_root_is_enforced_as_upstream() {
+        let s = settings();
+        let check =
+            |pod_sc: serde_json::Value, c_sc: serde_json::Value, user: Option<ImageUser>| {
+                let pod = sc_pod(pod_sc, c_sc);
+                let mut i = inputs(&s);
+                i.image_user = user;
+                build(&pod, &i).err()
+            };
+        let root = ImageUser {
+            uid: Some(0),
+            username: String::new(),
+        };
+        let named = ImageUser {
+            uid: None,
+            username: "nginx".into(),
+        };
+        let user = ImageUser {
+            uid: Some(101),
+            username: String::new(),
+        };
+        let yes = serde_json::json!({"runAsNonRoot": true});
+        assert_eq!(
+            check(yes.clone(), serde_json::json!({}), Some(root.clone())).as_deref(),
+            Some("container has runAsNonRoot and image will run as root (pod: \"web_shop(u1)\", container: app)")
+        );
+        assert_eq!(
+            check(yes.clone(), serde_json::json!({}), Some(named)).as_deref(),
+            Some("container has runAsNonRoot and image has non-numeric user (nginx), cannot verify user is non-root (pod: \"web_shop(u1)\", container: app)")
+        );
+        assert_eq!(check(yes.clone(), serde_json::json!({}), Some(user)), None);
+        assert_eq!(
+            check(yes.clone(), serde_json::json!({"runAsUser": 0}), None).as_deref(),
+            Some("container's runAsUser breaks non-root policy (pod: \"web_shop(u1)\", container: app)")
+        );
+        assert_eq!(
+            check(yes.clone(), serde_json::json!({"runAsUser": 5}), None),
+            None
+        );
+        // The container's false wins over the pod's true.
+        assert_eq!(
+            check(
+                yes.clone(),
+                serde_json::json!({"runAsNonRoot": false}),
+                Some(root.clone())
+            ),
+            None
+        );
+        assert_eq!(
+            check(serde_json::json!({}), serde_json::json!({}), Some(root)),
+            None
+        );
+        let pod = sc_pod(yes, serde_json::json!({}));
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        assert!(must_verify_non_root(&pod, c));
+        let pod = sc_pod(
+            serde_json::json!({"runAsNonRoot": true, "runAsUser": 7}),
+            serde_json::json!({}),
+        );
+        assert!(!must_verify_non_root(
+            &pod,
+            &pod.spec.as_ref().unwrap().containers[0]
+        ));
+    }
+
+    #[test]
+    fn sandbox_security_from_the_pod() {
+        let pod = sc_pod(
+            serde_json::json!({"runAsUser": 1000, "runAsGroup": 2000, "fsGroup": 3000,
+                "sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}]}),
+            serde_json::json!({"privileged": true}),
+        );
+        let cfg = sandbox_config(&pod, 0, Path::new("/tmp"), &settings());
+        let linux = cfg.linux.unwrap();
+        let sc = linux.security_context.unwrap();
+        assert_eq!(sc.run_as_user.value, 1000);
+        assert_eq!(sc.run_as_group.value, 2000);
+        assert_eq!(sc.supplemental_groups, vec![3000]);
+        assert!(sc.privileged);
+        assert_eq!(
+            linux
+                .sysctls
+                .get("net.ipv4.ip_unprivileged_port_start")
+                .map(String::as_str),
+            Some("0")
+        );
+    }
+
+    #[test]
+    fn working_dir_ports_stdio_and_log_path() {
+        let pod = pod_from(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u1"},
+            "spec": {"containers": [
+                {"name": "app", "image": "busybox", "workingDir": "/srv",
+                 "stdin": true, "stdinOnce": true, "tty": true,
+                 "ports": [{"containerPort": 80, "hostPort": 8080},
+                           {"containerPort": 53, "hostPort": 5353, "protocol": "UDP", "hostIP": "127.0.0.1"},
+                           {"containerPort": 9090}]},
+                {"name": "side", "image": "busybox",
+                 "ports": [{"containerPort": 81, "hostPort": 8081, "protocol": "SCTP"}]}
+            ]}
+        }));
+        let s = settings();
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        let cfg = container_config(&pod, c, 3, "img", Path::new("/tmp/v"), &inputs(&s)).unwrap();
+        assert_eq!(cfg.working_dir, "/srv");
+        assert!(cfg.stdin && cfg.stdin_once && cfg.tty);
+        // Relative to the sandbox's log directory.
+        assert_eq!(cfg.log_path, "app/3.log");
+        let sb = sandbox_config(&pod, 0, Path::new("/var/log/pods"), &s);
+        assert_eq!(sb.log_directory, "/var/log/pods/shop_web_u1");
+        let ports: Vec<(i32, i32, String, Option<api::Protocol>)> = sb
+            .port_mappings
+            .iter()
+            .map(|m| {
+                (
+                    m.container_port,
+                    m.host_port,
+                    m.host_ip.clone(),
+                    m.protocol.enum_value().ok(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ports,
+            vec![
+                (80, 8080, String::new(), Some(api::Protocol::TCP)),
+                (53, 5353, "127.0.0.1".into(), Some(api::Protocol::UDP)),
+                (81, 8081, String::new(), Some(api::Protocol::SCTP)),
+            ]
+        );
+    }
+
     #[test]
     fn dns_from_resolv_conf() {
-        let d = dns_config(
-            "# x\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch a.b c\noptions ndots:2\n",
+        let d = parse_resolv_conf(
+            "# x\n; y\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch old\nsearch a.b. . c\n\
+             options ndots:2 rotate\noptions ndots:3\n",
         );
         assert_eq!(d.servers, vec!["1.1.1.1", "8.8.8.8"]);
         assert_eq!(d.searches, vec!["a.b", "c"]);
-        assert_eq!(d.options, vec!["ndots:2"]);
+        assert_eq!(d.options, vec!["ndots:3", "rotate"]);
+    }
+
+    fn dns_pod(spec: serde_json::Value) -> Pod {
+        let mut spec = spec;
+        spec["containers"] = serde_json::json!([{"name": "app"}]);
+        pod_from(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u1"},
+            "spec": spec
+        }))
+    }
+
+    const HOST_RESOLV: &str = "nameserver 192.168.1.1\nsearch lan\noptions edns0\n";
+
+    fn dns(
+        spec: serde_json::Value,
+        s: &NodeSettings,
+    ) -> (Vec<String>, Vec<String>, Vec<String>, Vec<&'static str>) {
+        let (d, w) = pod_dns(&dns_pod(spec), s, HOST_RESOLV);
+        (
+            d.servers,
+            d.searches,
+            d.options,
+            w.into_iter().map(|(r, _)| r).collect(),
+        )
+    }
+
+    fn v(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn dns_policies() {
+        let cluster = NodeSettings {
+            cluster_dns: v(&["10.96.0.10"]),
+            cluster_domain: "cluster.local".into(),
+            ..settings()
+        };
+        let search = v(&[
+            "shop.svc.cluster.local",
+            "svc.cluster.local",
+            "cluster.local",
+            "lan",
+        ]);
+        // ClusterFirst (also the default).
+        for spec in [
+            serde_json::json!({}),
+            serde_json::json!({"dnsPolicy": "ClusterFirst"}),
+        ] {
+            assert_eq!(
+                dns(spec, &cluster),
+                (v(&["10.96.0.10"]), search.clone(), v(&["ndots:5"]), vec![])
+            );
+        }
+        // ClusterFirst on the host network is Default; ClusterFirstWithHostNet is not.
+        let host = (v(&["192.168.1.1"]), v(&["lan"]), v(&["edns0"]), vec![]);
+        assert_eq!(
+            dns(serde_json::json!({"hostNetwork": true}), &cluster),
+            host.clone()
+        );
+        assert_eq!(
+            dns(
+                serde_json::json!({"hostNetwork": true, "dnsPolicy": "ClusterFirstWithHostNet"}),
+                &cluster
+            )
+            .0,
+            v(&["10.96.0.10"])
+        );
+        assert_eq!(
+            dns(serde_json::json!({"dnsPolicy": "Default"}), &cluster),
+            host
+        );
+        // No cluster DNS: Default, with a warning.
+        let (servers, _, _, warnings) = dns(serde_json::json!({}), &settings());
+        assert_eq!(servers, v(&["192.168.1.1"]));
+        assert_eq!(warnings, vec!["MissingClusterDNS"]);
+        // None: only dnsConfig.
+        assert_eq!(
+            dns(
+                serde_json::json!({"dnsPolicy": "None", "dnsConfig": {
+                    "nameservers": ["1.1.1.1"], "searches": ["x.y"],
+                    "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]}}),
+                &cluster
+            ),
+            (
+                v(&["1.1.1.1"]),
+                v(&["x.y"]),
+                v(&["ndots:2", "edns0"]),
+                vec![]
+            )
+        );
+        // No resolver configuration: the local host, search ".".
+        let none = NodeSettings {
+            resolv_conf: PathBuf::new(),
+            ..settings()
+        };
+        assert_eq!(
+            dns(serde_json::json!({"dnsPolicy": "Default"}), &none),
+            (v(&["127.0.0.1"]), v(&["."]), vec![], vec![])
+        );
+    }
+
+    #[test]
+    fn dns_config_merges_and_limits() {
+        let cluster = NodeSettings {
+            cluster_dns: v(&["10.96.0.10"]),
+            cluster_domain: "cluster.local".into(),
+            ..settings()
+        };
+        let (servers, searches, options, warnings) = dns(
+            serde_json::json!({"dnsConfig": {
+                "nameservers": ["10.96.0.10", "1.1.1.1", "8.8.8.8", "9.9.9.9"],
+                "searches": ["lan", "extra"],
+                "options": [{"name": "ndots", "value": "1"}, {"name": "timeout", "value": "2"}]}}),
+            &cluster,
+        );
+        assert_eq!(servers, v(&["10.96.0.10", "1.1.1.1", "8.8.8.8"]));
+        assert_eq!(
+            searches,
+            v(&[
+                "shop.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local",
+                "lan",
+                "extra"
+            ])
+        );
+        assert_eq!(options, v(&["ndots:1", "timeout:2"]));
+        assert_eq!(warnings, vec!["DNSConfigForming"]);
+
+        let many: Vec<String> = (0..40).map(|i| format!("d{i}.example")).collect();
+        let (_, searches, _, warnings) = dns(
+            serde_json::json!({"dnsPolicy": "None", "dnsConfig": {"searches": many}}),
+            &cluster,
+        );
+        assert_eq!(searches.len(), 32);
+        assert_eq!(warnings, vec!["DNSConfigForming"]);
+        let long: Vec<String> = (0..12).map(|i| format!("{i}{}", "a".repeat(200))).collect();
+        let (_, searches, _, _) = dns(
+            serde_json::json!({"dnsPolicy": "None", "dnsConfig": {"searches": long}}),
+            &cluster,
+        );
+        assert!(
+            searches.join(" ").len() <= 2048 && searches.len() == 10,
+            "{}",
+            searches.len()
+        );
+        let (_, searches, _, _) = dns(
+            serde_json::json!({"dnsPolicy": "None", "dnsConfig": {"searches": ["a".repeat(254), "ok"]}}),
+            &cluster,
+        );
+        assert_eq!(searches, v(&["ok"]));
+    }
+
+    #[test]
+    fn qos_cgroup_parent_and_oom_score() {
+        let mut s = settings();
+        let pod = env_pod(serde_json::json!([]));
+        assert_eq!(
+            sandbox_config(&pod, 0, Path::new("/l"), &s)
+                .linux
+                .cgroup_parent,
+            ""
+        );
+        s.cgroups_per_qos = true;
+        assert_eq!(
+            sandbox_config(&pod, 0, Path::new("/l"), &s)
+                .linux
+                .cgroup_parent,
+            "/kubepods/burstable/podu1"
+        );
+        s.cgroup_driver = CgroupDriver::Systemd;
+        assert_eq!(
+            sandbox_config(&pod, 0, Path::new("/l"), &s)
+                .linux
+                .cgroup_parent,
+            "kubepods-burstable-podu1.slice"
+        );
+        s.memory_capacity = 256 << 20;
+        // 64Mi limit (and so request) of 256Mi: 1000 - 250.
+        let cfg = build(&pod, &inputs(&s)).unwrap();
+        assert_eq!(cfg.linux.resources.oom_score_adj, 750);
+    }
+
+    #[test]
+    fn managed_etc_hosts() {
+        let s = NodeSettings {
+            cluster_domain: "cluster.local".into(),
+            ..settings()
+        };
+        let pod = dns_pod(serde_json::json!({"hostname": "db-0", "subdomain": "db",
+            "hostAliases": [{"ip": "10.0.0.9", "hostnames": ["foo", "bar"]}]}));
+        let text = etc_hosts_content(&pod, &s, &v(&["10.88.0.7"]), "ignored");
+        assert!(
+            text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "fe00::2\tip6-allrouters\n10.88.0.7\tdb-0.db.shop.svc.cluster.local\tdb-0\n\
+                 \n# Entries added by HostAliases.\n10.0.0.9\tfoo\tbar\n"
+            ),
+            "{text}"
+        );
+        let plain = etc_hosts_content(&dns_pod(serde_json::json!({})), &s, &v(&["10.88.0.7"]), "");
+        assert!(
+            plain.ends_with("ip6-allrouters\n10.88.0.7\tweb\n"),
+            "{plain}"
+        );
+        let host = etc_hosts_content(
+            &dns_pod(serde_json::json!({"hostNetwork": true})),
+            &s,
+            &v(&["192.168.1.2"]),
+            "127.0.0.1 localhost\n",
+        );
+        assert_eq!(
+            host,
+            "# Kubernetes-managed hosts file (host network).\n127.0.0.1 localhost\n"
+        );
+
+        // Mounted unless the container brings its own.
+        let mut i = inputs(&s);
+        i.etc_hosts = Some(PathBuf::from("/r/pods/u1/etc-hosts"));
+        let cfg = build(&pod, &i).unwrap();
+        let m = cfg
+            .mounts
+            .iter()
+            .find(|m| m.container_path == "/etc/hosts")
+            .unwrap();
+        assert_eq!(m.host_path, "/r/pods/u1/etc-hosts");
+        assert!(!m.readonly);
+    }
+
+    #[test]
+    fn termination_log_is_mounted_at_the_message_path() {
+        let s = settings();
+        let mut i = inputs(&s);
+        i.termination_log = Some(PathBuf::from("/r/pods/u1/containers/app/x"));
+        let mut pod = env_pod(serde_json::json!([]));
+        let cfg = build(&pod, &i).unwrap();
+        let m = cfg
+            .mounts
+            .iter()
+            .find(|m| m.container_path == "/dev/termination-log")
+            .unwrap();
+        assert_eq!(m.host_path, "/r/pods/u1/containers/app/x");
+        pod.spec.as_mut().unwrap().containers[0].termination_message_path = Some("/tmp/why".into());
+        let cfg = build(&pod, &i).unwrap();
+        assert!(cfg.mounts.iter().any(|m| m.container_path == "/tmp/why"));
+        assert_eq!(
+            cfg.annotations
+                .get(labels::TERMINATION_MESSAGE_PATH)
+                .map(String::as_str),
+            Some("/tmp/why")
+        );
+    }
+
+    #[test]
+    fn hostname_subdomain_and_fqdn() {
+        let s = NodeSettings {
+            cluster_domain: "cluster.local".into(),
+            ..settings()
+        };
+        let sb = |spec: serde_json::Value| sandbox_config(&dns_pod(spec), 0, Path::new("/l"), &s);
+        assert_eq!(sb(serde_json::json!({})).hostname, "web");
+        assert_eq!(
+            sb(serde_json::json!({"hostname": "db-0", "subdomain": "db"})).hostname,
+            "db-0"
+        );
+        assert_eq!(
+            sb(serde_json::json!({"hostname": "db-0", "subdomain": "db", "setHostnameAsFQDN": true}))
+                .hostname,
+            "db-0.db.shop.svc.cluster.local"
+        );
+        assert_eq!(
+            sb(serde_json::json!({"hostNetwork": true, "hostname": "x"})).hostname,
+            ""
+        );
+        let (h, d) = hostname_and_domain(
+            &dns_pod(
+                serde_json::json!({"hostname": format!("{}-.x", "a".repeat(61)), "subdomain": "s"}),
+            ),
+            "c.l",
+        );
+        assert_eq!(h, "a".repeat(61));
+        assert_eq!(d, "s.shop.svc.c.l");
     }
 }

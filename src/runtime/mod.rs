@@ -24,9 +24,13 @@
 pub mod actions;
 pub mod backoff;
 pub mod config;
+pub mod expansion;
 mod hooks;
 pub mod image_gc;
+mod inputs;
 pub mod labels;
+pub mod qos;
+pub mod termination;
 
 #[cfg(test)]
 pub mod fake;
@@ -167,6 +171,10 @@ pub struct RuntimeManager {
     max_dead_per_container: u32,
     clock: Arc<dyn Clock>,
     startup: Arc<dyn StartupResults>,
+    /// Node-wide settings of the CRI configs (DNS, node IPs).
+    node: config::NodeSettings,
+    /// The node's allocatable resources, read at each container creation.
+    allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -191,6 +199,8 @@ impl RuntimeManager {
             max_dead_per_container: 1,
             clock: Arc::new(SystemClock),
             startup: Arc::new(actions::NoProber),
+            node: config::NodeSettings::default(),
+            allocatable: Box::new(Default::default),
         }
     }
 
@@ -211,6 +221,17 @@ impl RuntimeManager {
     /// succeeded. Without it, startup probes count as passed.
     pub fn with_startup_results(mut self, startup: Arc<dyn StartupResults>) -> Self {
         self.startup = startup;
+        self
+    }
+
+    /// Uses the node's settings and allocatable resources in CRI configs.
+    pub fn with_node(
+        mut self,
+        node: config::NodeSettings,
+        allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
+    ) -> Self {
+        self.node = node;
+        self.allocatable = allocatable;
         self
     }
 
@@ -382,7 +403,7 @@ impl RuntimeManager {
                     hash: labels::parse_hash(&st.annotations),
                     restart_count: labels::parse_restart_count(&st.annotations),
                     reason: st.reason.clone(),
-                    message: st.message.clone(),
+                    message: termination::status_message(&st),
                     grace_period: labels::parse_grace_period(&st.annotations),
                     pre_stop: labels::parse_pre_stop(&st.annotations),
                 }),
@@ -435,13 +456,14 @@ impl RuntimeManager {
             containers_to_start,
             ..
         } = actions;
-        let mut sandbox_config = config::sandbox_config(pod, attempt, &self.logs_root);
+        let mut sandbox_config = config::sandbox_config(pod, attempt, &self.logs_root, &self.node);
         sandbox_config
             .annotations
             .insert(labels::SANDBOX_HASH.into(), actions::sandbox_hash(pod));
 
         // Step 4.
         if create_sandbox {
+            self.report_dns_warnings(pod);
             let log_dir = config::pod_log_dir(&self.logs_root, pod);
             std::fs::create_dir_all(&log_dir)
                 .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
@@ -557,7 +579,11 @@ impl RuntimeManager {
 
         let image_ref = self.ensure_image(pod, c, sandbox_config)?;
         let volumes_dir = config::pod_dir(&self.root_dir, pod_uid(pod)).join("volumes");
-        let cfg = match config::container_config(pod, c, restart_count, &image_ref, &volumes_dir) {
+        let cfg = match self
+            .container_inputs(pod, c, status, sandbox_id)
+            .and_then(|inputs| {
+                config::container_config(pod, c, restart_count, &image_ref, &volumes_dir, &inputs)
+            }) {
             Ok(cfg) => cfg,
             Err(e) => {
                 self.set_reason(
@@ -1007,6 +1033,9 @@ impl RuntimeManager {
             if e.kind() != std::io::ErrorKind::NotFound {
                 warn!("pod {uid}: cannot remove {}: {e}", dir.display());
             }
+        }
+        if self.node.cgroups_per_qos {
+            qos::remove_pod_cgroups(Path::new("/sys/fs/cgroup"), self.node.cgroup_driver, uid);
         }
         self.backoff.lock().forget_prefix(&format!("{uid}/"));
         self.reasons.lock().remove(uid);

@@ -1,0 +1,166 @@
+//! What a container's CRI config needs from outside its pod, gathered at
+//! creation: the sandbox's IPs, the node's allocatable resources, and the
+//! image's user when `runAsNonRoot` must be checked; writes the pod's
+//! managed `/etc/hosts`, and reports DNS settings that had to be cut.
+
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use log::warn;
+
+use super::config::{self, ContainerInputs, ImageUser};
+use super::labels::{pod_full_name, pod_uid};
+use super::{PodStatus, RuntimeManager};
+use crate::cri::api;
+use crate::events::{EventType, ObjectRef};
+
+impl RuntimeManager {
+    /// Logs and reports what the pod's DNS settings had to give up (no
+    /// cluster DNS for ClusterFirst, too many nameservers or search paths),
+    /// as upstream does when it creates the sandbox.
+    pub(super) fn report_dns_warnings(&self, pod: &Pod) {
+        let host = config::read_host_resolv_conf(&self.node);
+        for (reason, message) in config::pod_dns(pod, &self.node, &host).1 {
+            warn!("pod {}: {reason}: {message}", pod_full_name(pod));
+            self.recorder
+                .event(&ObjectRef::pod(pod), EventType::Warning, reason, message);
+        }
+    }
+
+    /// The inputs of `c`'s config in sandbox `sandbox_id`. An error (the
+    /// image's user cannot be read) is a config error of the container.
+    pub(super) fn container_inputs(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        status: &PodStatus,
+        sandbox_id: &str,
+    ) -> Result<ContainerInputs<'_>, String> {
+        let image_user = if config::must_verify_non_root(pod, c) {
+            Some(self.image_user(c)?)
+        } else {
+            None
+        };
+        let pod_ips = self.sandbox_ips(pod, status, sandbox_id);
+        let etc_hosts = if pod_ips.is_empty() {
+            None
+        } else {
+            Some(self.write_etc_hosts(pod, &pod_ips)?)
+        };
+        let termination_log = if config::termination_message_path(c).is_empty() {
+            None
+        } else {
+            Some(self.create_termination_log(pod, c)?)
+        };
+        Ok(ContainerInputs {
+            settings: &self.node,
+            pod_ips,
+            allocatable: (self.allocatable)(),
+            image_user,
+            etc_hosts,
+            termination_log,
+        })
+    }
+
+    /// Writes the pod's managed `/etc/hosts` under its pod dir (again at
+    /// each container creation, as upstream) and returns its path.
+    fn write_etc_hosts(&self, pod: &Pod, pod_ips: &[String]) -> Result<PathBuf, String> {
+        let node_hosts = if pod.spec.as_ref().and_then(|s| s.host_network) == Some(true) {
+            std::fs::read_to_string("/etc/hosts").map_err(|e| format!("read /etc/hosts: {e}"))?
+        } else {
+            String::new()
+        };
+        let text = config::etc_hosts_content(pod, &self.node, pod_ips, &node_hosts);
+        let dir = config::pod_dir(&self.root_dir, pod_uid(pod));
+        let path = dir.join("etc-hosts");
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(&path, text))
+            .map_err(|e| format!("write {}: {e}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Creates an empty, world-writable file for this instance of the
+    /// container's termination message, under
+    /// `<pod dir>/containers/<name>/`, as upstream.
+    fn create_termination_log(&self, pod: &Pod, c: &Container) -> Result<PathBuf, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = config::pod_dir(&self.root_dir, pod_uid(pod))
+            .join("containers")
+            .join(&c.name);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let path = dir.join(format!("{nanos:x}"));
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::File::create(&path))
+            .and_then(|_| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)))
+            .map_err(|e| format!("create termination log {}: {e}", path.display()))?;
+        Ok(path)
+    }
+
+    /// The pod's IPs: the node's for a hostNetwork pod, else the sandbox's
+    /// (read again when the sandbox is newer than `status`).
+    fn sandbox_ips(&self, pod: &Pod, status: &PodStatus, sandbox_id: &str) -> Vec<String> {
+        if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false)
+        {
+            return self.node.host_ips.clone();
+        }
+        if status
+            .sandbox_statuses
+            .first()
+            .is_some_and(|s| s.id == sandbox_id)
+        {
+            return status.ips.clone();
+        }
+        match self.runtime.pod_sandbox_status(sandbox_id) {
+            Ok(st) => st
+                .network
+                .as_ref()
+                .map(|n| {
+                    std::iter::once(n.ip.clone())
+                        .filter(|ip| !ip.is_empty())
+                        .chain(n.additional_ips.iter().map(|ip| ip.ip.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Err(e) => {
+                warn!(
+                    "pod {}: sandbox {sandbox_id:.12}: cannot read its IPs: {e}",
+                    pod_full_name(pod)
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// The user the container's image runs as (upstream `getImageUser`):
+    /// its uid, else its user name, else root.
+    fn image_user(&self, c: &Container) -> Result<ImageUser, String> {
+        let mut spec = api::ImageSpec::new();
+        spec.image = c.image.clone().unwrap_or_default();
+        let image = self
+            .images
+            .image_status(&spec)
+            .map_err(|e| format!("inspect image {:?}: {e}", spec.image))?
+            .ok_or_else(|| format!("image {:?} is not present", spec.image))?;
+        Ok(match (image.uid.as_ref(), image.username.as_str()) {
+            (Some(uid), _) => ImageUser {
+                uid: Some(uid.value),
+                username: String::new(),
+            },
+            (None, name) if !name.is_empty() => ImageUser {
+                uid: None,
+                username: name.to_string(),
+            },
+            _ => ImageUser {
+                uid: Some(0),
+                username: String::new(),
+            },
+        })
+    }
+}
