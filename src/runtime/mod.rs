@@ -16,6 +16,7 @@
 pub mod actions;
 pub mod backoff;
 pub mod config;
+pub mod images;
 pub mod labels;
 
 #[cfg(test)]
@@ -35,6 +36,8 @@ use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use actions::{compute_pod_actions, PodActions};
 use backoff::Backoff;
+use images::ImageManager;
+pub use images::{default_pull_policy, ImageOptions};
 use labels::{pod_full_name, pod_uid};
 
 /// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
@@ -146,6 +149,8 @@ pub struct RuntimeManager {
     /// Why each pod's containers could not start in the last sync, by pod
     /// UID and container name (upstream `ReasonCache`), for pod status.
     reasons: Mutex<HashMap<String, WaitingReasons>>,
+    /// Pull policy, pull back-off, registry rate limit, pull secrets.
+    image_manager: ImageManager,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -161,6 +166,7 @@ impl RuntimeManager {
     ) -> Self {
         RuntimeManager {
             runtime,
+            image_manager: ImageManager::new(images.clone(), ImageOptions::default()),
             images,
             root_dir,
             logs_root,
@@ -174,6 +180,19 @@ impl RuntimeManager {
     /// `recorder`.
     pub fn with_recorder(mut self, recorder: EventRecorder) -> Self {
         self.recorder = recorder;
+        self
+    }
+
+    /// Pulls images with `opts` (serialized or not, the registry rate limit).
+    pub fn with_image_options(mut self, opts: ImageOptions) -> Self {
+        self.image_manager = ImageManager::new(self.images.clone(), opts);
+        self
+    }
+
+    /// Reads pods' imagePullSecrets from `source` (the apiserver); without
+    /// one (a standalone node) they cannot be used.
+    pub fn with_pull_secrets(mut self, source: Arc<dyn crate::volume::ObjectSource>) -> Self {
+        self.image_manager.set_secrets(source);
         self
     }
 
@@ -547,98 +566,38 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Pull-if-needed under the container's imagePullPolicy; returns the image reference.
+    /// Pull-if-needed under the container's imagePullPolicy (see
+    /// `images`); returns the image reference to create the container from.
     fn ensure_image(
         &self,
         pod: &Pod,
         c: &Container,
         sandbox_config: &api::PodSandboxConfig,
     ) -> Result<String, SyncError> {
-        let who = pod_full_name(pod);
-        let image = c.image.as_deref().unwrap_or("");
-        let fail = |step: &str, e: &dyn std::fmt::Display| {
-            SyncError::Failed(format!(
-                "pod {who}: container {:?}: {step} {image:?}: {e}",
-                c.name
-            ))
-        };
-        let mut spec = api::ImageSpec::new();
-        spec.image = image.to_string();
-        let policy = c
-            .image_pull_policy
-            .clone()
-            .unwrap_or_else(|| default_pull_policy(image).into());
-        if policy != "Always" {
-            let present = self
-                .images
-                .image_status(&spec)
-                .map_err(|e| fail("inspect image", &e))?;
-            match present {
-                Some(img) => {
-                    self.container_event(
-                        pod,
-                        c,
-                        EventType::Normal,
-                        "Pulled",
-                        format!("Container image {image:?} already present on machine"),
-                    );
-                    return Ok(if img.id.is_empty() {
-                        image.to_string()
-                    } else {
-                        img.id
-                    });
-                }
-                None if policy == "Never" => {
-                    let message = format!(
-                        "Container image {image:?} is not present with pull policy of Never"
-                    );
-                    self.set_reason(pod, &c.name, Some(("ErrImageNeverPull", message.clone())));
-                    self.container_event(pod, c, EventType::Warning, "ErrImageNeverPull", message);
-                    return Err(fail(
-                        "image",
-                        &"not present and imagePullPolicy is Never (ErrImageNeverPull)",
-                    ));
-                }
-                None => {}
-            }
-        }
-        info!("pod {who}: pulling image {image:?}");
-        self.container_event(
-            pod,
-            c,
-            EventType::Normal,
-            "Pulling",
-            format!("Pulling image {image:?}"),
-        );
-        let started = std::time::Instant::now();
-        match self.images.pull_image(&spec, None, Some(sandbox_config)) {
-            Ok(r) => {
-                self.container_event(
-                    pod,
-                    c,
-                    EventType::Normal,
-                    "Pulled",
-                    format!(
-                        "Successfully pulled image {image:?} in {:.3}s",
-                        started.elapsed().as_secs_f64()
-                    ),
-                );
-                Ok(r)
-            }
-            Err(e) => {
-                let message = format!("Failed to pull image {image:?}: {e}");
-                self.set_reason(pod, &c.name, Some(("ErrImagePull", message.clone())));
-                self.container_event(pod, c, EventType::Warning, "Failed", message);
+        let container = ObjectRef::container(pod, &c.name, is_init_container(pod, &c.name));
+        self.image_manager
+            .ensure_image(pod, c, sandbox_config, &self.recorder, &container)
+            .map_err(|e| {
+                self.set_reason(pod, &c.name, Some((e.reason, e.message.clone())));
                 self.container_event(
                     pod,
                     c,
                     EventType::Warning,
                     "Failed",
-                    "Error: ErrImagePull".into(),
+                    format!("Error: {}", e.reason),
                 );
-                Err(fail("pull image", &e))
-            }
-        }
+                let m = format!(
+                    "pod {}: container {:?}: {}: {}",
+                    pod_full_name(pod),
+                    c.name,
+                    e.reason,
+                    e.message
+                );
+                match e.retry_after {
+                    Some(d) => SyncError::BackOff(m, d),
+                    None => SyncError::Failed(m),
+                }
+            })
     }
 
     fn kill_container(&self, id: &str, grace: i64) -> Result<(), CriError> {
@@ -733,6 +692,7 @@ impl RuntimeManager {
             }
         }
         self.backoff.lock().forget_prefix(&format!("{uid}/"));
+        self.image_manager.forget_pod(uid);
         self.reasons.lock().remove(uid);
         Ok(())
     }
@@ -790,19 +750,6 @@ fn backoff_key(pod: &Pod, c: &Container) -> String {
     format!("{}/{}", pod_uid(pod), c.name)
 }
 
-/// The default pull policy: Always for `:latest` or untagged images.
-pub fn default_pull_policy(image: &str) -> &'static str {
-    let name = image.split('@').next().unwrap_or(image);
-    let last = name.rsplit('/').next().unwrap_or(name);
-    if image.contains('@') {
-        return "IfNotPresent";
-    }
-    match last.split_once(':') {
-        Some((_, "latest")) | None => "Always",
-        Some(_) => "IfNotPresent",
-    }
-}
-
 fn grace_period(pod: &Pod, over: Option<i64>) -> i64 {
     over.or(pod.metadata.deletion_grace_period_seconds)
         .or_else(|| {
@@ -815,20 +762,3 @@ fn grace_period(pod: &Pod, over: Option<i64>) -> i64 {
 }
 
 pub use cri::DEFAULT_REQUEST_TIMEOUT;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pull_policy_defaults() {
-        assert_eq!(default_pull_policy("busybox"), "Always");
-        assert_eq!(default_pull_policy("busybox:latest"), "Always");
-        assert_eq!(
-            default_pull_policy("docker.io/tinylet/busybox:1"),
-            "IfNotPresent"
-        );
-        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
-        assert_eq!(default_pull_policy("busybox@sha256:abcd"), "IfNotPresent");
-    }
-}
