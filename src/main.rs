@@ -24,10 +24,10 @@ use tinylet::node::{initial_node_state, node_info};
 use tinylet::options::{parse_args, Command, Options, USAGE};
 use tinylet::pleg::{Pleg, PodCache, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
-use tinylet::runtime::RuntimeManager;
+use tinylet::runtime::{ImageOptions, RuntimeManager};
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
-use tinylet::volume::VolumeManager;
+use tinylet::volume::{ApiObjects, VolumeManager};
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
@@ -279,15 +279,23 @@ fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => (None, StatusReporter::standalone()),
     };
-    let runtime = Arc::new(
-        RuntimeManager::new(
-            remote.clone(),
-            remote.clone(),
-            opts.root_dir.clone(),
-            opts.pod_logs_dir.clone(),
-        )
-        .with_recorder(recorder.clone()),
-    );
+    let mut runtime = RuntimeManager::new(
+        remote.clone(),
+        remote.clone(),
+        opts.root_dir.clone(),
+        opts.pod_logs_dir.clone(),
+    )
+    .with_recorder(recorder.clone())
+    .with_image_options(ImageOptions {
+        serialize_pulls: opts.serialize_image_pulls,
+        registry_qps: opts.registry_qps,
+        registry_burst: opts.registry_burst,
+    });
+    if let Some(c) = &client {
+        // imagePullSecrets are read from the apiserver; a standalone node has none.
+        runtime = runtime.with_pull_secrets(Arc::new(ApiObjects::new(c.clone())));
+    }
+    let runtime = Arc::new(runtime);
     let allocatable = NodeAllocatable::from_map(&node_state.read().allocatable);
     let volume_manager = match &client {
         Some(c) => VolumeManager::with_client(
