@@ -180,6 +180,20 @@ fn registry_pulls_follow_policy_secrets_and_back_off() {
         [format!("Pulling image \"{first}\"")]
     );
 
+    // Always: the tag moves to another image while the container runs; its
+    // restart pulls again and runs the new one.
+    let st = wait_running(&fake, "always", SETTLE);
+    assert!(
+        at(&st, "/imageID").ends_with(&format!("@{d_busybox}")),
+        "{st}"
+    );
+    let d_pause = reg.push(&pause, "test/moving", "1");
+    assert_ne!(d_pause, d_busybox);
+    wait_until(SETTLE, "always restarts from the re-pushed tag", || {
+        let st = cstatus(&fake, "always");
+        st["restartCount"].as_i64().unwrap_or(0) >= 1
+            && at(&st, "/imageID").ends_with(&format!("@{d_pause}"))
+    });
     // A missing image with policy Never: no pull, ErrImageNeverPull.
     let msg = wait_waiting(&fake, "never", "ErrImageNeverPull", SETTLE);
     assert_eq!(
@@ -228,20 +242,6 @@ fn registry_pulls_follow_policy_secrets_and_back_off() {
         created.elapsed().as_secs_f64()
     );
 
-    // Always: the tag moves to another image while the container runs; its
-    // restart pulls again and runs the new one.
-    let st = wait_running(&fake, "always", SETTLE);
-    assert!(
-        at(&st, "/imageID").ends_with(&format!("@{d_busybox}")),
-        "{st}"
-    );
-    let d_pause = reg.push(&pause, "test/moving", "1");
-    assert_ne!(d_pause, d_busybox);
-    wait_until(SETTLE, "always restarts from the re-pushed tag", || {
-        let st = cstatus(&fake, "always");
-        st["restartCount"].as_i64().unwrap_or(0) >= 1
-            && at(&st, "/imageID").ends_with(&format!("@{d_pause}"))
-    });
     let pulls = events(&fake, "always", "Pulling");
     assert!(!pulls.is_empty(), "{pulls:?}");
 }
