@@ -1682,4 +1682,68 @@ mod tests {
         );
         assert_eq!(fake.count("PullImage"), 1);
     }
+
+    /// Pulls that take 30 ms and count how many run at once.
+    #[derive(Default)]
+    struct SlowRegistry {
+        running: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+    }
+
+    impl ImageService for SlowRegistry {
+        fn list_images(&self, _: Option<api::ImageFilter>) -> Result<Vec<api::Image>, CriError> {
+            Ok(Vec::new())
+        }
+        fn image_status(&self, _: &api::ImageSpec) -> Result<Option<api::Image>, CriError> {
+            Ok(None)
+        }
+        fn pull_image(
+            &self,
+            image: &api::ImageSpec,
+            _: Option<&api::AuthConfig>,
+            _: Option<&api::PodSandboxConfig>,
+        ) -> Result<String, CriError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.running.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            std::thread::sleep(Duration::from_millis(30));
+            self.running.fetch_sub(1, SeqCst);
+            Ok(image.image.clone())
+        }
+        fn remove_image(&self, _: &api::ImageSpec) -> Result<(), CriError> {
+            Ok(())
+        }
+    }
+
+    fn most_pulls_at_once(serialize: bool) -> usize {
+        let registry = Arc::new(SlowRegistry::default());
+        let m = ImageManager::new(
+            registry.clone(),
+            ImageOptions {
+                serialize_pulls: serialize,
+                registry_qps: 0.0,
+                registry_burst: 10,
+            },
+        );
+        let pods: Vec<Pod> = (0..4)
+            .map(|i| {
+                let mut p = pod_with(&format!("example.com/app{i}:1"), None, &[]);
+                p.metadata.uid = Some(format!("uid-{i}"));
+                p
+            })
+            .collect();
+        std::thread::scope(|s| {
+            for p in &pods {
+                let m = &m;
+                s.spawn(move || assert!(ensure(m, p).is_ok()));
+            }
+        });
+        registry.most.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[test]
+    fn serialized_pulls_run_one_at_a_time() {
+        assert_eq!(most_pulls_at_once(true), 1);
+        assert!(most_pulls_at_once(false) > 1, "parallel pulls overlapped");
+    }
 }
