@@ -8,7 +8,9 @@
 #           iproute2 iptables util-linux (a private containerd with CNI and
 #           locally built busybox images; see containerd-private.sh);
 #           openssl (certificates for the TLS tests of the API client and
-#           the fake apiserver)
+#           the fake apiserver); docker-registry skopeo apache2-utils (a
+#           private image registry with htpasswd auth for the image pull
+#           tests; see tests/support/registry.rs)
 # The Rust toolchain itself is expected from rustup.
 set -euo pipefail
 
@@ -19,6 +21,7 @@ packages=(
     cmake g++ make pkg-config
     containerd runc containernetworking-plugins busybox-static
     iproute2 iptables util-linux tar coreutils openssl
+    docker-registry skopeo apache2-utils
 )
 
 installed() {

@@ -27,10 +27,10 @@ use tinylet::pleg::{Pleg, PodCache, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
 use tinylet::runtime::config::NodeSettings;
 use tinylet::runtime::image_gc::{self, ImageGc};
-use tinylet::runtime::RuntimeManager;
+use tinylet::runtime::{ImageOptions, RuntimeManager};
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
-use tinylet::volume::VolumeManager;
+use tinylet::volume::{ApiObjects, VolumeManager};
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
@@ -282,35 +282,43 @@ fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => (None, StatusReporter::standalone()),
     };
-    let runtime = Arc::new(
-        RuntimeManager::new(
-            remote.clone(),
-            remote.clone(),
-            opts.root_dir.clone(),
-            opts.pod_logs_dir.clone(),
-        )
-        .with_recorder(recorder.clone())
-        .with_max_dead_per_container(opts.max_dead_per_container)
-        .with_node(
-            NodeSettings {
-                cluster_dns: opts.cluster_dns.iter().map(|ip| ip.to_string()).collect(),
-                cluster_domain: opts.cluster_domain.clone(),
-                resolv_conf: opts.resolv_conf.clone(),
-                host_ips: host_ip.iter().cloned().collect(),
-                seccomp_profile_root: opts.root_dir.join("seccomp"),
-                cgroups_per_qos: opts.cgroups_per_qos,
-                cgroup_driver: opts.cgroup_driver,
-                memory_capacity: i64::try_from(
-                    tinylet::node::machine::read_machine_info().memory_capacity,
-                )
-                .unwrap_or(i64::MAX),
-            },
-            {
-                let node_state = node_state.clone();
-                Box::new(move || NodeAllocatable::from_map(&node_state.read().allocatable))
-            },
-        ),
-    );
+    let mut runtime = RuntimeManager::new(
+        remote.clone(),
+        remote.clone(),
+        opts.root_dir.clone(),
+        opts.pod_logs_dir.clone(),
+    )
+    .with_recorder(recorder.clone())
+    .with_max_dead_per_container(opts.max_dead_per_container)
+    .with_node(
+        NodeSettings {
+            cluster_dns: opts.cluster_dns.iter().map(|ip| ip.to_string()).collect(),
+            cluster_domain: opts.cluster_domain.clone(),
+            resolv_conf: opts.resolv_conf.clone(),
+            host_ips: host_ip.iter().cloned().collect(),
+            seccomp_profile_root: opts.root_dir.join("seccomp"),
+            cgroups_per_qos: opts.cgroups_per_qos,
+            cgroup_driver: opts.cgroup_driver,
+            memory_capacity: i64::try_from(
+                tinylet::node::machine::read_machine_info().memory_capacity,
+            )
+            .unwrap_or(i64::MAX),
+        },
+        {
+            let node_state = node_state.clone();
+            Box::new(move || NodeAllocatable::from_map(&node_state.read().allocatable))
+        },
+    )
+    .with_image_options(ImageOptions {
+        serialize_pulls: opts.serialize_image_pulls,
+        registry_qps: opts.registry_qps,
+        registry_burst: opts.registry_burst,
+    });
+    if let Some(c) = &client {
+        // imagePullSecrets are read from the apiserver; a standalone node has none.
+        runtime = runtime.with_pull_secrets(Arc::new(ApiObjects::new(c.clone())));
+    }
+    let runtime = Arc::new(runtime);
     let _image_gc = if opts.image_gc.enabled() {
         let gc = ImageGc::new(
             remote.clone(),

@@ -74,6 +74,12 @@ pub struct Options {
     pub cgroups_per_qos: bool,
     /// `cgroupfs` or `systemd`, as the runtime uses (`--cgroup-driver`).
     pub cgroup_driver: crate::runtime::qos::CgroupDriver,
+    /// One image pull at a time (`--serialize-image-pulls`).
+    pub serialize_image_pulls: bool,
+    /// Image pulls per second, 0: unlimited (`--registry-qps`).
+    pub registry_qps: f32,
+    /// Image pulls in a burst (`--registry-burst`).
+    pub registry_burst: u32,
 }
 
 /// A node taint: `key[=value]:Effect`.
@@ -123,6 +129,9 @@ impl Default for Options {
             allow_privileged: true,
             cgroups_per_qos: true,
             cgroup_driver: crate::runtime::qos::CgroupDriver::Cgroupfs,
+            serialize_image_pulls: true,
+            registry_qps: 5.0,
+            registry_burst: 10,
         }
     }
 }
@@ -170,6 +179,11 @@ Flags:
                                        (default true)
   --cgroup-driver string               cgroupfs or systemd; must match the runtime's
                                        (default cgroupfs)
+  --serialize-image-pulls bool         pull one image at a time (default true)
+  --registry-qps float                 image pulls per second; a pull beyond it fails and
+                                       backs off; 0: unlimited (default 5)
+  --registry-burst int                 image pulls allowed in a burst, with --registry-qps
+                                       above 0 (default 10)
 
 Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --kubeconfig string                  kubeconfig of the API server; joins the cluster as
@@ -333,6 +347,17 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             }
             "kube-api-burst" => o.kube_api_burst = number(name, &v)?,
             "register-node" => o.register_node = boolean(name, &v)?,
+            "serialize-image-pulls" => o.serialize_image_pulls = boolean(name, &v)?,
+            "registry-qps" => {
+                o.registry_qps = v
+                    .parse::<f32>()
+                    .ok()
+                    .filter(|q| q.is_finite() && *q >= 0.0)
+                    .ok_or_else(|| {
+                        format!("flag --{name}: invalid rate {v:?} (want a number >= 0)")
+                    })?;
+            }
+            "registry-burst" => o.registry_burst = number(name, &v)?,
             "node-status-update-frequency" => o.node_status_update_frequency = dur(&v)?,
             "node-status-report-frequency" => o.node_status_report_frequency = dur(&v)?,
             "node-lease-duration-seconds" => o.node_lease_duration_seconds = number(name, &v)?,
@@ -477,6 +502,9 @@ const FLAGS: &[&str] = &[
     "allow-privileged",
     "cgroups-per-qos",
     "cgroup-driver",
+    "serialize-image-pulls",
+    "registry-qps",
+    "registry-burst",
 ];
 
 /// Parses a comma-separated list of IP addresses; empty input is none.
@@ -698,6 +726,19 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                     as f32;
             }
             "kubeAPIBurst" => o.kube_api_burst = unsigned(field, v)?,
+            "serializeImagePulls" => {
+                o.serialize_image_pulls = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "registryPullQPS" => {
+                o.registry_qps = v
+                    .as_f64()
+                    .filter(|q| *q >= 0.0)
+                    .ok_or_else(|| err(field, format!("expected a number >= 0, found {v}")))?
+                    as f32;
+            }
+            "registryBurst" => o.registry_burst = unsigned(field, v)?,
             "maxPods" => o.max_pods = unsigned(field, v)?,
             "imageGCHighThresholdPercent" => o.image_gc.high_threshold = percent(field, v)?,
             "imageGCLowThresholdPercent" => o.image_gc.low_threshold = percent(field, v)?,
@@ -1228,5 +1269,63 @@ cgroupDriver: systemd
         .unwrap();
         let e = apply_config_file(&mut o, &file).unwrap_err();
         assert!(e.contains("clusterDNS[0]"), "{e}");
+    }
+
+    #[test]
+    fn image_pull_flags_and_config_fields() {
+        let d = run(&[]);
+        assert_eq!(
+            (d.serialize_image_pulls, d.registry_qps, d.registry_burst),
+            (true, 5.0, 10)
+        );
+        let o = run(&[
+            "--serialize-image-pulls=false",
+            "--registry-qps",
+            "0",
+            "--registry-burst=3",
+        ]);
+        assert_eq!(
+            (o.serialize_image_pulls, o.registry_qps, o.registry_burst),
+            (false, 0.0, 3)
+        );
+        for (args, want) in [
+            (&["--registry-qps", "-2"][..], "--registry-qps"),
+            (&["--registry-burst", "x"][..], "--registry-burst"),
+            (
+                &["--serialize-image-pulls", "maybe"][..],
+                "--serialize-image-pulls",
+            ),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(
+            &dir,
+            "kubelet.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             serializeImagePulls: false\nregistryPullQPS: 2\nregistryBurst: 4\n",
+        );
+        let o = run(&["--config", &file]);
+        assert_eq!(
+            (o.serialize_image_pulls, o.registry_qps, o.registry_burst),
+            (false, 2.0, 4)
+        );
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
+        // Flags win over the file.
+        let o = run(&["--config", &file, "--registry-qps", "9"]);
+        assert_eq!((o.registry_qps, o.registry_burst), (9.0, 4));
+        let bad = config_file(
+            &dir,
+            "bad.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             registryPullQPS: -1\n",
+        );
+        let e = parse(&["--config", &bad]).unwrap_err();
+        assert!(e.contains("registryPullQPS"), "{e}");
     }
 }

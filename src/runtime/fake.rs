@@ -81,6 +81,10 @@ struct State {
     /// ExecSync calls: (container name, command).
     execs: Vec<(String, Vec<String>)>,
     exec: ExecBehaviour,
+    /// Images a pull can fetch, with the login the registry wants.
+    registry: HashMap<String, Option<(String, String)>>,
+    /// The username of each PullImage call ("" without credentials).
+    pull_auths: Vec<String>,
 }
 
 /// What the fake's ExecSync does.
@@ -168,6 +172,19 @@ impl FakeRuntime {
             .rev()
             .find(|(_, c)| c.metadata.as_ref().is_some_and(|m| m.name == name))
             .map(|(_, c)| c.id.clone())
+    }
+
+    /// Lets a pull fetch `image`, with `login` required when given.
+    pub fn serve_image(&self, image: &str, login: Option<(&str, &str)>) {
+        self.state.lock().registry.insert(
+            image.to_string(),
+            login.map(|(u, p)| (u.to_string(), p.to_string())),
+        );
+    }
+
+    /// The username sent with each PullImage call, in order ("" for none).
+    pub fn pull_auths(&self) -> Vec<String> {
+        self.state.lock().pull_auths.clone()
     }
 
     /// The next `n` calls of `method` fail with UNAVAILABLE.
@@ -519,19 +536,32 @@ impl ImageService for FakeRuntime {
     fn pull_image(
         &self,
         image: &api::ImageSpec,
-        _a: Option<&api::AuthConfig>,
+        auth: Option<&api::AuthConfig>,
         _s: Option<&api::PodSandboxConfig>,
     ) -> Result<String, CriError> {
-        let _s = self.begin("PullImage")?;
-        Err(CriError::status(
-            "PullImage",
-            "fake",
-            RpcStatusCode::UNKNOWN,
-            format!(
-                "failed to resolve reference {:?}: no registry reachable",
-                image.image
+        let mut s = self.begin("PullImage")?;
+        let user = auth.map(|a| a.username.clone()).unwrap_or_default();
+        s.pull_auths.push(user);
+        let fail = |code, msg: String| Err(CriError::status("PullImage", "fake", code, msg));
+        match s.registry.get(&image.image).cloned() {
+            None => fail(
+                RpcStatusCode::UNKNOWN,
+                format!(
+                    "failed to resolve reference {:?}: no registry reachable",
+                    image.image
+                ),
             ),
-        ))
+            Some(Some((u, p))) if auth.is_none_or(|a| a.username != u || a.password != p) => fail(
+                RpcStatusCode::UNKNOWN,
+                format!("failed to pull {:?}: 401 Unauthorized", image.image),
+            ),
+            Some(_) => {
+                if !s.images.contains(&image.image) {
+                    s.images.push(image.image.clone());
+                }
+                Ok(image.image.clone())
+            }
+        }
     }
 
     fn remove_image(&self, image: &api::ImageSpec) -> Result<(), CriError> {

@@ -27,6 +27,7 @@ pub mod config;
 pub mod expansion;
 mod hooks;
 pub mod image_gc;
+pub mod images;
 mod inputs;
 pub mod labels;
 pub mod qos;
@@ -49,6 +50,8 @@ use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
 use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
+use images::ImageManager;
+pub use images::{default_pull_policy, ImageOptions};
 use labels::{pod_full_name, pod_uid};
 
 /// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
@@ -175,6 +178,8 @@ pub struct RuntimeManager {
     node: config::NodeSettings,
     /// The node's allocatable resources, read at each container creation.
     allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
+    /// Pull policy, pull back-off, registry rate limit, pull secrets.
+    image_manager: ImageManager,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -190,6 +195,7 @@ impl RuntimeManager {
     ) -> Self {
         RuntimeManager {
             runtime,
+            image_manager: ImageManager::new(images.clone(), ImageOptions::default()),
             images,
             root_dir,
             logs_root,
@@ -239,6 +245,19 @@ impl RuntimeManager {
     /// `recorder`.
     pub fn with_recorder(mut self, recorder: EventRecorder) -> Self {
         self.recorder = recorder;
+        self
+    }
+
+    /// Pulls images with `opts` (serialized or not, the registry rate limit).
+    pub fn with_image_options(mut self, opts: ImageOptions) -> Self {
+        self.image_manager = ImageManager::new(self.images.clone(), opts);
+        self
+    }
+
+    /// Reads pods' imagePullSecrets from `source` (the apiserver); without
+    /// one (a standalone node) they cannot be used.
+    pub fn with_pull_secrets(mut self, source: Arc<dyn crate::volume::ObjectSource>) -> Self {
+        self.image_manager.set_secrets(source);
         self
     }
 
@@ -705,98 +724,38 @@ impl RuntimeManager {
         )
     }
 
-    /// Pull-if-needed under the container's imagePullPolicy; returns the image reference.
+    /// Pull-if-needed under the container's imagePullPolicy (see
+    /// `images`); returns the image reference to create the container from.
     fn ensure_image(
         &self,
         pod: &Pod,
         c: &Container,
         sandbox_config: &api::PodSandboxConfig,
     ) -> Result<String, SyncError> {
-        let who = pod_full_name(pod);
-        let image = c.image.as_deref().unwrap_or("");
-        let fail = |step: &str, e: &dyn std::fmt::Display| {
-            SyncError::Failed(format!(
-                "pod {who}: container {:?}: {step} {image:?}: {e}",
-                c.name
-            ))
-        };
-        let mut spec = api::ImageSpec::new();
-        spec.image = image.to_string();
-        let policy = c
-            .image_pull_policy
-            .clone()
-            .unwrap_or_else(|| default_pull_policy(image).into());
-        if policy != "Always" {
-            let present = self
-                .images
-                .image_status(&spec)
-                .map_err(|e| fail("inspect image", &e))?;
-            match present {
-                Some(img) => {
-                    self.container_event(
-                        pod,
-                        c,
-                        EventType::Normal,
-                        "Pulled",
-                        format!("Container image {image:?} already present on machine"),
-                    );
-                    return Ok(if img.id.is_empty() {
-                        image.to_string()
-                    } else {
-                        img.id
-                    });
-                }
-                None if policy == "Never" => {
-                    let message = format!(
-                        "Container image {image:?} is not present with pull policy of Never"
-                    );
-                    self.set_reason(pod, &c.name, Some(("ErrImageNeverPull", message.clone())));
-                    self.container_event(pod, c, EventType::Warning, "ErrImageNeverPull", message);
-                    return Err(fail(
-                        "image",
-                        &"not present and imagePullPolicy is Never (ErrImageNeverPull)",
-                    ));
-                }
-                None => {}
-            }
-        }
-        info!("pod {who}: pulling image {image:?}");
-        self.container_event(
-            pod,
-            c,
-            EventType::Normal,
-            "Pulling",
-            format!("Pulling image {image:?}"),
-        );
-        let started = std::time::Instant::now();
-        match self.images.pull_image(&spec, None, Some(sandbox_config)) {
-            Ok(r) => {
-                self.container_event(
-                    pod,
-                    c,
-                    EventType::Normal,
-                    "Pulled",
-                    format!(
-                        "Successfully pulled image {image:?} in {:.3}s",
-                        started.elapsed().as_secs_f64()
-                    ),
-                );
-                Ok(r)
-            }
-            Err(e) => {
-                let message = format!("Failed to pull image {image:?}: {e}");
-                self.set_reason(pod, &c.name, Some(("ErrImagePull", message.clone())));
-                self.container_event(pod, c, EventType::Warning, "Failed", message);
+        let container = ObjectRef::container(pod, &c.name, is_init_container(pod, &c.name));
+        self.image_manager
+            .ensure_image(pod, c, sandbox_config, &self.recorder, &container)
+            .map_err(|e| {
+                self.set_reason(pod, &c.name, Some((e.reason, e.message.clone())));
                 self.container_event(
                     pod,
                     c,
                     EventType::Warning,
                     "Failed",
-                    "Error: ErrImagePull".into(),
+                    format!("Error: {}", e.reason),
                 );
-                Err(fail("pull image", &e))
-            }
-        }
+                let m = format!(
+                    "pod {}: container {:?}: {}: {}",
+                    pod_full_name(pod),
+                    c.name,
+                    e.reason,
+                    e.message
+                );
+                match e.retry_after {
+                    Some(d) => SyncError::BackOff(m, d),
+                    None => SyncError::Failed(m),
+                }
+            })
     }
 
     /// Stops one container the way upstream `killContainer` does: a
@@ -1038,6 +997,7 @@ impl RuntimeManager {
             qos::remove_pod_cgroups(Path::new("/sys/fs/cgroup"), self.node.cgroup_driver, uid);
         }
         self.backoff.lock().forget_prefix(&format!("{uid}/"));
+        self.image_manager.forget_pod(uid);
         self.reasons.lock().remove(uid);
         Ok(())
     }
@@ -1203,19 +1163,6 @@ fn go_duration(d: Duration) -> String {
 
 fn backoff_key(pod: &Pod, c: &Container) -> String {
     format!("{}/{}", pod_uid(pod), c.name)
-}
-
-/// The default pull policy: Always for `:latest` or untagged images.
-pub fn default_pull_policy(image: &str) -> &'static str {
-    let name = image.split('@').next().unwrap_or(image);
-    let last = name.rsplit('/').next().unwrap_or(name);
-    if image.contains('@') {
-        return "IfNotPresent";
-    }
-    match last.split_once(':') {
-        Some((_, "latest")) | None => "Always",
-        Some(_) => "IfNotPresent",
-    }
 }
 
 /// The grace period a container's stop starts from: the kill's override,
@@ -1733,18 +1680,6 @@ mod tests {
         let last_stop = calls.iter().rposition(|c| c == "StopContainer").unwrap();
         let sandbox = calls.iter().position(|c| c == "StopPodSandbox").unwrap();
         assert!(last_stop < sandbox, "the sandbox stops last");
-    }
-
-    #[test]
-    fn pull_policy_defaults() {
-        assert_eq!(default_pull_policy("busybox"), "Always");
-        assert_eq!(default_pull_policy("busybox:latest"), "Always");
-        assert_eq!(
-            default_pull_policy("docker.io/tinylet/busybox:1"),
-            "IfNotPresent"
-        );
-        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
-        assert_eq!(default_pull_policy("busybox@sha256:abcd"), "IfNotPresent");
     }
 
     fn exited(name: &str, id: &str, created: i64) -> ContainerStatus {

@@ -29,6 +29,7 @@ use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::fieldpath::NodeAllocatable;
 
 mod api;
+pub use api::ApiObjects;
 pub mod mount;
 pub mod payload;
 pub mod writer;

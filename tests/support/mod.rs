@@ -4,3 +4,4 @@ pub mod agent;
 pub mod containerd;
 pub mod fake_apiserver;
 pub mod fake_cri;
+pub mod registry;
