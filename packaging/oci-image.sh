@@ -9,6 +9,10 @@
 # Usage: oci-image.sh OUTDIR
 #   writes OUTDIR/tinylet-busybox-1.tar and OUTDIR/tinylet-pause-1.tar and
 #   prints their paths. Both import with `ctr -n k8s.io images import FILE`.
+# Usage: oci-image.sh OUTDIR NAME
+#   writes one more image NAME (e.g. docker.io/tinylet/spare:1), the busybox
+#   layer with its own config (Cmd ["true"] and a label naming it), so it has
+#   an image ID of its own; prints its path.
 #   The output is byte-for-byte reproducible for a given busybox binary
 #   (fixed mtimes, owners and ordering); existing tarballs newer than both
 #   this script and the busybox binary are reused.
@@ -17,7 +21,8 @@
 set -euo pipefail
 
 BUSYBOX=${BUSYBOX:-/bin/busybox}
-out=${1:?usage: oci-image.sh OUTDIR}
+out=${1:?usage: oci-image.sh OUTDIR [NAME]}
+extra=${2:-}
 
 busybox_tar="$out/tinylet-busybox-1.tar"
 pause_tar="$out/tinylet-pause-1.tar"
@@ -35,7 +40,7 @@ up_to_date() {
     local f=$1
     [ -s "$f" ] && [ "$f" -nt "$BUSYBOX" ] && [ "$f" -nt "${BASH_SOURCE[0]}" ]
 }
-if up_to_date "$busybox_tar" && up_to_date "$pause_tar"; then
+if [ -z "$extra" ] && up_to_date "$busybox_tar" && up_to_date "$pause_tar"; then
     printf '%s\n%s\n' "$busybox_tar" "$pause_tar"
     exit 0
 fi
@@ -122,6 +127,12 @@ make_image() {
     mv "$built" "$dest"
 }
 
+if [ -n "$extra" ]; then
+    extra_tar="$out/$(printf '%s' "$extra" | tr -c 'a-zA-Z0-9.-' '_').tar"
+    make_image "$extra" "$extra_tar" "\"Cmd\":[\"true\"],\"Labels\":{\"name\":\"$extra\"}"
+    printf '%s\n' "$extra_tar"
+    exit 0
+fi
 make_image docker.io/tinylet/busybox:1 "$busybox_tar" '"Cmd":["sh"]'
 # The sandbox ("pause") image: PID 1 of the pod, it only has to stay alive
 # and leave promptly on SIGTERM/SIGINT. The sleep runs in the background so

@@ -16,7 +16,7 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
-use crate::support::containerd::{wait_until, PrivateContainerd, Tinylet};
+use crate::support::containerd::{wait_until, PrivateContainerd, Tinylet, BUSYBOX_IMAGE};
 use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
 use crate::support::registry::{oci_archives, Registry, PASSWORD, USER};
 
@@ -244,4 +244,66 @@ fn registry_pulls_follow_policy_secrets_and_back_off() {
 
     let pulls = events(&fake, "always", "Pulling");
     assert!(!pulls.is_empty(), "{pulls:?}");
+}
+
+/// Image GC on real containerd: with the image filesystem "full" (a 1%
+/// high threshold), an unused image is removed; the image a running pod
+/// uses and the runtime's sandbox image stay, and the pod is untouched.
+#[test]
+fn image_gc_removes_an_unused_image_and_keeps_used_and_sandbox_images() {
+    let ctd = PrivateContainerd::start();
+    let spare = "docker.io/tinylet/spare:1";
+    let out = std::process::Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/packaging/oci-image.sh"
+        ))
+        .arg(ctd.dir())
+        .arg(spare)
+        .output()
+        .expect("running oci-image.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tar = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    ctd.ctr(&[
+        "images",
+        "import",
+        "--snapshotter",
+        &ctd.snapshotter(),
+        &tar,
+    ]);
+    let images = |ctd: &PrivateContainerd| ctd.ctr(&["images", "ls", "-q"]);
+    assert!(images(&ctd).contains(spare), "{}", images(&ctd));
+
+    let mut kubelet = Tinylet::start(&ctd, NODE);
+    crate::support::containerd::write_manifest(
+        &kubelet.manifest_dir(),
+        "web.yaml",
+        &crate::e2e::yaml_pod("web", LONG_RUNNING, ""),
+    );
+    let web = kubelet.pod_name("web");
+    wait_until(SETTLE, "web runs", || ctd.pod_running(&web, &["app"]));
+    let before = ctd.container_ids(&web);
+
+    kubelet.restart_with(&[
+        "--image-gc-high-threshold",
+        "1",
+        "--image-gc-low-threshold",
+        "0",
+        "--minimum-image-ttl-duration",
+        "0s",
+    ]);
+    wait_until(SETTLE, "the unused image is removed", || {
+        !images(&ctd).contains(spare)
+    });
+    let left = images(&ctd);
+    for kept in [BUSYBOX_IMAGE, "docker.io/tinylet/pause:1"] {
+        assert!(left.contains(kept), "{kept} was removed: {left}");
+    }
+    assert!(ctd.pod_running(&web, &["app"]));
+    assert_eq!(ctd.container_ids(&web), before, "the pod was left alone");
+    kubelet.assert_running();
 }

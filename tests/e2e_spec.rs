@@ -331,7 +331,9 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
     ));
     fake.create_pod(api_pod(
         "logs",
-        "echo first line; echo 'last words' >&2; exit 3",
+        // stdout and stderr reach the log through separate pipes: a pause
+        // keeps their order in the file certain.
+        "echo first line; sleep 1; echo 'last words' >&2; exit 3",
         json!({"terminationMessagePolicy": "FallbackToLogsOnError"}),
     ));
     fake.create_pod(api_pod(

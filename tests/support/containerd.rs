@@ -833,6 +833,12 @@ impl Tinylet {
         }
     }
 
+    /// Kills the binary and starts it again with `extra` flags added.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        self.restart();
+    }
+
     /// Starts the binary again with the same flags (after `sigterm` or
     /// `sigkill`; a still-running process is killed first).
     pub fn restart(&mut self) {
