@@ -40,6 +40,8 @@ pub enum Event {
     Housekeeping,
     Pleg(PodLifecycleEvent),
     WorkerDone(String),
+    /// A probe result of this pod (UID) changed.
+    Probe(String),
 }
 
 impl Event {
@@ -56,6 +58,7 @@ impl Event {
             Event::Housekeeping => "Housekeeping".into(),
             Event::Pleg(e) => format!("Pleg({:?})", e.kind),
             Event::WorkerDone(_) => "WorkerDone".into(),
+            Event::Probe(_) => "Probe".into(),
         }
     }
 }
@@ -65,6 +68,8 @@ pub struct Inputs {
     pub updates: Receiver<PodUpdate>,
     pub pleg: Receiver<PodLifecycleEvent>,
     pub worker_done: Receiver<String>,
+    /// Pods whose probe results changed (from the prober).
+    pub probes: Receiver<String>,
     /// Any message or disconnection stops the loop.
     pub stop: Receiver<()>,
 }
@@ -231,6 +236,7 @@ impl Kubelet {
             },
             recv(self.inputs.pleg) -> e => e.ok().map(Event::Pleg).or(Some(Event::SyncTick)),
             recv(self.inputs.worker_done) -> d => d.ok().map(Event::WorkerDone).or(Some(Event::SyncTick)),
+            recv(self.inputs.probes) -> p => p.ok().map(Event::Probe).or(Some(Event::SyncTick)),
             recv(self.sync_tick) -> _ => Some(Event::SyncTick),
             recv(self.housekeeping) -> _ => Some(Event::Housekeeping),
         }
@@ -263,6 +269,14 @@ impl Kubelet {
                 self.finished.insert(uid, Instant::now());
             }
             Event::Housekeeping => self.housekeeping(),
+            Event::Probe(uid) => {
+                // The pod's worker acts on the result: a kill and restart
+                // for a failed liveness or startup probe, a new status for
+                // readiness.
+                if let Some(pod) = self.pods.get(&uid).cloned() {
+                    self.dispatch(pod, UpdateType::Sync, None);
+                }
+            }
         }
     }
 
@@ -520,6 +534,7 @@ mod tests {
                 updates: urx,
                 pleg: crossbeam_channel::never(),
                 worker_done: crossbeam_channel::never(),
+                probes: crossbeam_channel::never(),
                 stop: crossbeam_channel::never(),
             },
         );

@@ -23,6 +23,7 @@ use tinylet::node::{initial_node_state, node_info};
 use tinylet::options::{parse_args, Command, Options, USAGE};
 use tinylet::pleg::{Pleg, PodCache, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
+use tinylet::prober::{ProbeResults, Prober, DEFAULT_RUNNERS, UPDATES_CAPACITY};
 use tinylet::runtime::RuntimeManager;
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
@@ -277,6 +278,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => (None, StatusReporter::standalone()),
     };
+    let probe_results = Arc::new(ProbeResults::default());
     let runtime = Arc::new(
         RuntimeManager::new(
             remote.clone(),
@@ -284,7 +286,8 @@ fn run(opts: Options) -> anyhow::Result<()> {
             opts.root_dir.clone(),
             opts.pod_logs_dir.clone(),
         )
-        .with_recorder(recorder.clone()),
+        .with_recorder(recorder.clone())
+        .with_probe_results(probe_results.clone()),
     );
     let (_node_status, _lease) = match &client {
         Some(c) => {
@@ -405,6 +408,17 @@ fn run(opts: Options) -> anyhow::Result<()> {
     let pleg = Pleg::start(runtime.clone(), cache.clone(), RELIST_PERIOD, pleg_tx)
         .context("starting the PLEG")?;
 
+    // Capacity: when full, the prober keeps the pod's UID and sends it again
+    // 100 ms later; nothing is lost and the prober never blocks.
+    let (probe_tx, probe_rx) = bounded(UPDATES_CAPACITY);
+    let prober = Prober::start(
+        runtime.clone(),
+        probe_results,
+        recorder.clone(),
+        probe_tx,
+        DEFAULT_RUNNERS,
+    )
+    .context("starting the prober")?;
     // Capacity: a worker blocks on a full channel, which only delays its exit.
     let (done_tx, done_rx) = bounded(128);
     let queue = Arc::new(WorkQueue::default());
@@ -415,7 +429,8 @@ fn run(opts: Options) -> anyhow::Result<()> {
         opts.sync_frequency,
         done_tx,
     )
-    .with_status(reporter.clone(), host_ip, runtime_name);
+    .with_status(reporter.clone(), host_ip, runtime_name)
+    .with_prober(prober.handle());
     let config = Arc::new(config);
     let ready_config = config.clone();
     let sources_ready = Box::new(move || ready_config.seen_all_sources(&sources));
@@ -428,6 +443,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
             updates,
             pleg: pleg_rx,
             worker_done: done_rx,
+            probes: probe_rx,
             stop,
         },
     )
@@ -438,6 +454,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
     );
     info!("started in {} ms", started.elapsed().as_millis());
     kubelet.run();
+    drop(prober);
     drop(pleg);
     info!("stopped");
     Ok(())

@@ -61,6 +61,15 @@ pub trait RuntimeService: Send + Sync {
         filter: Option<api::ContainerFilter>,
     ) -> Result<Vec<api::Container>, CriError>;
     fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus, CriError>;
+    /// Runs `cmd` in a running container and waits for it to finish, at
+    /// most `timeout` (zero: no limit); the answer has its exit code and
+    /// output.
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<api::ExecSyncResponse, CriError>;
 }
 
 /// Images (CRI `ImageService`).

@@ -299,6 +299,27 @@ impl RuntimeService for RemoteRuntime {
         }
         Ok(status)
     }
+
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<api::ExecSyncResponse, CriError> {
+        let mut req = api::ExecSyncRequest::new();
+        req.container_id = container_id.to_string();
+        req.cmd = cmd.to_vec();
+        // Whole seconds, rounded up, as the CRI field counts them.
+        let secs = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+        req.timeout = i64::try_from(secs).unwrap_or(i64::MAX);
+        // The runtime answers once the command ends or its time is up; the
+        // call itself gets the usual deadline on top, as upstream does.
+        let deadline = self.timeout.saturating_add(timeout);
+        let opt = CallOption::default().timeout(deadline);
+        self.runtime
+            .exec_sync_opt(&req, opt)
+            .map_err(|e| self.failed("ExecSync", deadline, e))
+    }
 }
 
 impl ImageService for RemoteRuntime {

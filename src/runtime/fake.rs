@@ -66,8 +66,13 @@ pub fn wait_for(what: &str, f: impl Fn() -> bool) {
     }
 }
 
+/// What a scripted `ExecSync` answers: exit code and stdout, or an error code.
+pub type ExecAnswer = Result<(i32, String), RpcStatusCode>;
+
 #[derive(Default)]
 struct State {
+    /// Scripted ExecSync answers by the command's first word; none: exit 0.
+    exec: HashMap<String, ExecAnswer>,
     next_id: u64,
     clock: i64,
     sandboxes: Vec<(api::PodSandboxConfig, api::PodSandboxStatus)>,
@@ -122,6 +127,11 @@ impl FakeRuntime {
     /// The next `n` calls of `method` fail with UNAVAILABLE.
     pub fn fail_next(&self, method: &str, n: usize) {
         self.state.lock().fail.insert(method.into(), n);
+    }
+
+    /// Scripts what `ExecSync` of a command starting with `cmd0` answers.
+    pub fn set_exec(&self, cmd0: &str, answer: ExecAnswer) {
+        self.state.lock().exec.insert(cmd0.into(), answer);
     }
 
     /// Makes a running container exit with `code`.
@@ -378,6 +388,31 @@ impl RuntimeService for FakeRuntime {
             .find(|(_, c)| c.id == id)
             .map(|(_, c)| c.clone())
             .ok_or_else(|| not_found("ContainerStatus", id))
+    }
+
+    fn exec_sync(
+        &self,
+        id: &str,
+        cmd: &[String],
+        _timeout: std::time::Duration,
+    ) -> Result<api::ExecSyncResponse, CriError> {
+        let s = self.begin("ExecSync")?;
+        let running = s.containers.iter().any(|(_, c)| {
+            c.id == id && c.state.enum_value() == Ok(api::ContainerState::CONTAINER_RUNNING)
+        });
+        if !running {
+            return Err(not_found("ExecSync", id));
+        }
+        let first = cmd.first().map(String::as_str).unwrap_or("");
+        match s.exec.get(first).cloned().unwrap_or(Ok((0, String::new()))) {
+            Ok((code, out)) => {
+                let mut r = api::ExecSyncResponse::new();
+                r.exit_code = code;
+                r.stdout = out.into_bytes();
+                Ok(r)
+            }
+            Err(code) => Err(CriError::status("ExecSync", "fake", code, "scripted")),
+        }
     }
 }
 

@@ -146,6 +146,9 @@ pub struct RuntimeManager {
     /// Why each pod's containers could not start in the last sync, by pod
     /// UID and container name (upstream `ReasonCache`), for pod status.
     reasons: Mutex<HashMap<String, WaitingReasons>>,
+    /// Standing probe results: a failed liveness or startup probe kills
+    /// and restarts its container.
+    probe_results: Option<Arc<crate::prober::ProbeResults>>,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -167,7 +170,30 @@ impl RuntimeManager {
             backoff: Mutex::new(Backoff::default()),
             recorder: EventRecorder::disabled(),
             reasons: Mutex::new(HashMap::new()),
+            probe_results: None,
         }
+    }
+
+    /// Kills and restarts containers whose liveness or startup probe
+    /// failed, as `results` says.
+    pub fn with_probe_results(mut self, results: Arc<crate::prober::ProbeResults>) -> Self {
+        self.probe_results = Some(results);
+        self
+    }
+
+    /// The standing probe results this manager acts on.
+    pub fn probe_results(&self) -> Option<&crate::prober::ProbeResults> {
+        self.probe_results.as_deref()
+    }
+
+    /// Runs `cmd` in a running container (exec probes), within `timeout`.
+    pub fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<api::ExecSyncResponse, CriError> {
+        self.runtime.exec_sync(container_id, cmd, timeout)
     }
 
     /// Reports the pod lifecycle events (Pulling, Created, Killing, ...) to
@@ -353,7 +379,8 @@ impl RuntimeManager {
     /// Brings the pod's runtime state to its spec: the six steps.
     pub fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
         let who = pod_full_name(pod);
-        let actions = compute_pod_actions(pod, status);
+        let mut actions = compute_pod_actions(pod, status);
+        let probe_kills = self.probe_kills(pod, status, &mut actions);
         debug!("pod {who}: actions {actions:?}");
         let fail = |step: &str, e: &dyn std::fmt::Display| {
             SyncError::Failed(format!("pod {who}: {step}: {e}"))
@@ -371,6 +398,20 @@ impl RuntimeManager {
                 info!("pod {who}: stopping container {name:?} ({id:.12}): {reason}");
                 self.kill_container(id, grace_period(pod, None))
                     .map_err(|e| fail(&format!("stop container {name:?}"), &e))?;
+            }
+            for k in &probe_kills {
+                info!(
+                    "pod {who}: stopping container {:?} ({:.12}): {}",
+                    k.name, k.id, k.message
+                );
+                self.recorder.event(
+                    &ObjectRef::container(pod, &k.name, false),
+                    EventType::Normal,
+                    "Killing",
+                    k.message.clone(),
+                );
+                self.kill_container(&k.id, grace_period(pod, k.grace))
+                    .map_err(|e| fail(&format!("stop container {:?}", k.name), &e))?;
             }
         }
 
@@ -431,6 +472,54 @@ impl RuntimeManager {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Containers to kill because a liveness or startup probe failed, added
+    /// to `actions` as upstream's `computePodActions` does: restarted unless
+    /// restartPolicy is Never, and the whole pod stopped when nothing would
+    /// be left running.
+    fn probe_kills(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        actions: &mut PodActions,
+    ) -> Vec<crate::prober::ProbeKill> {
+        let Some(results) = &self.probe_results else {
+            return Vec::new();
+        };
+        if actions.kill_pod {
+            return Vec::new();
+        }
+        let kills: Vec<_> = crate::prober::failed_probe_kills(pod, status, results)
+            .into_iter()
+            .filter(|k| {
+                !actions
+                    .containers_to_kill
+                    .iter()
+                    .any(|(id, _, _)| *id == k.id)
+            })
+            .collect();
+        for k in &kills {
+            if k.restart && !actions.containers_to_start.contains(&k.index) {
+                actions.containers_to_start.push(k.index);
+            }
+        }
+        let kept = status
+            .container_statuses
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .filter(|c| {
+                !actions
+                    .containers_to_kill
+                    .iter()
+                    .any(|(id, _, _)| *id == c.id)
+            })
+            .filter(|c| !kills.iter().any(|k| k.id == c.id))
+            .count();
+        if !kills.is_empty() && kept == 0 && actions.containers_to_start.is_empty() {
+            actions.kill_pod = true;
+        }
+        kills
     }
 
     fn start_container(
