@@ -9,6 +9,7 @@ mod cluster;
 mod config_sources;
 mod e2e;
 mod e2e_cluster;
+mod e2e_probes;
 mod fake_apiserver;
 mod fake_cri;
 mod http_source;
