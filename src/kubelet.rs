@@ -511,6 +511,10 @@ mod tests {
 
     fn rig() -> Rig {
         let (fake, rm) = test_manager("kl");
+        rig_with(fake, rm)
+    }
+
+    fn rig_with(fake: Arc<FakeRuntime>, rm: Arc<RuntimeManager>) -> Rig {
         let cache = PodCache::new();
         cache.update_time(Instant::now(), Arc::new(vec![]));
         let queue = Arc::new(WorkQueue::default());
@@ -644,6 +648,42 @@ mod tests {
         r.kubelet
             .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
         wait_for("sandbox run again", || r.fake.count("RunPodSandbox") == 2);
+    }
+
+    #[test]
+    fn a_probe_event_has_the_worker_restart_a_container_whose_liveness_failed() {
+        use crate::prober::{ProbeKind, ProbeResults};
+        let (fake, rm) = test_manager("kl-probe");
+        let results = Arc::new(ProbeResults::default());
+        let rm = Arc::new(
+            Arc::try_unwrap(rm)
+                .ok()
+                .unwrap()
+                .with_probe_results(results.clone()),
+        );
+        let mut r = rig_with(fake, rm);
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
+        wait_for("container started", || r.fake.count("StartContainer") == 1);
+        std::thread::sleep(Duration::from_millis(20));
+        let status = r.rm.get_pod_status("u1", "web", "default").unwrap();
+        let id = status.latest("app").unwrap().id.clone();
+        results.set_for_test(
+            &id,
+            ProbeKind::Liveness,
+            crate::prober::ProbeResult::Failure,
+        );
+        r.cache.set("u1", status, None, Instant::now());
+        r.kubelet.handle_event(Event::Probe("u1".into()));
+        wait_for("container restarted", || {
+            r.fake.count("StartContainer") == 2
+        });
+        assert_eq!(r.fake.count("StopContainer"), 1);
+        let after = r.rm.get_pod_status("u1", "web", "default").unwrap();
+        assert_eq!(after.latest("app").unwrap().restart_count, 1);
+        // A probe event for a pod the loop does not know does nothing.
+        r.kubelet.handle_event(Event::Probe("nobody".into()));
+        assert!(!r.kubelet.workers.is_known("nobody"));
     }
 
     #[test]

@@ -195,3 +195,54 @@ fn the_pod_ip_is_the_sandbox_ip_or_the_host_ip_under_host_networking() {
         Some("127.0.0.1")
     );
 }
+
+#[test]
+fn status_started_and_ready_follow_the_probe_results() {
+    use crate::status::generate::{generate_pod_status, StatusContext};
+    let (_fake, rm) = test_manager("prober-status");
+    let mut p = (*probed_pod("u5", None, Some(exec_probe("ready", 1, 1)))).clone();
+    p.spec.as_mut().unwrap().containers[0].startup_probe = Some(exec_probe("started", 1, 1));
+    let pod = Arc::new(p);
+    let status = run_pod(&rm, &pod);
+    let id = status.latest("app").unwrap().id.clone();
+    let results = ProbeResults::default();
+    let reasons = Default::default();
+    let generate = |results: Option<&ProbeResults>| {
+        let ctx = StatusContext {
+            host_ip: None,
+            runtime_name: "containerd",
+            waiting_reasons: &reasons,
+            now: k8s_openapi::jiff::Timestamp::now(),
+            probes: results,
+        };
+        let s = generate_pod_status(&pod, &status, None, &ctx);
+        let c = &s.container_statuses.as_ref().unwrap()[0];
+        let cond = |t: &str| {
+            s.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == t)
+                .map(|c| c.status.clone())
+                .unwrap()
+        };
+        (c.started, c.ready, cond("ContainersReady"), cond("Ready"))
+    };
+    let not_ready = (Some(false), false, "False".to_string(), "False".to_string());
+    assert_eq!(generate(None), not_ready);
+    assert_eq!(generate(Some(&results)), not_ready);
+    // Started, but the readiness probe has not passed yet.
+    results.set_for_test(&id, ProbeKind::Startup, ProbeResult::Success);
+    results.set_for_test(&id, ProbeKind::Readiness, ProbeResult::Failure);
+    assert_eq!(
+        generate(Some(&results)),
+        (Some(true), false, "False".to_string(), "False".to_string())
+    );
+    results.set_for_test(&id, ProbeKind::Readiness, ProbeResult::Success);
+    assert_eq!(
+        generate(Some(&results)),
+        (Some(true), true, "True".to_string(), "True".to_string())
+    );
+    // A readiness success does not count before the startup probe passed.
+    results.set_for_test(&id, ProbeKind::Startup, ProbeResult::Unknown);
+    assert_eq!(generate(Some(&results)), not_ready);
+}
