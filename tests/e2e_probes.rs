@@ -3,7 +3,8 @@
 //! probes restarting their container once the target inside it goes away;
 //! and, with tinylet joined to the fake apiserver, readiness following a
 //! file inside the container into the API status, and a liveness failure
-//! reported with upstream's events.
+//! reported with upstream's events. Also an HTTPS probe against a server
+//! with an untrusted certificate (no containerd needed).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -15,6 +16,8 @@ use crate::support::containerd::{
     holds_for, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
 };
 use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use tinylet::prober::run::{http_get, probe_agent, Found};
+use tinylet::prober::spec::HttpGet;
 
 /// A static pod with one container `app` running `sh -c SCRIPT`, with
 /// `extra` (YAML at the container's indentation) added to the container.
@@ -317,4 +320,33 @@ fn readiness_follows_a_file_into_the_api_status_and_liveness_kills_are_events() 
     // The new container has no /tmp/ready: not ready again.
     assert_eq!(readiness(&fake, "probed"), not_ready);
     kubelet.assert_running();
+}
+
+/// An httpGet probe with scheme HTTPS passes against a server whose
+/// certificate nothing here trusts: probes skip verification, as upstream.
+#[test]
+fn https_probes_skip_certificate_verification() {
+    let server = FakeApiServer::start_tls();
+    let h = HttpGet {
+        scheme: "https".into(),
+        host: None,
+        port: server.addr().port(),
+        path: "/healthz".into(),
+        headers: vec![],
+    };
+    assert_eq!(
+        http_get(&probe_agent(), &h, "127.0.0.1", Duration::from_secs(5)),
+        Found::Success("ok".into())
+    );
+    let plain = HttpGet {
+        scheme: "http".into(),
+        ..h
+    };
+    assert!(
+        matches!(
+            http_get(&probe_agent(), &plain, "127.0.0.1", Duration::from_secs(5)),
+            Found::Failure(_)
+        ),
+        "plain HTTP to a TLS port must fail"
+    );
 }

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
-use log::{debug, info, warn};
+use log::{debug, warn};
 use parking_lot::Mutex;
 
 use crate::events::EventRecorder;
@@ -340,7 +340,7 @@ impl Actor {
 
     fn notify(&mut self, changed: Vec<String>) {
         for uid in changed {
-            info!("prober: a probe result of pod {uid} changed");
+            debug!("prober: a probe result of pod {uid} changed");
             self.unsent.insert(uid);
         }
         while let Some(uid) = self.unsent.pop_first() {

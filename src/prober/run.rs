@@ -47,6 +47,26 @@ pub fn user_agent() -> String {
     format!("kube-probe/{major}.{minor}")
 }
 
+/// The HTTP client of httpGet probes: no certificate verification, no
+/// proxy, no kept connections, redirects left to [`http_get`], upstream's
+/// User-Agent and `Accept: */*` unless the probe sets its own.
+pub fn probe_agent() -> ureq::Agent {
+    let tls = ureq::tls::TlsConfig::builder()
+        .disable_verification(true)
+        .build();
+    ureq::Agent::config_builder()
+        .tls_config(tls)
+        .proxy(None)
+        .max_redirects(0)
+        .http_status_as_error(false)
+        .max_idle_connections(0)
+        .max_idle_connections_per_host(0)
+        .user_agent(user_agent())
+        .accept("*/*")
+        .build()
+        .into()
+}
+
 /// What a probe runner thread holds.
 pub struct Runner {
     runtime: Arc<RuntimeManager>,
@@ -56,23 +76,9 @@ pub struct Runner {
 
 impl Runner {
     pub fn new(runtime: Arc<RuntimeManager>, recorder: EventRecorder) -> Runner {
-        let tls = ureq::tls::TlsConfig::builder()
-            .disable_verification(true)
-            .build();
-        let agent = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .proxy(None)
-            .max_redirects(0)
-            .http_status_as_error(false)
-            .max_idle_connections(0)
-            .max_idle_connections_per_host(0)
-            .user_agent(user_agent())
-            .accept("*/*")
-            .build()
-            .into();
         Runner {
             runtime,
-            agent,
+            agent: probe_agent(),
             recorder,
         }
     }
@@ -385,8 +391,7 @@ mod tests {
     }
 
     fn agent() -> ureq::Agent {
-        let (_, rm) = crate::runtime::fake::test_manager("probe-http");
-        Runner::new(rm, EventRecorder::disabled()).agent
+        probe_agent()
     }
 
     #[test]
