@@ -13,8 +13,8 @@
 //!   the container is replaced);
 //! - for a container that is not running sets Failure, and stops for good
 //!   when the container ended and the pod's restartPolicy is Never;
-//! - skips liveness and startup runs of a pod being deleted, and any run
-//!   within `initialDelaySeconds` of the container's start;
+//! - ends liveness and startup probes of a pod being deleted, and skips
+//!   any run within `initialDelaySeconds` of the container's start;
 //! - runs only the startup probe until it has succeeded, and then only the
 //!   others;
 //! - otherwise hands a [`Job`] to a runner. A probe has at most one job out;
@@ -405,7 +405,9 @@ impl Probes {
             };
         }
         if input.pod.metadata.deletion_timestamp.is_some() && p.kind != ProbeKind::Readiness {
-            return Tick::Wait;
+            // A pod being deleted shuts down quietly: its liveness and
+            // startup probes end (and their results go with them).
+            return Tick::Stop;
         }
         let since_start = now.wall_ns.saturating_sub(c.started_at).max(0);
         if Duration::from_nanos(since_start.unsigned_abs()) < p.spec.initial_delay {
@@ -783,6 +785,25 @@ mod tests {
         r.run(0, Outcome::Success);
         assert_eq!(r.probes.len(), 0);
         assert_eq!(r.result("c1", ProbeKind::Readiness), None);
+    }
+
+    #[test]
+    fn a_pod_being_deleted_ends_liveness_but_keeps_readiness() {
+        let mut c = app();
+        c.liveness_probe = Some(probe(1, 0, 1, 1));
+        c.readiness_probe = Some(probe(1, 0, 1, 1));
+        let mut r = Rig::new(pod(c, "Always"), true);
+        r.run(0, Outcome::Success);
+        let mut deleting = (*r.probes.pods["u1"].input.pod).clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        r.probes
+            .update_pod(input(Arc::new(deleting), "c1", true), r.t0, Duration::MAX);
+        assert_eq!(r.run(1, Outcome::Failure), vec![ProbeKind::Readiness]);
+        assert_eq!(r.probes.len(), 1);
+        assert_eq!(r.result("c1", ProbeKind::Liveness), None);
     }
 
     #[test]
