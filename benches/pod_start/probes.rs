@@ -117,9 +117,11 @@ pub(super) fn run(
     t.check_alive()?;
     let mem = proc_status(t.pid())?;
     let prober = prober_threads(t.pid());
+    // At least two probe periods, so that the window holds whole rounds.
+    let window = plan.cpu_window.max(2 * PERIOD);
     let meter = CpuMeter::start(&[Some(t.pid()), ctd_pid]);
     let started = Instant::now();
-    std::thread::sleep(plan.cpu_window);
+    std::thread::sleep(window);
     let used = meter.read();
     let secs = started.elapsed().as_secs_f64();
     let pct = |ms: Option<f64>| ms.map(|m| m / 10.0 / secs);
@@ -130,7 +132,7 @@ pub(super) fn run(
         prober_threads: prober,
         cpu_tinylet: pct(used.first().copied().flatten()),
         cpu_containerd: pct(used.get(1).copied().flatten()),
-        window: plan.cpu_window,
+        window,
         restarts: log.matches("failed liveness probe").count(),
     };
     eprintln!(
