@@ -38,6 +38,10 @@ pub(super) struct ProbeResult {
     pub window: Duration,
     /// Containers restarted by a failed liveness probe (the log's count).
     pub restarts: usize,
+    /// RSS (KiB) that one thread per probe would add at least: as many
+    /// parked threads as probes, started the way tinylet starts threads,
+    /// measured in this process.
+    pub thread_per_probe: Option<u64>,
 }
 
 fn manifest(name: &str) -> String {
@@ -66,7 +70,38 @@ spec:
     )
 }
 
-/// Threads of `pid` by name: (all, the prober's).
+/// What `n` more threads cost in RSS (KiB), at least: started like
+/// tinylet's (named, 256 KiB stacks), each allocating a little and then
+/// parked, in this process with tinylet's malloc arena limit.
+fn thread_cost(n: usize) -> Result<u64> {
+    tinylet::malloc::limit_arenas();
+    let rss = || proc_status(std::process::id()).map(|m| m.rss);
+    let before = rss()?;
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(n + 1));
+    let mut threads = Vec::with_capacity(n);
+    for i in 0..n {
+        let stop = stop_rx.clone();
+        let barrier = barrier.clone();
+        threads.push(tinylet::thread::spawn_named(
+            format!("probe-{i}"),
+            move || {
+                let buf = vec![i as u8; 4096];
+                std::hint::black_box(&buf);
+                drop(buf);
+                barrier.wait();
+                let _ = stop.recv();
+            },
+        )?);
+    }
+    barrier.wait();
+    let after = rss()?;
+    drop(stop_tx);
+    drop(threads);
+    Ok(after.saturating_sub(before))
+}
+
+/// How many threads of `pid` are the prober's (by name).
 fn prober_threads(pid: u32) -> usize {
     let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
@@ -134,6 +169,9 @@ pub(super) fn run(
         cpu_containerd: pct(used.get(1).copied().flatten()),
         window,
         restarts: log.matches("failed liveness probe").count(),
+        thread_per_probe: thread_cost(2 * pods)
+            .map_err(|e| eprintln!("pod_start: probes: thread cost: {e:#}"))
+            .ok(),
     };
     eprintln!(
         "pod_start: probes: {pods} pods with 2 probes each: RSS {}, {} threads ({} prober), CPU {}",
@@ -210,6 +248,18 @@ pub(super) fn print_report(r: &ProbeResult, plain: Option<&Mem>) {
         "",
         "",
     );
+    if let Some(kib) = r.thread_per_probe {
+        row(
+            "a thread per probe instead",
+            format!(
+                "at least +{} for {} parked threads (measured in the bench process)",
+                mib(kib),
+                r.pods * 2
+            ),
+            "",
+            "",
+        );
+    }
     let pct = |c: Option<f64>| c.map(|c| format!("{c:.2}%")).unwrap_or_else(|| "?".into());
     row(
         &format!("CPU over {} s (% of one core)", r.window.as_secs()),
