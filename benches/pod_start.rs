@@ -23,7 +23,11 @@
 //! 3. the footprint of a fresh tinylet: binary size, RSS, threads and CPU
 //!    idle and with pods.
 //!
-//! 4. the cluster part (`pod_start/cluster.rs`): tinylet joined to the
+//! 4. the probe part (`pod_start/probes.rs`): a fresh tinylet with 110
+//!    pods, each with an httpGet liveness and an exec readiness probe: RSS,
+//!    threads (the prober's among them) and CPU of tinylet and containerd;
+//!
+//! 5. the cluster part (`pod_start/cluster.rs`): tinylet joined to the
 //!    integration tests' fake apiserver, running API pods: its footprint
 //!    connected, idle and with up to 110 pods, the requests it sends idle,
 //!    and the time from a pod's creation to its containers running and to
@@ -49,7 +53,8 @@
 //!   --quick               fewer runs and shorter windows (a smoke run)
 //!   --cases 1x30,20x5     other CNI cases: pods x runs (default 1x9,20x3,50x3)
 //!   --no-footprint        skip the footprint part
-//!   --no-cluster          skip the cluster part (4. below)
+//!   --probe-pods N        pods of the probe part (default 110, 0: skip it)
+//!   --no-cluster          skip the cluster part (5. above)
 //!   --cluster-only        run only the cluster part
 //!   --keep                leave the work dir and containerd dir in place
 
@@ -71,6 +76,8 @@ use protobuf::{EnumOrUnknown, MessageField};
 mod cluster;
 #[path = "../tests/support/fake_apiserver.rs"]
 mod fake_apiserver;
+#[path = "pod_start/probes.rs"]
+mod probes;
 
 use tinylet::cri::{api, ImageService, RemoteRuntime, RuntimeService};
 use tinylet::runtime::config::{container_config, pod_dir, pod_log_dir, sandbox_config};
@@ -123,6 +130,7 @@ struct Options {
     /// Replaces the CNI cases: (pods, runs).
     cases: Option<Vec<(usize, usize)>>,
     footprint: bool,
+    probe_pods: usize,
     cluster: bool,
     cluster_only: bool,
 }
@@ -130,6 +138,7 @@ struct Options {
 fn parse_options(args: &[String]) -> Result<Options> {
     let mut o = Options {
         footprint: true,
+        probe_pods: 110,
         cluster: true,
         max_pods: 110,
         ..Options::default()
@@ -153,6 +162,12 @@ fn parse_options(args: &[String]) -> Result<Options> {
                 o.max_pods = v
                     .parse()
                     .with_context(|| format!("--max-pods {v:?}: not a number"))?;
+            }
+            "--probe-pods" => {
+                let v = value()?;
+                o.probe_pods = v
+                    .parse()
+                    .with_context(|| format!("--probe-pods {v:?}: not a number"))?;
             }
             "--quick" => o.quick = true,
             "--keep" => o.keep = true,
@@ -1730,7 +1745,24 @@ fn run(o: &Options) -> Result<()> {
         (Vec::new(), None)
     };
 
-    // 4. The cluster part; its failure is reported after the rest.
+    // 4. Probes on every pod, with a fresh process; its failure is
+    // reported after the rest.
+    let probed = if o.probe_pods > 0 && !o.cluster_only {
+        eprintln!("pod_start: probe part, {} pods", o.probe_pods);
+        Some(probes::run(
+            &rt,
+            &bin,
+            &endpoint,
+            &work.join("probes"),
+            &plan,
+            o.probe_pods,
+            ctd_pid,
+        ))
+    } else {
+        None
+    };
+
+    // 5. The cluster part; its failure is reported after the rest.
     let cluster = if o.cluster {
         eprintln!("pod_start: cluster part");
         Some(cluster::run(
@@ -1762,12 +1794,19 @@ fn run(o: &Options) -> Result<()> {
     };
     let log = read_log(&tinylet_log);
     print_report(&env, &cases, &points, removed_all, &log);
+    if let Some(Ok(r)) = &probed {
+        let plain = points.iter().find(|p| p.pods == r.pods).map(|p| &p.mem);
+        probes::print_report(r, plain);
+    }
     if let Some(Ok(r)) = &cluster {
         cluster::print_report(r);
     }
 
     drop(containerd);
     remove_work(o, &work);
+    if let Some(Err(e)) = probed {
+        return Err(e.context("the probe part"));
+    }
     match cluster {
         Some(Err(e)) => Err(e.context("the cluster part")),
         _ => Ok(()),

@@ -40,6 +40,8 @@ pub enum Event {
     Housekeeping,
     Pleg(PodLifecycleEvent),
     WorkerDone(String),
+    /// A probe result of this pod (UID) changed.
+    Probe(String),
 }
 
 impl Event {
@@ -56,6 +58,7 @@ impl Event {
             Event::Housekeeping => "Housekeeping".into(),
             Event::Pleg(e) => format!("Pleg({:?})", e.kind),
             Event::WorkerDone(_) => "WorkerDone".into(),
+            Event::Probe(_) => "Probe".into(),
         }
     }
 }
@@ -65,6 +68,8 @@ pub struct Inputs {
     pub updates: Receiver<PodUpdate>,
     pub pleg: Receiver<PodLifecycleEvent>,
     pub worker_done: Receiver<String>,
+    /// Pods whose probe results changed (from the prober).
+    pub probes: Receiver<String>,
     /// Any message or disconnection stops the loop.
     pub stop: Receiver<()>,
 }
@@ -231,6 +236,7 @@ impl Kubelet {
             },
             recv(self.inputs.pleg) -> e => e.ok().map(Event::Pleg).or(Some(Event::SyncTick)),
             recv(self.inputs.worker_done) -> d => d.ok().map(Event::WorkerDone).or(Some(Event::SyncTick)),
+            recv(self.inputs.probes) -> p => p.ok().map(Event::Probe).or(Some(Event::SyncTick)),
             recv(self.sync_tick) -> _ => Some(Event::SyncTick),
             recv(self.housekeeping) -> _ => Some(Event::Housekeeping),
         }
@@ -263,6 +269,14 @@ impl Kubelet {
                 self.finished.insert(uid, Instant::now());
             }
             Event::Housekeeping => self.housekeeping(),
+            Event::Probe(uid) => {
+                // The pod's worker acts on the result: a kill and restart
+                // for a failed liveness or startup probe, a new status for
+                // readiness.
+                if let Some(pod) = self.pods.get(&uid).cloned() {
+                    self.dispatch(pod, UpdateType::Sync, None);
+                }
+            }
         }
     }
 
@@ -497,6 +511,10 @@ mod tests {
 
     fn rig() -> Rig {
         let (fake, rm) = test_manager("kl");
+        rig_with(fake, rm)
+    }
+
+    fn rig_with(fake: Arc<FakeRuntime>, rm: Arc<RuntimeManager>) -> Rig {
         let cache = PodCache::new();
         cache.update_time(Instant::now(), Arc::new(vec![]));
         let queue = Arc::new(WorkQueue::default());
@@ -520,6 +538,7 @@ mod tests {
                 updates: urx,
                 pleg: crossbeam_channel::never(),
                 worker_done: crossbeam_channel::never(),
+                probes: crossbeam_channel::never(),
                 stop: crossbeam_channel::never(),
             },
         );
@@ -629,6 +648,42 @@ mod tests {
         r.kubelet
             .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
         wait_for("sandbox run again", || r.fake.count("RunPodSandbox") == 2);
+    }
+
+    #[test]
+    fn a_probe_event_has_the_worker_restart_a_container_whose_liveness_failed() {
+        use crate::prober::{ProbeKind, ProbeResults};
+        let (fake, rm) = test_manager("kl-probe");
+        let results = Arc::new(ProbeResults::default());
+        let rm = Arc::new(
+            Arc::try_unwrap(rm)
+                .ok()
+                .unwrap()
+                .with_probe_results(results.clone()),
+        );
+        let mut r = rig_with(fake, rm);
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
+        wait_for("container started", || r.fake.count("StartContainer") == 1);
+        std::thread::sleep(Duration::from_millis(20));
+        let status = r.rm.get_pod_status("u1", "web", "default").unwrap();
+        let id = status.latest("app").unwrap().id.clone();
+        results.set_for_test(
+            &id,
+            ProbeKind::Liveness,
+            crate::prober::ProbeResult::Failure,
+        );
+        r.cache.set("u1", status, None, Instant::now());
+        r.kubelet.handle_event(Event::Probe("u1".into()));
+        wait_for("container restarted", || {
+            r.fake.count("StartContainer") == 2
+        });
+        assert_eq!(r.fake.count("StopContainer"), 1);
+        let after = r.rm.get_pod_status("u1", "web", "default").unwrap();
+        assert_eq!(after.latest("app").unwrap().restart_count, 1);
+        // A probe event for a pod the loop does not know does nothing.
+        r.kubelet.handle_event(Event::Probe("nobody".into()));
+        assert!(!r.kubelet.workers.is_known("nobody"));
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod node;
 pub mod options;
 pub mod pleg;
 pub mod pod_workers;
+pub mod prober;
 pub mod runtime;
 pub mod status;
 pub mod thread;

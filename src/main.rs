@@ -25,6 +25,7 @@ use tinylet::node::{initial_node_state, node_info};
 use tinylet::options::{parse_args, Command, Options, USAGE};
 use tinylet::pleg::{Pleg, PodCache, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
+use tinylet::prober::{ProbeResults, Prober, DEFAULT_RUNNERS, UPDATES_CAPACITY};
 use tinylet::runtime::config::NodeSettings;
 use tinylet::runtime::image_gc::{self, ImageGc};
 use tinylet::runtime::{ImageOptions, RuntimeManager};
@@ -282,6 +283,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => (None, StatusReporter::standalone()),
     };
+    let probe_results = Arc::new(ProbeResults::default());
     let mut runtime = RuntimeManager::new(
         remote.clone(),
         remote.clone(),
@@ -460,6 +462,17 @@ fn run(opts: Options) -> anyhow::Result<()> {
     let pleg = Pleg::start(runtime.clone(), cache.clone(), RELIST_PERIOD, pleg_tx)
         .context("starting the PLEG")?;
 
+    // Capacity: when full, the prober keeps the pod's UID and sends it again
+    // 100 ms later; nothing is lost and the prober never blocks.
+    let (probe_tx, probe_rx) = bounded(UPDATES_CAPACITY);
+    let prober = Prober::start(
+        runtime.clone(),
+        probe_results,
+        recorder.clone(),
+        probe_tx,
+        DEFAULT_RUNNERS,
+    )
+    .context("starting the prober")?;
     // Capacity: a worker blocks on a full channel, which only delays its exit.
     let (done_tx, done_rx) = bounded(128);
     let queue = Arc::new(WorkQueue::default());
@@ -471,7 +484,8 @@ fn run(opts: Options) -> anyhow::Result<()> {
         done_tx,
     )
     .with_status(reporter.clone(), host_ip, runtime_name)
-    .with_volumes(Arc::new(volume_manager));
+    .with_volumes(Arc::new(volume_manager))
+    .with_prober(prober.handle());
     let config = Arc::new(config);
     let ready_config = config.clone();
     let sources_ready = Box::new(move || ready_config.seen_all_sources(&sources));
@@ -485,6 +499,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
             updates,
             pleg: pleg_rx,
             worker_done: done_rx,
+            probes: probe_rx,
             stop,
         },
     )
@@ -498,6 +513,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
     );
     info!("started in {} ms", started.elapsed().as_millis());
     kubelet.run();
+    drop(prober);
     drop(pleg);
     info!("stopped");
     Ok(())

@@ -35,6 +35,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::events::EventRecorder;
 use crate::fieldpath::NodeAllocatable;
 use crate::pleg::{PodCache, Wait};
+use crate::prober::ProberHandle;
 use crate::runtime::labels::{pod_full_name, pod_uid};
 use crate::runtime::labels::{pod_name, pod_namespace};
 use crate::runtime::PodStatus;
@@ -199,6 +200,8 @@ pub struct Shared {
     runtime_name: String,
     /// Makes each pod's volumes ready before it syncs.
     volumes: Arc<VolumeManager>,
+    /// Where each pod's containers go after every sync, for its probes.
+    prober: ProberHandle,
 }
 
 struct Worker {
@@ -238,6 +241,7 @@ impl PodWorkers {
                     EventRecorder::disabled(),
                 )),
                 runtime,
+                prober: ProberHandle::disabled(),
             }),
             workers: HashMap::new(),
         }
@@ -268,6 +272,17 @@ impl PodWorkers {
             shared.volumes = volumes;
         } else {
             error!("pod workers: volume manager set after workers started; ignored");
+        }
+        self
+    }
+
+    /// Tells `prober` about each pod's containers after every sync. Call
+    /// before any pod is handed over.
+    pub fn with_prober(mut self, prober: ProberHandle) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.prober = prober;
+        } else {
+            error!("pod workers: prober set after workers started; ignored");
         }
         self
     }
@@ -401,6 +416,7 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
         last_pod = Some(work.pod.clone());
 
         if work.update_type == UpdateType::Kill {
+            shared.prober.remove_pod(&work.pod);
             if !terminate(&shared, &mailbox, &work, &uid, &full_name) {
                 break;
             }
@@ -459,6 +475,9 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
         last_sync = Some(Instant::now());
         // The status seen at the start of this sync, with the reasons it found.
         report_status(&shared, &work.pod, &status);
+        shared
+            .prober
+            .update_pod(&work.pod, &status, shared.host_ip.as_deref());
         match result {
             Ok(()) => {
                 shared.runtime.prune_dead(&status);
@@ -505,6 +524,7 @@ fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) {
         runtime_name: &shared.runtime_name,
         waiting_reasons: &reasons,
         now: k8s_openapi::jiff::Timestamp::now(),
+        probes: shared.runtime.probe_results(),
     };
     let api = generate_pod_status(pod, status, old.as_ref(), &ctx);
     shared.reporter.set_status(pod, api);

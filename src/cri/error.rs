@@ -113,6 +113,16 @@ impl CriError {
     }
 
     /// The gRPC status code, when the runtime answered with one.
+    /// The call ran out of time (its deadline, or a time limit inside the
+    /// runtime such as an ExecSync timeout).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            CriError::Timeout { .. } => true,
+            CriError::Status { code, .. } => *code == RpcStatusCode::DEADLINE_EXCEEDED,
+            _ => false,
+        }
+    }
+
     pub fn code(&self) -> Option<RpcStatusCode> {
         match self {
             CriError::Status { code, .. } => Some(*code),

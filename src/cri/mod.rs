@@ -66,14 +66,14 @@ pub trait RuntimeService: Send + Sync {
         filter: Option<api::ContainerFilter>,
     ) -> Result<Vec<api::Container>, CriError>;
     fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus, CriError>;
-    /// Runs `cmd` in a running container and waits up to `timeout_secs`
-    /// (0: no limit of the runtime's own) for it to end. A command that
-    /// ran and failed is an `Ok` with its exit code.
+    /// Runs `cmd` in a running container and waits for it to finish, at
+    /// most `timeout` (zero: no limit); the answer has its exit code and
+    /// output.
     fn exec_sync(
         &self,
         container_id: &str,
         cmd: &[String],
-        timeout_secs: i64,
+        timeout: Duration,
     ) -> Result<api::ExecSyncResponse, CriError>;
 }
 

@@ -290,26 +290,6 @@ impl RuntimeService for RemoteRuntime {
         Ok(resp.containers)
     }
 
-    fn exec_sync(
-        &self,
-        container_id: &str,
-        cmd: &[String],
-        timeout_secs: i64,
-    ) -> Result<api::ExecSyncResponse, CriError> {
-        let mut req = api::ExecSyncRequest::new();
-        req.container_id = container_id.to_string();
-        req.cmd = cmd.to_vec();
-        req.timeout = timeout_secs.max(0);
-        // The command may run for its whole timeout before the answer.
-        let timeout = self
-            .timeout
-            .saturating_add(Duration::from_secs(req.timeout.unsigned_abs()));
-        let opt = CallOption::default().timeout(timeout);
-        self.runtime
-            .exec_sync_opt(&req, opt)
-            .map_err(|e| self.failed("ExecSync", timeout, e))
-    }
-
     fn container_status(&self, container_id: &str) -> Result<api::ContainerStatus, CriError> {
         const METHOD: &str = "ContainerStatus";
         let mut req = api::ContainerStatusRequest::new();
@@ -325,6 +305,27 @@ impl RuntimeService for RemoteRuntime {
             return Err(self.invalid(METHOD, format!("no metadata for container {container_id}")));
         }
         Ok(status)
+    }
+
+    fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<api::ExecSyncResponse, CriError> {
+        let mut req = api::ExecSyncRequest::new();
+        req.container_id = container_id.to_string();
+        req.cmd = cmd.to_vec();
+        // Whole seconds, rounded up, as the CRI field counts them.
+        let secs = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+        req.timeout = i64::try_from(secs).unwrap_or(i64::MAX);
+        // The runtime answers once the command ends or its time is up; the
+        // call itself gets the usual deadline on top, as upstream does.
+        let deadline = self.timeout.saturating_add(timeout);
+        let opt = CallOption::default().timeout(deadline);
+        self.runtime
+            .exec_sync_opt(&req, opt)
+            .map_err(|e| self.failed("ExecSync", deadline, e))
     }
 }
 

@@ -67,8 +67,14 @@ pub fn wait_for(what: &str, f: impl Fn() -> bool) {
     }
 }
 
+/// What a scripted `ExecSync` answers: exit code and stdout, or an error code.
+pub type ExecAnswer = Result<(i32, String), RpcStatusCode>;
+
 #[derive(Default)]
 struct State {
+    /// Scripted ExecSync answers by the command's first word; others
+    /// follow `exec`.
+    scripted: HashMap<String, ExecAnswer>,
     next_id: u64,
     clock: i64,
     sandboxes: Vec<(api::PodSandboxConfig, api::PodSandboxStatus)>,
@@ -190,6 +196,11 @@ impl FakeRuntime {
     /// The next `n` calls of `method` fail with UNAVAILABLE.
     pub fn fail_next(&self, method: &str, n: usize) {
         self.state.lock().fail.insert(method.into(), n);
+    }
+
+    /// Scripts what `ExecSync` of a command starting with `cmd0` answers.
+    pub fn script_exec(&self, cmd0: &str, answer: ExecAnswer) {
+        self.state.lock().scripted.insert(cmd0.into(), answer);
     }
 
     /// Makes a running container exit with `code`.
@@ -459,7 +470,7 @@ impl RuntimeService for FakeRuntime {
         &self,
         id: &str,
         cmd: &[String],
-        _timeout: i64,
+        _timeout: std::time::Duration,
     ) -> Result<api::ExecSyncResponse, CriError> {
         self.exec(id, cmd)
     }
@@ -495,6 +506,18 @@ impl FakeRuntime {
                 .map(|m| m.name.clone())
                 .unwrap_or_default();
             s.execs.push((name, cmd.to_vec()));
+            let first = cmd.first().map(String::as_str).unwrap_or("");
+            if let Some(answer) = s.scripted.get(first).cloned() {
+                return match answer {
+                    Ok((code, out)) => {
+                        let mut r = api::ExecSyncResponse::new();
+                        r.exit_code = code;
+                        r.stdout = out.into_bytes();
+                        Ok(r)
+                    }
+                    Err(code) => Err(CriError::status("ExecSync", "fake", code, "scripted")),
+                };
+            }
             let b = s.exec;
             s.clock += i64::try_from(b.takes_secs).unwrap_or(0) * 1_000_000_000;
             b

@@ -54,7 +54,7 @@ pub fn run(
         };
         // No limit of the runtime's own for a hook, as upstream; the call's
         // deadline and the caller's wait bound it.
-        return match runtime.exec_sync(container_id, &cmd, 0) {
+        return match runtime.exec_sync(container_id, &cmd, Duration::ZERO) {
             Ok(r) if r.exit_code == 0 => Ok(()),
             Ok(r) => {
                 let mut output = String::from_utf8_lossy(&r.stdout).into_owned();

@@ -180,6 +180,9 @@ pub struct RuntimeManager {
     allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
     /// Pull policy, pull back-off, registry rate limit, pull secrets.
     image_manager: ImageManager,
+    /// Standing probe results: a failed liveness or startup probe kills
+    /// and restarts its container.
+    probe_results: Option<Arc<crate::prober::ProbeResults>>,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -207,6 +210,7 @@ impl RuntimeManager {
             startup: Arc::new(actions::NoProber),
             node: config::NodeSettings::default(),
             allocatable: Box::new(Default::default),
+            probe_results: None,
         }
     }
 
@@ -239,6 +243,28 @@ impl RuntimeManager {
         self.node = node;
         self.allocatable = allocatable;
         self
+    }
+
+    /// Kills and restarts containers whose liveness or startup probe
+    /// failed, as `results` says.
+    pub fn with_probe_results(mut self, results: Arc<crate::prober::ProbeResults>) -> Self {
+        self.probe_results = Some(results);
+        self
+    }
+
+    /// The standing probe results this manager acts on.
+    pub fn probe_results(&self) -> Option<&crate::prober::ProbeResults> {
+        self.probe_results.as_deref()
+    }
+
+    /// Runs `cmd` in a running container (exec probes), within `timeout`.
+    pub fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: &[String],
+        timeout: Duration,
+    ) -> Result<api::ExecSyncResponse, CriError> {
+        self.runtime.exec_sync(container_id, cmd, timeout)
     }
 
     /// Reports the pod lifecycle events (Pulling, Created, Killing, ...) to
@@ -439,7 +465,8 @@ impl RuntimeManager {
     /// Brings the pod's runtime state to its spec: the six steps.
     pub fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
         let who = pod_full_name(pod);
-        let actions = compute_pod_actions(pod, status, self.startup.as_ref());
+        let mut actions = compute_pod_actions(pod, status, self.startup.as_ref());
+        let probe_kills = self.probe_kills(pod, status, &mut actions);
         debug!("pod {who}: actions {actions:?}");
         let fail = |step: &str, e: &dyn std::fmt::Display| {
             SyncError::Failed(format!("pod {who}: {step}: {e}"))
@@ -464,6 +491,21 @@ impl RuntimeManager {
                 };
                 self.kill_container(pod, &kill, None, pod_ip, None)
                     .map_err(|e| fail(&format!("stop container {name:?}"), &e))?;
+            }
+            for k in &probe_kills {
+                info!(
+                    "pod {who}: stopping container {:?} ({:.12}): {}",
+                    k.name, k.id, k.message
+                );
+                let kill = Kill {
+                    id: &k.id,
+                    name: &k.name,
+                    message: Some(k.message.clone()),
+                    restored: None,
+                };
+                // The probe's own grace period, when it has one.
+                self.kill_container(pod, &kill, k.grace, pod_ip, None)
+                    .map_err(|e| fail(&format!("stop container {:?}", k.name), &e))?;
             }
         }
 
@@ -542,6 +584,54 @@ impl RuntimeManager {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Containers to kill because a liveness or startup probe failed, added
+    /// to `actions` as upstream's `computePodActions` does: restarted unless
+    /// restartPolicy is Never, and the whole pod stopped when nothing would
+    /// be left running.
+    fn probe_kills(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        actions: &mut PodActions,
+    ) -> Vec<crate::prober::ProbeKill> {
+        let Some(results) = &self.probe_results else {
+            return Vec::new();
+        };
+        if actions.kill_pod {
+            return Vec::new();
+        }
+        let kills: Vec<_> = crate::prober::failed_probe_kills(pod, status, results)
+            .into_iter()
+            .filter(|k| {
+                !actions
+                    .containers_to_kill
+                    .iter()
+                    .any(|(id, _, _)| *id == k.id)
+            })
+            .collect();
+        for k in &kills {
+            if k.restart && !actions.containers_to_start.contains(&k.index) {
+                actions.containers_to_start.push(k.index);
+            }
+        }
+        let kept = status
+            .container_statuses
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+            .filter(|c| {
+                !actions
+                    .containers_to_kill
+                    .iter()
+                    .any(|(id, _, _)| *id == c.id)
+            })
+            .filter(|c| !kills.iter().any(|k| k.id == c.id))
+            .count();
+        if !kills.is_empty() && kept == 0 && actions.containers_to_start.is_empty() {
+            actions.kill_pod = true;
+        }
+        kills
     }
 
     fn start_container(

@@ -5,9 +5,10 @@
 //!
 //! Everything here is a pure function of the pod, the runtime's view of it
 //! (`crate::runtime::PodStatus`), the status the apiserver last held and a
-//! [`StatusContext`]. There are no probes yet: a running container counts as
-//! started and ready. When probes come, readiness and startup results feed
-//! `ready`/`started` where `container_statuses` sets them.
+//! [`StatusContext`]. A running container is started once its startup
+//! probe succeeded (at once without one) and ready once started and its
+//! readiness probe succeeded (at once without one), as upstream's prober
+//! manager sets them; the probe results come with the context.
 //!
 //! Regular container statuses are sorted by name, as upstream sorts them
 //! (init containers keep spec order), so a node switched between tinylet and
@@ -53,6 +54,9 @@ pub struct StatusContext<'a> {
     pub waiting_reasons: &'a BTreeMap<String, (String, String)>,
     /// Now (for new transition times and startTime).
     pub now: Timestamp,
+    /// Standing probe results by container ID; `None`: none yet, so a
+    /// container with a startup or readiness probe is not started or ready.
+    pub probes: Option<&'a crate::prober::ProbeResults>,
 }
 
 /// The API status of `pod`. `old` is the status the apiserver holds (the
@@ -316,16 +320,30 @@ fn container_statuses(
             }
         }
 
-        // No probes yet: a running container (a sidecar too) is started and
-        // ready; a regular init container is ready once it succeeded.
+        // A regular init container is ready once it succeeded. A sidecar is
+        // started and ready while it runs (its probes are not run yet). A
+        // regular container is started when running and its startup probe
+        // (if any) succeeded, and ready when started and its readiness
+        // probe (if any) did.
         let state = st.state.clone().unwrap_or_default();
         let running = state.running.is_some();
-        st.ready = if is_init && !is_restartable_init(c) {
-            state.terminated.as_ref().is_some_and(|t| t.exit_code == 0)
+        if is_init && !is_restartable_init(c) {
+            st.ready = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
+            st.started = Some(running);
+        } else if is_init {
+            st.ready = running;
+            st.started = Some(running);
         } else {
-            running
-        };
-        st.started = Some(running);
+            let passed = |kind: crate::prober::ProbeKind| {
+                kind.of(c).is_none()
+                    || newest.zip(ctx.probes).is_some_and(|(r, p)| {
+                        p.get(&r.id, kind) == Some(crate::prober::ProbeResult::Success)
+                    })
+            };
+            let started = running && passed(crate::prober::ProbeKind::Startup);
+            st.started = Some(started);
+            st.ready = started && passed(crate::prober::ProbeKind::Readiness);
+        }
         out.push(st);
     }
     out
@@ -1017,6 +1035,7 @@ mod tests {
             runtime_name: "containerd",
             waiting_reasons: &reasons,
             now: ts(NOW) + std::time::Duration::from_millis(700),
+            probes: None,
         };
         generate_pod_status(pod, rt, old, &ctx)
     }
@@ -1291,6 +1310,7 @@ mod tests {
             runtime_name: "containerd",
             waiting_reasons: &reasons,
             now: ts(NOW),
+            probes: None,
         };
         let s = generate_pod_status(&p, &r, None, &ctx);
         assert_eq!(s.pod_ip.as_deref(), Some("fd00::1"));
@@ -2000,6 +2020,7 @@ mod tests {
             runtime_name: "containerd",
             waiting_reasons: &reasons,
             now: ts("2026-11-22T00:48:31Z"),
+            probes: None,
         };
         let s = generate_pod_status(&p, &runtime, p.status.as_ref(), &ctx);
         let uid = p.metadata.uid.as_deref().unwrap();

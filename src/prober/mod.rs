@@ -1,0 +1,421 @@
+//! The prober (upstream `pkg/kubelet/prober`): liveness, readiness and
+//! startup probes of every pod's containers.
+//!
+//! Threads: one `prober` thread owns every probe's state ([`worker`]) and a
+//! timer heap of their next ticks; the runs themselves (exec, httpGet,
+//! tcpSocket: [`run`]) go to a small pool of `probe-runner/N` threads,
+//! started as the load needs them, up to `runners` (default 4). A probe has
+//! at most one run out at a time. With every runner busy, due runs wait in
+//! the prober thread's queue: a slow probe delays others instead of costing
+//! a thread each (110 pods with two probes each would otherwise be 220
+//! threads).
+//!
+//! Data flow:
+//! - pod workers send each pod's containers (IDs, running, start time) and
+//!   IP after every sync through [`ProberHandle`], a latest-wins table per
+//!   pod plus a one-slot wake channel (a full channel means the prober is
+//!   woken already), so a worker never waits for the prober;
+//! - the prober thread writes standing results into [`ProbeResults`], read
+//!   by the runtime manager (a failed liveness or startup probe kills and
+//!   restarts the container, on the pod's worker) and by status generation
+//!   (`ready`, `started`, the Ready and ContainersReady conditions);
+//! - when a pod's standing result changes, its UID goes to the sync loop
+//!   (bounded; when full, the UID is kept and sent again 100 ms later), and
+//!   the sync loop has the pod's worker sync it.
+
+pub mod run;
+pub mod spec;
+pub mod worker;
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
+use k8s_openapi::api::core::v1::Pod;
+use log::{debug, warn};
+use parking_lot::Mutex;
+
+use crate::events::EventRecorder;
+use crate::runtime::labels::{pod_full_name, pod_uid};
+use crate::runtime::{ContainerState, PodStatus, RuntimeManager};
+use crate::thread::{spawn_named, JoinOnDrop};
+
+pub use spec::ProbeKind;
+pub use worker::{has_probes, ProbeResult, ProbeResults};
+use worker::{Job, Now, Outcome, PodInput, ProbeId, Probes, SeenContainer};
+
+/// Probe runner threads at most, unless configured otherwise.
+pub const DEFAULT_RUNNERS: usize = 4;
+/// Capacity of the channel of pod UIDs to the sync loop.
+pub const UPDATES_CAPACITY: usize = 256;
+/// How soon UIDs that found the sync loop's channel full are sent again.
+const RESEND: Duration = Duration::from_millis(100);
+/// The longest the prober thread sleeps with nothing due.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// Pods waiting for the prober thread: latest wins per pod; `None` removes.
+struct Inbox {
+    pending: Mutex<HashMap<String, Option<PodInput>>>,
+    closed: AtomicBool,
+    /// Capacity 1: full means the prober is woken already.
+    wake: Sender<()>,
+}
+
+impl Inbox {
+    fn put(&self, uid: &str, input: Option<PodInput>) {
+        self.pending.lock().insert(uid.to_string(), input);
+        match self.wake.try_send(()) {
+            Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
+        }
+    }
+}
+
+/// What pod workers hold to tell the prober about their pod; cheap to clone.
+#[derive(Clone, Default)]
+pub struct ProberHandle {
+    /// `None`: no prober (tests); probes never run.
+    inbox: Option<Arc<Inbox>>,
+}
+
+impl ProberHandle {
+    /// A handle that drops everything.
+    pub fn disabled() -> Self {
+        ProberHandle { inbox: None }
+    }
+
+    /// Hands the prober the pod's containers as `status` shows them. A pod
+    /// without probes is not sent. `host_ip` is the pod's IP under host
+    /// networking (the loopback address when the node's IP is unknown).
+    pub fn update_pod(&self, pod: &Arc<Pod>, status: &PodStatus, host_ip: Option<&str>) {
+        let Some(inbox) = &self.inbox else { return };
+        if !has_probes(pod) {
+            return;
+        }
+        inbox.put(pod_uid(pod), Some(pod_input(pod, status, host_ip)));
+    }
+
+    /// Stops the pod's probes (it is being killed) and drops their results.
+    pub fn remove_pod(&self, pod: &Pod) {
+        let Some(inbox) = &self.inbox else { return };
+        if has_probes(pod) {
+            inbox.put(pod_uid(pod), None);
+        }
+    }
+}
+
+/// What the prober needs of a pod: its IP and its regular containers' newest
+/// instances.
+fn pod_input(pod: &Arc<Pod>, status: &PodStatus, host_ip: Option<&str>) -> PodInput {
+    let spec = pod.spec.as_ref();
+    let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+    let pod_ip = if host_network {
+        Some(host_ip.unwrap_or("127.0.0.1").to_string())
+    } else {
+        status.ips.first().cloned()
+    };
+    let containers = spec
+        .map(|s| s.containers.as_slice())
+        .unwrap_or(&[])
+        .iter()
+        .filter_map(|c| status.latest(&c.name))
+        .map(|r| SeenContainer {
+            name: r.name.clone(),
+            id: r.id.clone(),
+            running: r.state == ContainerState::Running,
+            exited: r.state == ContainerState::Exited,
+            started_at: r.started_at,
+        })
+        .collect();
+    PodInput {
+        pod: pod.clone(),
+        pod_ip,
+        containers,
+    }
+}
+
+/// Handle of the prober thread; dropping it stops the thread (runners end
+/// after their current run).
+pub struct Prober {
+    inbox: Arc<Inbox>,
+    results: Arc<ProbeResults>,
+    thread: Option<JoinOnDrop<()>>,
+}
+
+impl Prober {
+    /// Starts the prober thread. Standing results go to `results`; the UID
+    /// of a pod whose result changed goes to `updates`. Runs use `runtime`
+    /// for exec probes and report failures to `recorder`.
+    pub fn start(
+        runtime: Arc<RuntimeManager>,
+        results: Arc<ProbeResults>,
+        recorder: EventRecorder,
+        updates: Sender<String>,
+        runners: usize,
+    ) -> io::Result<Prober> {
+        let (wake_tx, wake_rx) = bounded(1);
+        let inbox = Arc::new(Inbox {
+            pending: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            wake: wake_tx,
+        });
+        let runners = runners.max(1);
+        // Each runner has at most one job and one outcome out: neither
+        // channel can fill, so neither side ever blocks on them.
+        let (jobs_tx, jobs_rx) = bounded(runners);
+        let (done_tx, done_rx) = bounded(runners);
+        let actor = Actor {
+            inbox: inbox.clone(),
+            probes: Probes::new(results.clone()),
+            started: Instant::now(),
+            wake: wake_rx,
+            updates,
+            unsent: BTreeSet::new(),
+            queue: VecDeque::new(),
+            busy: 0,
+            max_runners: runners,
+            runners: Vec::new(),
+            jobs: jobs_tx,
+            jobs_rx,
+            done_tx,
+            done: done_rx,
+            runtime,
+            recorder,
+        };
+        let thread = spawn_named("prober", move || actor.run())?;
+        Ok(Prober {
+            inbox,
+            results,
+            thread: Some(thread),
+        })
+    }
+
+    /// The handle pod workers use.
+    pub fn handle(&self) -> ProberHandle {
+        ProberHandle {
+            inbox: Some(self.inbox.clone()),
+        }
+    }
+
+    pub fn results(&self) -> &Arc<ProbeResults> {
+        &self.results
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.inbox.closed.store(true, Ordering::SeqCst);
+        let _ = self.inbox.wake.try_send(());
+        drop(self.thread.take());
+    }
+}
+
+struct Actor {
+    inbox: Arc<Inbox>,
+    probes: Probes,
+    started: Instant,
+    wake: Receiver<()>,
+    /// Pod UIDs to the sync loop; bounded(UPDATES_CAPACITY), see `unsent`.
+    updates: Sender<String>,
+    /// UIDs that found `updates` full, sent again after `RESEND`.
+    unsent: BTreeSet<String>,
+    /// Due runs waiting for a free runner.
+    queue: VecDeque<Job>,
+    /// Jobs out with runners.
+    busy: usize,
+    max_runners: usize,
+    runners: Vec<JoinOnDrop<()>>,
+    jobs: Sender<Job>,
+    jobs_rx: Receiver<Job>,
+    done_tx: Sender<(ProbeId, Outcome)>,
+    done: Receiver<(ProbeId, Outcome)>,
+    runtime: Arc<RuntimeManager>,
+    recorder: EventRecorder,
+}
+
+impl Actor {
+    fn run(mut self) {
+        debug!("prober started");
+        loop {
+            let now = Instant::now();
+            let mut wait = self
+                .probes
+                .next_due()
+                .map_or(IDLE, |t| t.saturating_duration_since(now));
+            if !self.unsent.is_empty() {
+                wait = wait.min(RESEND);
+            }
+            let mut changed = Vec::new();
+            select! {
+                recv(self.wake) -> m => if m.is_err() { break },
+                recv(self.done) -> d => if let Ok((id, outcome)) = d {
+                    self.finished(id, outcome, &mut changed);
+                },
+                default(wait) => {}
+            }
+            if self.inbox.closed.load(Ordering::SeqCst) {
+                break;
+            }
+            while let Ok((id, outcome)) = self.done.try_recv() {
+                self.finished(id, outcome, &mut changed);
+            }
+            let pending = std::mem::take(&mut *self.inbox.pending.lock());
+            let now = Now::current();
+            let age = now.mono.saturating_duration_since(self.started);
+            for (uid, input) in pending {
+                match input {
+                    Some(input) => self.probes.update_pod(input, now.mono, age),
+                    None => {
+                        self.probes.remove_pod(&uid);
+                        self.queue.retain(|j| pod_uid(&j.pod) != uid);
+                    }
+                }
+            }
+            let jobs = self.probes.due(now, &mut changed);
+            self.queue.extend(jobs);
+            self.dispatch();
+            self.notify(changed);
+        }
+        // Runners end when the job channel closes; one in a long run is
+        // not waited for.
+        drop(self.jobs);
+        for r in self.runners.drain(..) {
+            r.detach();
+        }
+        debug!("prober stopped");
+    }
+
+    fn finished(&mut self, id: ProbeId, outcome: Outcome, changed: &mut Vec<String>) {
+        self.busy = self.busy.saturating_sub(1);
+        self.probes.complete(id, outcome, Instant::now(), changed);
+    }
+
+    /// Hands queued runs to free runners, starting runners as needed.
+    fn dispatch(&mut self) {
+        while !self.queue.is_empty() {
+            if self.busy == self.runners.len() && !self.start_runner() {
+                return;
+            }
+            let Some(job) = self.queue.pop_front() else {
+                return;
+            };
+            match self.jobs.try_send(job) {
+                Ok(()) => self.busy += 1,
+                Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => {
+                    self.queue.push_front(job);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn start_runner(&mut self) -> bool {
+        if self.runners.len() >= self.max_runners {
+            return false;
+        }
+        let n = self.runners.len();
+        let jobs = self.jobs_rx.clone();
+        let done = self.done_tx.clone();
+        let runner = run::Runner::new(self.runtime.clone(), self.recorder.clone());
+        match spawn_named(format!("probe-runner/{n}"), move || {
+            for job in jobs.iter() {
+                let outcome = runner.run(&job);
+                if done.send((job.probe, outcome)).is_err() {
+                    return;
+                }
+            }
+        }) {
+            Ok(t) => {
+                self.runners.push(t);
+                true
+            }
+            Err(e) => {
+                warn!("prober: cannot start a probe runner: {e}");
+                !self.runners.is_empty() && self.busy < self.runners.len()
+            }
+        }
+    }
+
+    fn notify(&mut self, changed: Vec<String>) {
+        for uid in changed {
+            debug!("prober: a probe result of pod {uid} changed");
+            self.unsent.insert(uid);
+        }
+        while let Some(uid) = self.unsent.pop_first() {
+            match self.updates.try_send(uid) {
+                Ok(()) => {}
+                Err(TrySendError::Full(uid)) => {
+                    self.unsent.insert(uid);
+                    return;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.unsent.clear();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A running container of `pod` whose liveness or startup probe failed,
+/// to be killed (upstream `computePodActions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeKill {
+    /// Index into `spec.containers`.
+    pub index: usize,
+    pub id: String,
+    pub name: String,
+    /// The Killing event's message, upstream's words.
+    pub message: String,
+    /// Start it again (restartPolicy is not Never).
+    pub restart: bool,
+    /// The probe's own grace period, if it sets one.
+    pub grace: Option<i64>,
+}
+
+/// The running containers whose liveness (or else startup) probe stands
+/// at Failure.
+pub fn failed_probe_kills(pod: &Pod, status: &PodStatus, results: &ProbeResults) -> Vec<ProbeKill> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let restart = spec.restart_policy.as_deref() != Some("Never");
+    let mut out = Vec::new();
+    for (index, c) in spec.containers.iter().enumerate() {
+        let Some(s) = status.latest(&c.name) else {
+            continue;
+        };
+        if s.state != ContainerState::Running {
+            continue;
+        }
+        let failed = |k: ProbeKind| results.get(&s.id, k) == Some(ProbeResult::Failure);
+        let (kind, what) = if failed(ProbeKind::Liveness) {
+            (ProbeKind::Liveness, "liveness")
+        } else if failed(ProbeKind::Startup) {
+            (ProbeKind::Startup, "startup")
+        } else {
+            continue;
+        };
+        let mut message = format!("Container {} failed {what} probe", c.name);
+        if restart {
+            message.push_str(", will be restarted");
+        }
+        out.push(ProbeKill {
+            index,
+            id: s.id.clone(),
+            name: c.name.clone(),
+            message,
+            restart,
+            grace: kind.of(c).and_then(|p| p.termination_grace_period_seconds),
+        });
+    }
+    if !out.is_empty() {
+        debug!("pod {}: probe kills {out:?}", pod_full_name(pod));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

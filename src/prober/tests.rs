@@ -1,0 +1,248 @@
+//! The prober thread with the fake runtime: exec probes through ExecSync,
+//! results reaching the sync loop's channel, and the kills SyncPod makes of
+//! a container whose liveness probe failed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use grpcio::RpcStatusCode;
+use k8s_openapi::api::core::v1::{ExecAction, Pod, Probe};
+
+use super::*;
+use crate::runtime::fake::{test_manager, test_pod, wait_for};
+
+fn exec_probe(cmd: &str, period: i32, failure: i32) -> Probe {
+    Probe {
+        exec: Some(ExecAction {
+            command: Some(vec![cmd.into()]),
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failure),
+        ..Default::default()
+    }
+}
+
+fn probed_pod(uid: &str, liveness: Option<Probe>, readiness: Option<Probe>) -> Arc<Pod> {
+    let mut p = test_pod(uid, "web");
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.liveness_probe = liveness;
+    c.readiness_probe = readiness;
+    Arc::new(p)
+}
+
+/// Runs the pod on the fake and returns its runtime status.
+fn run_pod(rm: &RuntimeManager, pod: &Pod) -> PodStatus {
+    let st = rm.get_pod_status(pod_uid(pod), "web", "default").unwrap();
+    rm.sync_pod(pod, &st).unwrap();
+    rm.get_pod_status(pod_uid(pod), "web", "default").unwrap()
+}
+
+#[test]
+fn exec_liveness_failure_reaches_the_sync_loop_and_sync_pod_restarts() {
+    let (fake, rm) = test_manager("prober-live");
+    let results = Arc::new(ProbeResults::default());
+    let rm = Arc::new(
+        Arc::try_unwrap(rm)
+            .ok()
+            .unwrap()
+            .with_probe_results(results.clone()),
+    );
+    let (tx, rx) = bounded(8);
+    let prober = Prober::start(
+        rm.clone(),
+        results.clone(),
+        EventRecorder::disabled(),
+        tx,
+        2,
+    )
+    .unwrap();
+    let pod = probed_pod(
+        "u1",
+        Some(exec_probe("healthy", 1, 1)),
+        Some(exec_probe("ready", 1, 1)),
+    );
+    let status = run_pod(&rm, &pod);
+    let id = status.latest("app").unwrap().id.clone();
+    prober.handle().update_pod(&pod, &status, None);
+
+    // Readiness: Failure at first, then Success after one passing run.
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), "u1");
+    wait_for("ready", || {
+        results.get(&id, ProbeKind::Readiness) == Some(ProbeResult::Success)
+    });
+    // The first ticks are spread over the first period after the start.
+    wait_for("liveness ran", || {
+        results.get(&id, ProbeKind::Liveness) == Some(ProbeResult::Success)
+    });
+    wait_for("both probes ran", || fake.count("ExecSync") >= 2);
+
+    // The liveness command starts failing: the result turns, the sync loop
+    // hears of the pod, and the next SyncPod replaces the container.
+    fake.script_exec("healthy", Ok((1, "not healthy".into())));
+    wait_for("liveness failure", || {
+        results.get(&id, ProbeKind::Liveness) == Some(ProbeResult::Failure)
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rx.recv_timeout(Duration::from_millis(50)).ok().as_deref() != Some("u1") {
+        assert!(Instant::now() < deadline, "no update for u1");
+    }
+    let status = rm.get_pod_status("u1", "web", "default").unwrap();
+    rm.sync_pod(&pod, &status).unwrap();
+    let after = rm.get_pod_status("u1", "web", "default").unwrap();
+    let newest = after.latest("app").unwrap();
+    assert_ne!(newest.id, id);
+    assert_eq!(newest.state, ContainerState::Running);
+    assert_eq!(newest.restart_count, 1);
+    assert_eq!(fake.count("StopContainer"), 1);
+
+    // Removing the pod drops its results.
+    prober.handle().remove_pod(&pod);
+    wait_for("results dropped", || results.is_empty());
+}
+
+#[test]
+fn an_exec_timeout_is_a_failure_and_other_errors_are_thrown_away() {
+    let (fake, rm) = test_manager("prober-timeout");
+    let pod = probed_pod("u2", Some(exec_probe("slow", 1, 1)), None);
+    let status = run_pod(&rm, &pod);
+    let id = status.latest("app").unwrap().id.clone();
+    let runner = run::Runner::new(rm.clone(), EventRecorder::disabled());
+    let job = Job {
+        probe: 0,
+        kind: ProbeKind::Liveness,
+        action: spec::Action::Exec(vec!["slow".into()]),
+        timeout: Duration::from_secs(1),
+        pod: pod.clone(),
+        container: "app".into(),
+        container_id: id,
+        pod_ip: None,
+    };
+    fake.script_exec("slow", Err(RpcStatusCode::DEADLINE_EXCEEDED));
+    assert_eq!(runner.run(&job), Outcome::Failure);
+    fake.script_exec("slow", Err(RpcStatusCode::INTERNAL));
+    fake.clear_calls();
+    assert_eq!(runner.run(&job), Outcome::Error);
+    assert_eq!(fake.count("ExecSync"), 3, "an error is tried three times");
+    fake.script_exec("slow", Ok((0, String::new())));
+    assert_eq!(runner.run(&job), Outcome::Success);
+}
+
+#[test]
+fn failed_probe_kills_follow_the_restart_policy() {
+    let (_fake, rm) = test_manager("prober-kills");
+    let mut p = (*probed_pod("u3", Some(exec_probe("x", 1, 1)), None)).clone();
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.liveness_probe
+        .as_mut()
+        .unwrap()
+        .termination_grace_period_seconds = Some(7);
+    let pod = Arc::new(p);
+    let status = run_pod(&rm, &pod);
+    let id = status.latest("app").unwrap().id.clone();
+    let results = ProbeResults::default();
+    assert!(failed_probe_kills(&pod, &status, &results).is_empty());
+    results.set_for_test(&id, ProbeKind::Liveness, ProbeResult::Failure);
+    assert_eq!(
+        failed_probe_kills(&pod, &status, &results),
+        vec![ProbeKill {
+            index: 0,
+            id: id.clone(),
+            name: "app".into(),
+            message: "Container app failed liveness probe, will be restarted".into(),
+            restart: true,
+            grace: Some(7),
+        }]
+    );
+    let mut never = (*pod).clone();
+    never.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    let kills = failed_probe_kills(&never, &status, &results);
+    assert_eq!(kills[0].message, "Container app failed liveness probe");
+    assert!(!kills[0].restart);
+    // A startup failure counts when liveness stands.
+    let results = ProbeResults::default();
+    results.set_for_test(&id, ProbeKind::Startup, ProbeResult::Failure);
+    assert_eq!(
+        failed_probe_kills(&pod, &status, &results)[0].message,
+        "Container app failed startup probe, will be restarted"
+    );
+}
+
+#[test]
+fn the_pod_ip_is_the_sandbox_ip_or_the_host_ip_under_host_networking() {
+    let pod = probed_pod("u4", Some(exec_probe("x", 1, 1)), None);
+    let status = PodStatus {
+        ips: vec!["10.88.0.7".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        pod_input(&pod, &status, Some("192.168.1.2"))
+            .pod_ip
+            .as_deref(),
+        Some("10.88.0.7")
+    );
+    let mut host = (*pod).clone();
+    host.spec.as_mut().unwrap().host_network = Some(true);
+    let host = Arc::new(host);
+    let none = PodStatus::default();
+    assert_eq!(
+        pod_input(&host, &none, Some("192.168.1.2"))
+            .pod_ip
+            .as_deref(),
+        Some("192.168.1.2")
+    );
+    assert_eq!(
+        pod_input(&host, &none, None).pod_ip.as_deref(),
+        Some("127.0.0.1")
+    );
+}
+
+#[test]
+fn status_started_and_ready_follow_the_probe_results() {
+    use crate::status::generate::{generate_pod_status, StatusContext};
+    let (_fake, rm) = test_manager("prober-status");
+    let mut p = (*probed_pod("u5", None, Some(exec_probe("ready", 1, 1)))).clone();
+    p.spec.as_mut().unwrap().containers[0].startup_probe = Some(exec_probe("started", 1, 1));
+    let pod = Arc::new(p);
+    let status = run_pod(&rm, &pod);
+    let id = status.latest("app").unwrap().id.clone();
+    let results = ProbeResults::default();
+    let reasons = Default::default();
+    let generate = |results: Option<&ProbeResults>| {
+        let ctx = StatusContext {
+            host_ip: None,
+            runtime_name: "containerd",
+            waiting_reasons: &reasons,
+            now: k8s_openapi::jiff::Timestamp::now(),
+            probes: results,
+        };
+        let s = generate_pod_status(&pod, &status, None, &ctx);
+        let c = &s.container_statuses.as_ref().unwrap()[0];
+        let cond = |t: &str| {
+            s.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == t)
+                .map(|c| c.status.clone())
+                .unwrap()
+        };
+        (c.started, c.ready, cond("ContainersReady"), cond("Ready"))
+    };
+    let not_ready = (Some(false), false, "False".to_string(), "False".to_string());
+    assert_eq!(generate(None), not_ready);
+    assert_eq!(generate(Some(&results)), not_ready);
+    // Started, but the readiness probe has not passed yet.
+    results.set_for_test(&id, ProbeKind::Startup, ProbeResult::Success);
+    results.set_for_test(&id, ProbeKind::Readiness, ProbeResult::Failure);
+    assert_eq!(
+        generate(Some(&results)),
+        (Some(true), false, "False".to_string(), "False".to_string())
+    );
+    results.set_for_test(&id, ProbeKind::Readiness, ProbeResult::Success);
+    assert_eq!(
+        generate(Some(&results)),
+        (Some(true), true, "True".to_string(), "True".to_string())
+    );
+    // A readiness success does not count before the startup probe passed.
+    results.set_for_test(&id, ProbeKind::Startup, ProbeResult::Unknown);
+    assert_eq!(generate(Some(&results)), not_ready);
+}
