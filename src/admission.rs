@@ -24,7 +24,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, NodeSelectorTerm, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::runtime::config::parse_quantity_scaled;
+use crate::quantity::parse_quantity_scaled;
 
 /// Reason when the pod's `kubernetes.io/os` label names another OS.
 pub const POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH: &str = "PodOSSelectorNodeLabelDoesNotMatch";

@@ -13,7 +13,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::config::validation::dns1123_subdomain_error;
-use crate::runtime::config::parse_quantity_wide;
+use crate::quantity::parse_quantity_wide;
 
 /// A field path or resource that has no value here.
 #[derive(Debug, Clone, PartialEq, Eq)]

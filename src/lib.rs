@@ -19,6 +19,7 @@ pub mod options;
 pub mod pleg;
 pub mod pod_workers;
 pub mod prober;
+pub mod quantity;
 pub mod runtime;
 pub mod status;
 pub mod thread;

@@ -311,6 +311,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
             Box::new(move || NodeAllocatable::from_map(&node_state.read().allocatable))
         },
     )
+    .with_probe_results(probe_results.clone())
     .with_image_options(ImageOptions {
         serialize_pulls: opts.serialize_image_pulls,
         registry_qps: opts.registry_qps,

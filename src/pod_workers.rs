@@ -524,7 +524,7 @@ fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) {
         runtime_name: &shared.runtime_name,
         waiting_reasons: &reasons,
         now: k8s_openapi::jiff::Timestamp::now(),
-        probes: shared.runtime.probe_results(),
+        probes: shared.prober.results(),
     };
     let api = generate_pod_status(pod, status, old.as_ref(), &ctx);
     shared.reporter.set_status(pod, api);

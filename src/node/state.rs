@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::machine;
 use crate::admission::NodeInfo;
-use crate::runtime::config::{parse_bytes, parse_millis};
+use crate::quantity::{parse_bytes, parse_millis};
 
 /// The kubelet's default hard eviction threshold for memory, kept out of
 /// allocatable as upstream does.

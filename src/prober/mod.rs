@@ -78,12 +78,22 @@ impl Inbox {
 pub struct ProberHandle {
     /// `None`: no prober (tests); probes never run.
     inbox: Option<Arc<Inbox>>,
+    /// The standing results, for pod status (`None` without a prober).
+    results: Option<Arc<ProbeResults>>,
 }
 
 impl ProberHandle {
+    /// The standing probe results (none without a prober).
+    pub fn results(&self) -> Option<&ProbeResults> {
+        self.results.as_deref()
+    }
+
     /// A handle that drops everything.
     pub fn disabled() -> Self {
-        ProberHandle { inbox: None }
+        ProberHandle {
+            inbox: None,
+            results: None,
+        }
     }
 
     /// Hands the prober the pod's containers as `status` shows them. A pod
@@ -196,6 +206,7 @@ impl Prober {
     pub fn handle(&self) -> ProberHandle {
         ProberHandle {
             inbox: Some(self.inbox.clone()),
+            results: Some(self.results.clone()),
         }
     }
 
@@ -359,20 +370,12 @@ impl Actor {
     }
 }
 
-/// A running container of `pod` whose liveness or startup probe failed,
-/// to be killed (upstream `computePodActions`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeKill {
-    /// Index into `spec.containers`.
-    pub index: usize,
-    pub id: String,
-    pub name: String,
-    /// The Killing event's message, upstream's words.
-    pub message: String,
-    /// Start it again (restartPolicy is not Never).
-    pub restart: bool,
-    /// The probe's own grace period, if it sets one.
-    pub grace: Option<i64>,
+pub use crate::runtime::actions::ProbeKill;
+
+impl crate::runtime::actions::ProbeKills for ProbeResults {
+    fn probe_kills(&self, pod: &Pod, status: &PodStatus) -> Vec<ProbeKill> {
+        failed_probe_kills(pod, status, self)
+    }
 }
 
 /// The running containers whose liveness (or else startup) probe stands

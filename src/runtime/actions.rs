@@ -19,6 +19,28 @@ use super::labels::container_hash;
 use super::{ContainerState, ContainerStatus, PodStatus};
 use crate::cri::api;
 
+/// A running container of a pod whose liveness or startup probe failed,
+/// to be killed (upstream `computePodActions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeKill {
+    /// Index into `spec.containers`.
+    pub index: usize,
+    pub id: String,
+    pub name: String,
+    /// The Killing event's message, upstream's words.
+    pub message: String,
+    /// Start it again (restartPolicy is not Never).
+    pub restart: bool,
+    /// The probe's own grace period, if it sets one.
+    pub grace: Option<i64>,
+}
+
+/// Where SyncPod learns which containers failed probes condemn: the
+/// prober's standing results.
+pub trait ProbeKills: Send + Sync {
+    fn probe_kills(&self, pod: &Pod, status: &PodStatus) -> Vec<ProbeKill>;
+}
+
 /// The changes one SyncPod makes.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct PodActions {

@@ -182,7 +182,7 @@ pub struct RuntimeManager {
     image_manager: ImageManager,
     /// Standing probe results: a failed liveness or startup probe kills
     /// and restarts its container.
-    probe_results: Option<Arc<crate::prober::ProbeResults>>,
+    probe_results: Option<Arc<dyn actions::ProbeKills>>,
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -247,14 +247,9 @@ impl RuntimeManager {
 
     /// Kills and restarts containers whose liveness or startup probe
     /// failed, as `results` says.
-    pub fn with_probe_results(mut self, results: Arc<crate::prober::ProbeResults>) -> Self {
+    pub fn with_probe_results(mut self, results: Arc<dyn actions::ProbeKills>) -> Self {
         self.probe_results = Some(results);
         self
-    }
-
-    /// The standing probe results this manager acts on.
-    pub fn probe_results(&self) -> Option<&crate::prober::ProbeResults> {
-        self.probe_results.as_deref()
     }
 
     /// Runs `cmd` in a running container (exec probes), within `timeout`.
@@ -595,14 +590,15 @@ impl RuntimeManager {
         pod: &Pod,
         status: &PodStatus,
         actions: &mut PodActions,
-    ) -> Vec<crate::prober::ProbeKill> {
+    ) -> Vec<actions::ProbeKill> {
         let Some(results) = &self.probe_results else {
             return Vec::new();
         };
         if actions.kill_pod {
             return Vec::new();
         }
-        let kills: Vec<_> = crate::prober::failed_probe_kills(pod, status, results)
+        let kills: Vec<_> = results
+            .probe_kills(pod, status)
             .into_iter()
             .filter(|k| {
                 !actions

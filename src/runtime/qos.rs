@@ -102,7 +102,7 @@ pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> 
                 .and_then(|r| r.limits.as_ref())
                 .and_then(|m| m.get("memory"))
         })
-        .and_then(|q| super::config::parse_bytes(&q.0))
+        .and_then(|q| crate::quantity::parse_bytes(&q.0))
         .unwrap_or(0);
     let adj = if memory_capacity > 0 {
         1000 - (1000 * i128::from(request) / i128::from(memory_capacity)) as i64

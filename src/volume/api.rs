@@ -131,7 +131,7 @@ impl ObjectSource for ApiObjects {
         audience: Option<&str>,
         expiration_seconds: i64,
     ) -> Result<Token, String> {
-        let ns = crate::runtime::labels::pod_namespace(pod);
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let sa = pod
             .spec
             .as_ref()

@@ -255,7 +255,7 @@ impl VolumeManager {
                     .size_limit
                     .as_ref()
                     .map(|q| {
-                        crate::runtime::config::parse_bytes(&q.0)
+                        crate::quantity::parse_bytes(&q.0)
                             .ok_or_else(|| format!("emptyDir.sizeLimit: cannot parse {:?}", q.0))
                     })
                     .transpose()?
@@ -297,7 +297,7 @@ impl VolumeManager {
         pod: &Pod,
         v: &Volume,
     ) -> Result<(payload::Payload, Option<SystemTime>), String> {
-        let ns = crate::runtime::labels::pod_namespace(pod);
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let mut out = payload::Payload::new();
         let default = |m: Option<i32>| {
             m.map(|m| (m as u32) & 0o777)
