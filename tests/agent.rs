@@ -247,7 +247,7 @@ fn image_gc_removes_unused_images_but_never_used_pinned_or_sandbox_ones() {
     };
     agent.wait("the unused images are removed", || {
         let t = tags(&fake);
-        !t.iter().any(|i| i.contains("old"))
+        !t.iter().any(|i| i.contains("old") || i.contains("nginx"))
     });
     let left = tags(&fake);
     for kept in [
@@ -257,10 +257,6 @@ fn image_gc_removes_unused_images_but_never_used_pinned_or_sandbox_ones() {
     ] {
         assert!(left.iter().any(|t| t == kept), "{kept} removed: {left:?}");
     }
-    assert!(
-        !left.iter().any(|t| t.contains("nginx")),
-        "an unused image stayed: {left:?}"
-    );
     assert_eq!(
         fake.count("RemoveImage"),
         3,

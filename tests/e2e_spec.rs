@@ -301,7 +301,8 @@ fn api_pod(name: &str, script: &str, container_extra: Value) -> Value {
 /// Termination messages reach the API status: the file's content (File),
 /// the log's tail when a failed container wrote none
 /// (FallbackToLogsOnError), the file over the log when both exist; a
-/// runAsNonRoot refusal is the container's CreateContainerConfigError; with
+/// container over its memory limit is OOMKilled; a runAsNonRoot refusal is
+/// the container's CreateContainerConfigError; with
 /// `--allow-privileged=false` a hostNetwork pod fails admission.
 #[test]
 fn termination_messages_and_config_errors_reach_the_api_status() {
@@ -341,6 +342,12 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
         "echo -n 'from file' > /dev/termination-log; echo from log; exit 4",
         json!({"terminationMessagePolicy": "FallbackToLogsOnError"}),
     ));
+    // dd's 64 MiB block is more than the 16 MiB limit allows.
+    fake.create_pod(api_pod(
+        "oom",
+        "exec dd if=/dev/zero of=/dev/null bs=64M count=1",
+        json!({"resources": {"limits": {"memory": "16Mi"}}}),
+    ));
     let mut hostnet = api_pod("hostnet", LONG_RUNNING, json!({}));
     hostnet["spec"]["hostNetwork"] = json!(true);
     fake.create_pod(hostnet);
@@ -370,6 +377,15 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
         assert_eq!(t["exitCode"], json!(code), "{name}: {t}");
         assert_eq!(str_at(&t, "/message"), message, "{name}: {t}");
     }
+
+    // The memory limit is enforced: the kernel kills the container and the
+    // status says so.
+    wait_until(SETTLE, "pod oom reports its container terminated", || {
+        terminated("oom").is_some()
+    });
+    let t = terminated("oom").unwrap_or_default();
+    assert_eq!(str_at(&t, "/reason"), "OOMKilled", "oom: {t}");
+    assert_eq!(t["exitCode"], json!(137), "oom: {t}");
 
     wait_until(
         SETTLE,
