@@ -80,7 +80,9 @@ mod fake_apiserver;
 mod probes;
 
 use tinylet::cri::{api, ImageService, RemoteRuntime, RuntimeService};
-use tinylet::runtime::config::{container_config, pod_dir, pod_log_dir, sandbox_config};
+use tinylet::runtime::config::{
+    container_config, pod_dir, pod_log_dir, sandbox_config, ContainerInputs, NodeSettings,
+};
 use tinylet::runtime::labels::{POD_NAME, POD_UID};
 use tinylet::thread::{spawn_named, JoinOnDrop};
 
@@ -745,8 +747,21 @@ impl Floor {
             fs::create_dir_all(&log_dir)
                 .with_context(|| format!("creating {}", log_dir.display()))?;
             let volumes = pod_dir(&self.root, &name).join("volumes");
-            let mut sandbox = sandbox_config(&pod, 0, &self.logs_root);
-            let mut c = container_config(&pod, container, 0, &self.image_ref, &volumes)
+            // tinylet's defaults: a QoS cgroup parent, no cluster DNS.
+            let settings = NodeSettings {
+                cgroups_per_qos: true,
+                ..NodeSettings::default()
+            };
+            let inputs = ContainerInputs {
+                settings: &settings,
+                pod_ips: Vec::new(),
+                allocatable: Default::default(),
+                image_user: None,
+                etc_hosts: None,
+                termination_log: None,
+            };
+            let mut sandbox = sandbox_config(&pod, 0, &self.logs_root, &settings);
+            let mut c = container_config(&pod, container, 0, &self.image_ref, &volumes, &inputs)
                 .map_err(|e| anyhow!("container config of {name}: {e}"))?;
             sandbox.labels.remove(POD_UID);
             c.labels.remove(POD_UID);

@@ -21,6 +21,8 @@ cargo --version
 # --no-fail-fast keeps one failing test binary from hiding the others' results.
 echo "test.sh: cargo test --lib --bins --tests (target dir $CARGO_TARGET_DIR)" >&2
 timeout --foreground 45m cargo test --lib --bins --tests --no-fail-fast
+# The benchmark is a program, not a test; make sure it still compiles.
+cargo check --benches --profile dev
 
 # The tier against a real kube-apiserver, when one was built on this machine
 # (../shared/tools/kube-control-plane); it says so and passes when absent.

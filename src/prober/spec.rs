@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Probe};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// Which of a container's three probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -147,33 +146,12 @@ fn action(p: &Probe, c: &Container) -> Action {
     Action::Unsupported("the probe has no handler (exec, httpGet or tcpSocket)".into())
 }
 
-/// A probe's port: a number, or the name of one of the container's ports,
-/// or a number written as a string (upstream's last resort), in 1-65535.
-pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
-    let n: i64 = match port {
-        IntOrString::Int(n) => i64::from(*n),
-        IntOrString::String(name) => {
-            let named = c
-                .ports
-                .iter()
-                .flatten()
-                .find(|p| p.name.as_deref() == Some(name.as_str()))
-                .map(|p| i64::from(p.container_port));
-            match named.or_else(|| name.parse().ok()) {
-                Some(n) => n,
-                None => return Err(format!("couldn't find port: {name:?}")),
-            }
-        }
-    };
-    u16::try_from(n)
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| format!("invalid port number: {n}"))
-}
+pub use crate::runtime::resolve_port;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use k8s_openapi::api::core::v1::{ContainerPort, HTTPGetAction, HTTPHeader, TCPSocketAction};
 
     fn container() -> Container {
@@ -219,7 +197,7 @@ mod tests {
         );
         assert_eq!(
             resolve_port(&IntOrString::String("metrics".into()), &c),
-            Err("couldn't find port: \"metrics\"".into())
+            Err("couldn't find port: metrics in container \"app\"".into())
         );
         assert_eq!(
             resolve_port(&IntOrString::Int(70000), &c),

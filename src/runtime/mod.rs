@@ -26,6 +26,7 @@ pub mod backoff;
 pub mod config;
 pub mod expansion;
 mod hooks;
+pub use hooks::resolve_port;
 pub mod image_gc;
 pub mod images;
 mod inputs;

@@ -52,6 +52,13 @@ pub trait ObjectSource: Send + Sync {
     ) -> Result<Token, String>;
 }
 
+/// The two kinds of API object whose keys become files.
+#[derive(Clone, Copy)]
+enum Kind {
+    Secret,
+    ConfigMap,
+}
+
 /// The lifetime the API gives a projected token when the spec names none.
 const DEFAULT_TOKEN_SECONDS: i64 = 3600;
 /// A token is refreshed at most this long after it was issued.
@@ -291,6 +298,28 @@ impl VolumeManager {
             .ok_or_else(|| format!("{what} needs an apiserver, and this node has no --kubeconfig"))
     }
 
+    /// The files of the Secret or ConfigMap `name` (all keys, or `items`).
+    #[allow(clippy::too_many_arguments)]
+    fn key_files(
+        &self,
+        ns: &str,
+        kind: Kind,
+        name: &str,
+        items: Option<&[k8s_openapi::api::core::v1::KeyToPath]>,
+        optional: bool,
+        mode: u32,
+        out: &mut payload::Payload,
+    ) -> Result<(), String> {
+        let (what, keys) = match kind {
+            Kind::Secret => ("secret", self.source("a secret")?.secret(ns, name)?),
+            Kind::ConfigMap => (
+                "configmap",
+                self.source("a configMap")?.config_map(ns, name)?,
+            ),
+        };
+        payload::key_files(what, name, keys.as_ref(), items, optional, mode, out)
+    }
+
     /// The files of a secret, configMap, downwardAPI or projected volume.
     fn payload(
         &self,
@@ -308,27 +337,21 @@ impl VolumeManager {
             if name.is_empty() {
                 return Err("secret.secretName is empty".into());
             }
-            let keys = self.source("a secret volume")?.secret(ns, name)?;
-            payload::key_files(
-                "secret",
-                name,
-                keys.as_ref(),
-                s.items.as_deref(),
-                s.optional.unwrap_or(false),
-                default(s.default_mode),
-                &mut out,
-            )?;
+            let (items, optional) = (s.items.as_deref(), s.optional.unwrap_or(false));
+            let mode = default(s.default_mode);
+            self.key_files(ns, Kind::Secret, name, items, optional, mode, &mut out)?;
             return Ok((out, None));
         }
         if let Some(c) = &v.config_map {
-            let keys = self.source("a configMap volume")?.config_map(ns, &c.name)?;
-            payload::key_files(
-                "configmap",
+            let (items, optional) = (c.items.as_deref(), c.optional.unwrap_or(false));
+            let mode = default(c.default_mode);
+            self.key_files(
+                ns,
+                Kind::ConfigMap,
                 &c.name,
-                keys.as_ref(),
-                c.items.as_deref(),
-                c.optional.unwrap_or(false),
-                default(c.default_mode),
+                items,
+                optional,
+                mode,
                 &mut out,
             )?;
             return Ok((out, None));
@@ -351,31 +374,17 @@ impl VolumeManager {
         for (i, src) in p.sources.iter().flatten().enumerate() {
             let at = |e: String| format!("projected.sources[{i}]: {e}");
             if let Some(s) = &src.secret {
-                let keys = self
-                    .source("a projected secret")?
-                    .secret(ns, &s.name)
+                let (items, optional) = (s.items.as_deref(), s.optional.unwrap_or(false));
+                self.key_files(ns, Kind::Secret, &s.name, items, optional, mode, &mut out)
                     .map_err(at)?;
-                payload::key_files(
-                    "secret",
-                    &s.name,
-                    keys.as_ref(),
-                    s.items.as_deref(),
-                    s.optional.unwrap_or(false),
-                    mode,
-                    &mut out,
-                )
-                .map_err(at)?;
             } else if let Some(c) = &src.config_map {
-                let keys = self
-                    .source("a projected configMap")?
-                    .config_map(ns, &c.name)
-                    .map_err(at)?;
-                payload::key_files(
-                    "configmap",
+                let (items, optional) = (c.items.as_deref(), c.optional.unwrap_or(false));
+                self.key_files(
+                    ns,
+                    Kind::ConfigMap,
                     &c.name,
-                    keys.as_ref(),
-                    c.items.as_deref(),
-                    c.optional.unwrap_or(false),
+                    items,
+                    optional,
                     mode,
                     &mut out,
                 )
