@@ -752,13 +752,25 @@ impl Floor {
                 cgroups_per_qos: true,
                 ..NodeSettings::default()
             };
+            // The same files tinylet mounts: a managed /etc/hosts and an
+            // empty termination log.
+            let pod_files = pod_dir(&self.root, &name);
+            fs::create_dir_all(&pod_files)
+                .with_context(|| format!("creating {}", pod_files.display()))?;
+            let (etc_hosts, termination_log) = (
+                pod_files.join("etc-hosts"),
+                pod_files.join("termination-log"),
+            );
+            fs::write(&etc_hosts, "127.0.0.1\tlocalhost\n")
+                .and_then(|()| fs::write(&termination_log, ""))
+                .with_context(|| format!("writing files in {}", pod_files.display()))?;
             let inputs = ContainerInputs {
                 settings: &settings,
                 pod_ips: Vec::new(),
                 allocatable: Default::default(),
                 image_user: None,
-                etc_hosts: None,
-                termination_log: None,
+                etc_hosts: Some(etc_hosts),
+                termination_log: Some(termination_log),
             };
             let mut sandbox = sandbox_config(&pod, 0, &self.logs_root, &settings);
             let mut c = container_config(&pod, container, 0, &self.image_ref, &volumes, &inputs)

@@ -151,8 +151,8 @@ pub use crate::runtime::resolve_port;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use k8s_openapi::api::core::v1::{ContainerPort, HTTPGetAction, HTTPHeader, TCPSocketAction};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     fn container() -> Container {
         Container {
