@@ -2184,7 +2184,7 @@ fn serve_conn(shared: &Arc<Shared>, tcp: TcpStream) {
             _ => break,
         };
         if shared.black_hole.load(Ordering::SeqCst) {
-            record(shared, &req, "", 0);
+            record(&mut shared.state.lock(), &req, "", 0);
             while shared.black_hole.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
                 std::thread::sleep(POLL);
             }
@@ -2197,8 +2197,8 @@ fn serve_conn(shared: &Arc<Shared>, tcp: TcpStream) {
     let _ = reader.get_ref().tcp().shutdown(Shutdown::Both);
 }
 
-fn record(shared: &Shared, req: &Request, user: &str, status: u16) {
-    shared.state.lock().requests.push(RecordedRequest {
+fn record(st: &mut State, req: &Request, user: &str, status: u16) {
+    st.requests.push(RecordedRequest {
         verb: req.method.clone(),
         path: req.path.clone(),
         query: req.raw_query.clone(),
@@ -2212,20 +2212,24 @@ fn record(shared: &Shared, req: &Request, user: &str, status: u16) {
 /// Answers one request; false when the connection must close.
 fn handle(shared: &Arc<Shared>, reader: &mut BufReader<Conn>, req: Request) -> bool {
     let cert_user = reader.get_ref().cert_user();
-    let (user, outcome) = dispatch(shared, &req, cert_user);
+    let mut st = shared.state.lock();
+    let (user, outcome) = dispatch(shared, &mut st, &req, cert_user);
     let name = user.as_ref().map(|u| u.name.clone()).unwrap_or_default();
+    let code = match &outcome {
+        Outcome::Reply(resp) => resp.code,
+        Outcome::Watch(_) => 200,
+    };
+    record(&mut st, &req, &name, code);
+    drop(st);
+    shared.changed.notify_all();
     match outcome {
         Outcome::Reply(mut resp) => {
             if let Some(u) = &user {
                 resp.flow = Some(u.flow());
             }
-            record(shared, &req, &name, resp.code);
             write_response(reader.get_mut(), &resp).is_ok() && !req.close
         }
-        Outcome::Watch(plan) => {
-            record(shared, &req, &name, 200);
-            run_watch(shared, reader.get_mut(), plan) && !req.close
-        }
+        Outcome::Watch(plan) => run_watch(shared, reader.get_mut(), plan) && !req.close,
     }
 }
 
@@ -2525,19 +2529,22 @@ const HEALTH_CHECKS: &[&str] = &[
     "poststarthook/apiservice-openapi-controller",
 ];
 
+/// Acts on one request under the state lock, which the caller holds until
+/// the request is recorded: a test that sees the request's effect also
+/// sees it in the request log.
 fn dispatch(
     shared: &Arc<Shared>,
+    st: &mut parking_lot::MutexGuard<'_, State>,
     req: &Request,
     cert_user: Option<User>,
 ) -> (Option<User>, Outcome) {
-    let mut st = shared.state.lock();
-    let user = match authenticate(&st, req, cert_user) {
+    let user = match authenticate(st, req, cert_user) {
         Ok(u) => u,
         Err(resp) => return (None, Outcome::Reply(resp)),
     };
     let u = user.clone();
     let reply = move |r: Resp| (Some(u.clone()), Outcome::Reply(r));
-    if let Some(s) = take_fault(&mut st, req) {
+    if let Some(s) = take_fault(st, req) {
         return reply(Resp::status(&s));
     }
     let Some(t) = parse_target(&req.path) else {
@@ -2579,7 +2586,7 @@ fn dispatch(
         });
     };
     let verb = verb_of(req, &t);
-    if let Err(s) = authorize(&st, &user, verb, &t) {
+    if let Err(s) = authorize(st, &user, verb, &t) {
         return reply(Resp::status(&s));
     }
     let ctx = Ctx {
@@ -2587,18 +2594,18 @@ fn dispatch(
         manager: req.manager(),
     };
     let result = match verb {
-        "watch" => match watch_plan(&st, req, &t) {
+        "watch" => match watch_plan(st, req, &t) {
             Ok(plan) => return (Some(user), Outcome::Watch(plan)),
             Err(s) => Err(s),
         },
         "list" => {
-            let r = list(&mut st, shared, req, &t);
+            let r = list(st, shared, req, &t);
             return reply(r.unwrap_or_else(|s| Resp::status(&s)));
         }
-        "get" => get(&st, &t).map(|v| Resp::object(200, &v)),
+        "get" => get(st, &t).map(|v| Resp::object(200, &v)),
         "create" => parse_body(req).and_then(|body| {
             if t.res == Res::ServiceAccounts {
-                return create_token(&mut st, &ctx, &t, &body).map(|v| Resp::object(201, &v));
+                return create_token(st, &ctx, &t, &body).map(|v| Resp::object(201, &v));
             }
             if t.name.is_some() {
                 return Err(Status::new(
@@ -2607,14 +2614,14 @@ fn dispatch(
                     "the server does not allow this method on the requested resource",
                 ));
             }
-            create(&mut st, &ctx, t.res, &t.ns, body).map(|v| Resp::object(201, &v))
+            create(st, &ctx, t.res, &t.ns, body).map(|v| Resp::object(201, &v))
         }),
         "update" => parse_body(req)
-            .and_then(|body| update(&mut st, &ctx, &t, body).map(|v| Resp::object(200, &v))),
-        "patch" => patch(&mut st, &ctx, &t, req).map(|v| Resp::object(200, &v)),
+            .and_then(|body| update(st, &ctx, &t, body).map(|v| Resp::object(200, &v))),
+        "patch" => patch(st, &ctx, &t, req).map(|v| Resp::object(200, &v)),
         "delete" => DeleteOptions::parse(req).and_then(|opts| {
             let name = t.name.clone().unwrap_or_default();
-            delete(&mut st, &ctx, t.res, &t.ns, &name, &opts).map(Deleted::into_resp)
+            delete(st, &ctx, t.res, &t.ns, &name, &opts).map(Deleted::into_resp)
         }),
         _ => Err(Status::new(
             405,
@@ -2622,8 +2629,6 @@ fn dispatch(
             "the server does not allow this method on the requested resource",
         )),
     };
-    drop(st);
-    shared.changed.notify_all();
     reply(result.unwrap_or_else(|s| Resp::status(&s)))
 }
 
