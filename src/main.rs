@@ -312,6 +312,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
         },
     )
     .with_probe_results(probe_results.clone())
+    .with_startup_results(probe_results.clone())
     .with_image_options(ImageOptions {
         serialize_pulls: opts.serialize_image_pulls,
         registry_qps: opts.registry_qps,

@@ -116,8 +116,8 @@ impl ProberHandle {
     }
 }
 
-/// What the prober needs of a pod: its IP and its regular containers' newest
-/// instances.
+/// What the prober needs of a pod: its IP and the newest instances of its
+/// probed containers (regular ones and sidecars).
 fn pod_input(pod: &Arc<Pod>, status: &PodStatus, host_ip: Option<&str>) -> PodInput {
     let spec = pod.spec.as_ref();
     let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
@@ -126,10 +126,7 @@ fn pod_input(pod: &Arc<Pod>, status: &PodStatus, host_ip: Option<&str>) -> PodIn
     } else {
         status.ips.first().cloned()
     };
-    let containers = spec
-        .map(|s| s.containers.as_slice())
-        .unwrap_or(&[])
-        .iter()
+    let containers = worker::probed_containers(pod)
         .filter_map(|c| status.latest(&c.name))
         .map(|r| SeenContainer {
             name: r.name.clone(),
@@ -378,6 +375,19 @@ impl crate::runtime::actions::ProbeKills for ProbeResults {
     }
 }
 
+/// SyncPod holds the next init container back until a sidecar's startup
+/// probe succeeded.
+impl crate::runtime::actions::StartupResults for ProbeResults {
+    fn startup(&self, container_id: &str) -> crate::runtime::actions::StartupResult {
+        use crate::runtime::actions::StartupResult;
+        match self.get(container_id, ProbeKind::Startup) {
+            Some(ProbeResult::Success) => StartupResult::Success,
+            Some(ProbeResult::Failure) => StartupResult::Failure,
+            _ => StartupResult::Unknown,
+        }
+    }
+}
+
 /// The running containers whose liveness (or else startup) probe stands
 /// at Failure.
 pub fn failed_probe_kills(pod: &Pod, status: &PodStatus, results: &ProbeResults) -> Vec<ProbeKill> {
@@ -386,7 +396,21 @@ pub fn failed_probe_kills(pod: &Pod, status: &PodStatus, results: &ProbeResults)
     };
     let restart = spec.restart_policy.as_deref() != Some("Never");
     let mut out = Vec::new();
-    for (index, c) in spec.containers.iter().enumerate() {
+    // Regular containers by index, then sidecars: a killed sidecar is
+    // started again by the next sync, whatever the pod's policy.
+    let regular = spec
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (Some(i), c));
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| crate::runtime::actions::is_restartable_init(c))
+        .map(|c| (None, c));
+    for (index, c) in regular.chain(sidecars) {
+        let restart = restart || index.is_none();
         let Some(s) = status.latest(&c.name) else {
             continue;
         };

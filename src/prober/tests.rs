@@ -145,7 +145,7 @@ fn failed_probe_kills_follow_the_restart_policy() {
     assert_eq!(
         failed_probe_kills(&pod, &status, &results),
         vec![ProbeKill {
-            index: 0,
+            index: Some(0),
             id: id.clone(),
             name: "app".into(),
             message: "Container app failed liveness probe, will be restarted".into(),
@@ -245,4 +245,64 @@ fn status_started_and_ready_follow_the_probe_results() {
     // A readiness success does not count before the startup probe passed.
     results.set_for_test(&id, ProbeKind::Startup, ProbeResult::Unknown);
     assert_eq!(generate(Some(&results)), not_ready);
+}
+
+#[test]
+fn sidecar_probes_run_gate_the_next_init_container_and_restart_it() {
+    let (fake, rm) = test_manager("prober-side");
+    let results = Arc::new(ProbeResults::default());
+    let rm = Arc::new(
+        Arc::try_unwrap(rm)
+            .ok()
+            .unwrap()
+            .with_probe_results(results.clone())
+            .with_startup_results(results.clone()),
+    );
+    let (tx, _rx) = bounded(64);
+    let prober = Prober::start(
+        rm.clone(),
+        results.clone(),
+        EventRecorder::disabled(),
+        tx,
+        2,
+    )
+    .unwrap();
+    let mut p = test_pod("u2", "web");
+    let spec = p.spec.as_mut().unwrap();
+    let mut side = spec.containers[0].clone();
+    side.name = "side".into();
+    side.restart_policy = Some("Always".into());
+    side.startup_probe = Some(exec_probe("side-started", 1, 1));
+    side.liveness_probe = Some(exec_probe("side-alive", 1, 1));
+    spec.init_containers = Some(vec![side]);
+    let pod = Arc::new(p);
+    let has = super::worker::has_probes(&pod);
+    assert!(has, "a sidecar's probes count");
+
+    // The sidecar runs; the app waits for its startup probe.
+    let status = run_pod(&rm, &pod);
+    let side_id = status.latest("side").unwrap().id.clone();
+    assert!(status.latest("app").is_none());
+    prober.handle().update_pod(&pod, &status, None);
+    wait_for("the sidecar's startup probe passed", || {
+        results.get(&side_id, ProbeKind::Startup) == Some(ProbeResult::Success)
+    });
+    let status = run_pod(&rm, &pod);
+    assert!(status.latest("app").is_some(), "the app starts after it");
+    prober.handle().update_pod(&pod, &status, None);
+
+    // Its liveness probe fails: SyncPod stops it, and it starts again.
+    fake.script_exec("side-alive", Ok((1, "dead".into())));
+    wait_for("the sidecar's liveness failure", || {
+        results.get(&side_id, ProbeKind::Liveness) == Some(ProbeResult::Failure)
+    });
+    let status = rm.get_pod_status("u2", "web", "default").unwrap();
+    rm.sync_pod(&pod, &status).unwrap();
+    let status = rm.get_pod_status("u2", "web", "default").unwrap();
+    rm.sync_pod(&pod, &status).unwrap();
+    let after = rm.get_pod_status("u2", "web", "default").unwrap();
+    let side = after.latest("side").unwrap();
+    assert_ne!(side.id, side_id, "the sidecar was replaced");
+    assert_eq!(side.state, ContainerState::Running);
+    prober.handle().remove_pod(&pod);
 }

@@ -28,7 +28,9 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use crate::runtime::actions::is_restartable_init;
 use parking_lot::RwLock;
 
 use super::spec::{Action, ProbeKind, ProbeSpec};
@@ -190,13 +192,22 @@ pub struct Probes {
     next_id: ProbeId,
 }
 
-/// Whether the pod has any probe (on a regular container).
+/// The containers whose probes run: the regular ones and the sidecars
+/// (restartable init containers), as upstream.
+pub fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    let spec = pod.spec.as_ref();
+    let regular = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
+    let init = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[]);
+    regular
+        .iter()
+        .chain(init.iter().filter(|c| is_restartable_init(c)))
+}
+
+/// Whether the pod has any probe (on a regular container or a sidecar).
 pub fn has_probes(pod: &Pod) -> bool {
-    pod.spec.as_ref().is_some_and(|s| {
-        s.containers
-            .iter()
-            .any(|c| ProbeKind::ALL.iter().any(|k| k.of(c).is_some()))
-    })
+    probed_containers(pod).any(|c| ProbeKind::ALL.iter().any(|k| k.of(c).is_some()))
 }
 
 fn pod_uid(pod: &Pod) -> &str {
@@ -243,12 +254,7 @@ impl Probes {
             return;
         }
         let mut ids = Vec::new();
-        let containers = input
-            .pod
-            .spec
-            .as_ref()
-            .map(|s| s.containers.clone())
-            .unwrap_or_default();
+        let containers: Vec<Container> = probed_containers(&input.pod).cloned().collect();
         for c in &containers {
             for kind in ProbeKind::ALL {
                 let Some(p) = kind.of(c) else { continue };
@@ -413,11 +419,8 @@ impl Probes {
         if Duration::from_nanos(since_start.unsigned_abs()) < p.spec.initial_delay {
             return Tick::Wait;
         }
-        let has_startup = input
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.containers.iter().find(|x| x.name == p.container))
+        let has_startup = probed_containers(&input.pod)
+            .find(|x| x.name == p.container)
             .is_some_and(|x| x.startup_probe.is_some());
         let started = !has_startup
             || self.results.get(&c.id, ProbeKind::Startup) == Some(ProbeResult::Success);

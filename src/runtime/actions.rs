@@ -23,8 +23,9 @@ use crate::cri::api;
 /// to be killed (upstream `computePodActions`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeKill {
-    /// Index into `spec.containers`.
-    pub index: usize,
+    /// Index into `spec.containers`; `None` for a sidecar (an init
+    /// container, started again by the next sync).
+    pub index: Option<usize>,
     pub id: String,
     pub name: String,
     /// The Killing event's message, upstream's words.

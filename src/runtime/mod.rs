@@ -609,8 +609,10 @@ impl RuntimeManager {
             })
             .collect();
         for k in &kills {
-            if k.restart && !actions.containers_to_start.contains(&k.index) {
-                actions.containers_to_start.push(k.index);
+            if let Some(i) = k.index.filter(|_| k.restart) {
+                if !actions.containers_to_start.contains(&i) {
+                    actions.containers_to_start.push(i);
+                }
             }
         }
         let kept = status

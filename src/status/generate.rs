@@ -320,18 +320,14 @@ fn container_statuses(
             }
         }
 
-        // A regular init container is ready once it succeeded. A sidecar is
-        // started and ready while it runs (its probes are not run yet). A
-        // regular container is started when running and its startup probe
-        // (if any) succeeded, and ready when started and its readiness
-        // probe (if any) did.
+        // A regular init container is ready once it succeeded. A regular
+        // container or a sidecar is started when running and its startup
+        // probe (if any) succeeded, and ready when started and its
+        // readiness probe (if any) did.
         let state = st.state.clone().unwrap_or_default();
         let running = state.running.is_some();
         if is_init && !is_restartable_init(c) {
             st.ready = state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
-            st.started = Some(running);
-        } else if is_init {
-            st.ready = running;
             st.started = Some(running);
         } else {
             let passed = |kind: crate::prober::ProbeKind| {
