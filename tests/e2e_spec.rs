@@ -301,8 +301,8 @@ fn api_pod(name: &str, script: &str, container_extra: Value) -> Value {
 /// Termination messages reach the API status: the file's content (File),
 /// the log's tail when a failed container wrote none
 /// (FallbackToLogsOnError), the file over the log when both exist; a
-/// container over its memory limit is OOMKilled; a runAsNonRoot refusal is
-/// the container's CreateContainerConfigError; with
+/// container whose process went over its memory limit is OOMKilled; a
+/// runAsNonRoot refusal is the container's CreateContainerConfigError; with
 /// `--allow-privileged=false` a hostNetwork pod fails admission.
 #[test]
 fn termination_messages_and_config_errors_reach_the_api_status() {
@@ -342,10 +342,12 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
         "echo -n 'from file' > /dev/termination-log; echo from log; exit 4",
         json!({"terminationMessagePolicy": "FallbackToLogsOnError"}),
     ));
-    // dd's 64 MiB block is more than the 16 MiB limit allows.
+    // dd's 64 MiB block is more than the 16 MiB limit allows. The shell
+    // outlives it for a second: containerd learns of an OOM kill by an
+    // event that can come after a process's exit, and then says Error.
     fake.create_pod(api_pod(
         "oom",
-        "exec dd if=/dev/zero of=/dev/null bs=64M count=1",
+        "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 1; exit 1",
         json!({"resources": {"limits": {"memory": "16Mi"}}}),
     ));
     let mut hostnet = api_pod("hostnet", LONG_RUNNING, json!({}));
@@ -385,7 +387,6 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
     });
     let t = terminated("oom").unwrap_or_default();
     assert_eq!(str_at(&t, "/reason"), "OOMKilled", "oom: {t}");
-    assert_eq!(t["exitCode"], json!(137), "oom: {t}");
 
     wait_until(
         SETTLE,
