@@ -75,8 +75,9 @@ fn logged(start: &str, stop: &str) -> String {
 }
 
 /// Init containers run in order, each to its end, before the app; a
-/// sidecar (restartable init container) starts first, keeps running beside
-/// the app, is restarted alone when it dies, and is stopped after the app.
+/// sidecar (restartable init container) starts first, holds the next init
+/// container back until its startup probe passes, keeps running beside the
+/// app, is restarted alone when it dies, and is stopped after the app.
 #[test]
 fn init_containers_finish_first_and_a_sidecar_outlives_them() {
     let ctd = PrivateContainerd::start();
@@ -86,8 +87,26 @@ fn init_containers_finish_first_and_a_sidecar_outlives_them() {
     let spec = json!({
         "terminationGracePeriodSeconds": 10,
         "initContainers": [
-            container("side", &logged("side-start", "side-stop"), json!({"restartPolicy": "Always"})),
-            container("setup", "sleep 2; echo setup-done >> /work/log", json!({})),
+            // The sidecar is up (its startup probe passes) 3 s after its
+            // start; only then may setup start.
+            container(
+                "side",
+                "trap 'echo side-stop >> /work/log; exit 0' TERM; echo side-start >> /work/log; \
+                 sleep 3; echo side-up >> /work/log; touch /tmp/up; while :; do sleep 1; done",
+                json!({
+                    "restartPolicy": "Always",
+                    "startupProbe": {
+                        "exec": {"command": ["test", "-f", "/tmp/up"]},
+                        "periodSeconds": 1,
+                        "failureThreshold": 30,
+                    },
+                }),
+            ),
+            container(
+                "setup",
+                "echo setup-start >> /work/log; sleep 2; echo setup-done >> /work/log",
+                json!({}),
+            ),
         ],
         // The app stops slowly, so a sidecar stopped with it would log first.
         "containers": [container(
@@ -114,8 +133,14 @@ fn init_containers_finish_first_and_a_sidecar_outlives_them() {
     });
     assert_eq!(
         log_lines(&dir),
-        ["side-start", "setup-done", "app-start"],
-        "order of starts"
+        [
+            "side-start",
+            "side-up",
+            "setup-start",
+            "setup-done",
+            "app-start"
+        ],
+        "order of starts: setup waits for the sidecar's startup probe"
     );
 
     // The sidecar dies: it alone is started again.
