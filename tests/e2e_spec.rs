@@ -2,8 +2,9 @@
 //! container, on a real, private containerd: env vars from the downward
 //! API and `$(VAR)` expansion, workingDir, a hostPort reached through the
 //! CNI portmap plugin, runAsUser and the runAsNonRoot refusal, DNS and
-//! /etc/hosts, QoS cgroups and OOM scores, and termination messages read
-//! back from the API status.
+//! /etc/hosts, QoS cgroups and OOM scores, the security context and a tty
+//! as the process sees them, and termination messages read back from the
+//! API status.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -342,12 +343,13 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
         "echo -n 'from file' > /dev/termination-log; echo from log; exit 4",
         json!({"terminationMessagePolicy": "FallbackToLogsOnError"}),
     ));
-    // dd's 64 MiB block is more than the 16 MiB limit allows. The shell
-    // outlives it for a second: containerd learns of an OOM kill by an
-    // event that can come after a process's exit, and then says Error.
+    // dd's 64 MiB block is more than the 16 MiB limit allows. containerd
+    // learns of an OOM kill by an event from the shim, which watches only
+    // once the task runs and may report after a process's exit (then it
+    // says Error): dd starts a second late and the shell outlives it.
     fake.create_pod(api_pod(
         "oom",
-        "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 1; exit 1",
+        "sleep 1; dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 1; exit 1",
         json!({"resources": {"limits": {"memory": "16Mi"}}}),
     ));
     let mut hostnet = api_pod("hostnet", LONG_RUNNING, json!({}));
@@ -425,4 +427,62 @@ fn termination_messages_and_config_errors_reach_the_api_status() {
         "Pod was rejected: Pod specified host networking, but privileged pods are disallowed on this node (--allow-privileged=false)"
     );
     assert!(ctd.sandbox_ids("hostnet").is_empty());
+}
+
+/// The security context as the process sees it: capabilities dropped and
+/// added, no new privileges, a read-only root filesystem, a pod sysctl, and
+/// a tty. The container checks each itself and exits with a code naming
+/// the first that failed (0: all held).
+#[test]
+fn security_context_and_tty_reach_the_process() {
+    let ctd = PrivateContainerd::start();
+    let kubelet = Tinylet::start(&ctd, NODE);
+    // NET_BIND_SERVICE is capability 10: CapEff 0x400 with every other
+    // capability dropped.
+    let script = "grep -q '^NoNewPrivs:[[:space:]]*1' /proc/self/status || exit 11; \
+        [ \"$(awk '/^CapEff/ {print $2}' /proc/self/status)\" = 0000000000000400 ] || exit 12; \
+        if touch /rootfs-probe 2>/dev/null; then exit 13; fi; \
+        set -- $(cat /proc/sys/net/ipv4/ping_group_range); [ \"$1 $2\" = '0 65535' ] || exit 14; \
+        [ -t 1 ] || exit 15; exit 0";
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: secure
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  securityContext:
+    sysctls:
+    - name: net.ipv4.ping_group_range
+      value: "0 65535"
+  containers:
+  - name: app
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: IfNotPresent
+    stdin: true
+    tty: true
+    command: ["sh", "-c", {script:?}]
+    securityContext:
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities:
+        drop: ["ALL"]
+        add: ["NET_BIND_SERVICE"]
+"#
+    );
+    write_manifest(&kubelet.manifest_dir(), "secure.yaml", &manifest);
+    let pod = kubelet.pod_name("secure");
+    let exit = || {
+        ctd.container_ids(&pod)
+            .first()
+            .and_then(|id| ctd.container_exit(id))
+    };
+    wait_until(SETTLE, "the checking container ends", || exit().is_some());
+    let code = exit().map(|e| e.1);
+    assert_eq!(
+        code,
+        Some(0),
+        "11: no_new_privs, 12: capabilities, 13: read-only root, 14: sysctl, 15: tty"
+    );
 }
