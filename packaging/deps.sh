@@ -7,6 +7,7 @@
 #   tests:  containerd runc containernetworking-plugins busybox-static
 #           iproute2 iptables util-linux (a private containerd with CNI and
 #           locally built busybox images; see containerd-private.sh);
+#           procps (`kill`, which the tests use to signal tinylet);
 #           openssl (certificates for the TLS tests of the API client and
 #           the fake apiserver); docker-registry skopeo apache2-utils (a
 #           private image registry with htpasswd auth for the image pull
@@ -20,7 +21,7 @@ packages=(
     ca-certificates
     cmake g++ make pkg-config
     containerd runc containernetworking-plugins busybox-static
-    iproute2 iptables util-linux tar coreutils openssl
+    iproute2 iptables util-linux procps tar coreutils openssl
     docker-registry skopeo apache2-utils
 )
 
