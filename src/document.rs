@@ -72,7 +72,11 @@ fn parse_yaml(bytes: &[u8]) -> Result<Value, DocumentError> {
         format: "YAML",
         message: format!("not UTF-8: {e}"),
     })?;
-    serde_saphyr::from_str::<Value>(text).map_err(|e| DocumentError::Syntax {
+    // Kubernetes reads YAML as 1.1 (sigs.k8s.io/yaml): `defaultMode: 0644`
+    // is octal 420, as the API documentation's examples mean it.
+    let mut options = serde_saphyr::Options::default();
+    options.legacy_octal_numbers = true;
+    serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|e| DocumentError::Syntax {
         format: "YAML",
         message: e.to_string(),
     })
@@ -87,5 +91,24 @@ pub fn kind_of(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "a list",
         Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn yaml_numbers_with_a_leading_zero_are_octal_as_in_kubernetes() {
+        let v = parse_object(b"mode: 0600\ndefaultMode: 0644\nport: 8080\nzero: 0\nhex: 0x1F\n")
+            .unwrap();
+        assert_eq!(
+            v,
+            json!({"mode": 384, "defaultMode": 420, "port": 8080, "zero": 0, "hex": 31})
+        );
+        // Quoted, it stays a string.
+        let v = parse_object(b"tag: '0600'\n").unwrap();
+        assert_eq!(v, json!({"tag": "0600"}));
     }
 }
