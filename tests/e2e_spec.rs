@@ -444,6 +444,15 @@ fn security_context_and_tty_reach_the_process() {
         if touch /rootfs-probe 2>/dev/null; then exit 13; fi; \
         set -- $(cat /proc/sys/net/ipv4/ping_group_range); [ \"$1 $2\" = '0 65535' ] || exit 14; \
         [ -t 1 ] || exit 15; exit 0";
+    // The pod's user, groups, fsGroup and seccomp profile, as a second
+    // container sees them.
+    let user_script = "[ \"$(id -u)\" = 1000 ] || exit 16; [ \"$(id -g)\" = 3000 ] || exit 17; \
+        case \" $(id -G) \" in *' 2000 '*) ;; *) exit 18;; esac; \
+        case \" $(id -G) \" in *' 4000 '*) ;; *) exit 19;; esac; \
+        grep -q '^Seccomp:[[:space:]]*2' /proc/self/status || exit 20; \
+        touch /scratch/f || exit 21; [ \"$(stat -c %g /scratch/f)\" = 2000 ] || exit 22; \
+        [ \"$(stat -c %g /podinfo/..data/name)\" = 2000 ] || exit 23; \
+        cat /podinfo/name >/dev/null || exit 24; exit 0";
     let manifest = format!(
         r#"apiVersion: v1
 kind: Pod
@@ -456,6 +465,22 @@ spec:
     sysctls:
     - name: net.ipv4.ping_group_range
       value: "0 65535"
+    runAsUser: 1000
+    runAsGroup: 3000
+    fsGroup: 2000
+    supplementalGroups: [4000]
+    seccompProfile:
+      type: RuntimeDefault
+  volumes:
+  - name: scratch
+    emptyDir: {{}}
+  - name: podinfo
+    downwardAPI:
+      items:
+      - path: name
+        mode: 0600
+        fieldRef:
+          fieldPath: metadata.name
   containers:
   - name: app
     image: {BUSYBOX_IMAGE}
@@ -464,25 +489,46 @@ spec:
     tty: true
     command: ["sh", "-c", {script:?}]
     securityContext:
+      runAsUser: 0
+      runAsGroup: 0
+      seccompProfile:
+        type: Unconfined
       allowPrivilegeEscalation: false
       readOnlyRootFilesystem: true
       capabilities:
         drop: ["ALL"]
         add: ["NET_BIND_SERVICE"]
+  - name: user
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", {user_script:?}]
+    volumeMounts:
+    - name: scratch
+      mountPath: /scratch
+    - name: podinfo
+      mountPath: /podinfo
 "#
     );
     write_manifest(&kubelet.manifest_dir(), "secure.yaml", &manifest);
     let pod = kubelet.pod_name("secure");
-    let exit = || {
-        ctd.container_ids(&pod)
+    let exit = |name: &str| {
+        ctd.container_ids_named(&pod, name)
             .first()
             .and_then(|id| ctd.container_exit(id))
+            .map(|e| e.1)
     };
-    wait_until(SETTLE, "the checking container ends", || exit().is_some());
-    let code = exit().map(|e| e.1);
+    wait_until(SETTLE, "the checking containers end", || {
+        exit("app").is_some() && exit("user").is_some()
+    });
     assert_eq!(
-        code,
+        exit("app"),
         Some(0),
         "11: no_new_privs, 12: capabilities, 13: read-only root, 14: sysctl, 15: tty"
+    );
+    assert_eq!(
+        exit("user"),
+        Some(0),
+        "16: runAsUser, 17: runAsGroup, 18: fsGroup, 19: supplementalGroups, 20: seccomp, \
+         21/22: emptyDir writable with the fsGroup, 23/24: volume file group"
     );
 }

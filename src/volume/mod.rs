@@ -31,6 +31,7 @@ use crate::fieldpath::NodeAllocatable;
 mod api;
 pub use api::ApiObjects;
 pub mod mount;
+mod ownership;
 pub mod payload;
 pub mod writer;
 
@@ -251,10 +252,24 @@ impl VolumeManager {
         volumes_dir: &Path,
         v: &Volume,
     ) -> Result<Option<SystemTime>, String> {
-        let (dir, _) = host_dir(volumes_dir, v)?;
+        let (dir, read_only) = host_dir(volumes_dir, v)?;
         if v.host_path.is_some() {
             return Ok(None);
         }
+        // The pod's fsGroup owns what it may write or read (not hostPath).
+        let fs_group = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|c| c.fs_group)
+            .and_then(|g| u32::try_from(g).ok());
+        let own = |what: &Path| -> Result<(), String> {
+            match fs_group {
+                Some(gid) => ownership::set_group(what, gid, read_only)
+                    .map_err(|e| format!("set group {gid} on {}: {e}", what.display())),
+                None => Ok(()),
+            }
+        };
         if let Some(ed) = &v.empty_dir {
             create_dir(&dir)?;
             if ed.medium.as_deref() == Some("Memory") {
@@ -270,9 +285,32 @@ impl VolumeManager {
                 mount::ensure_tmpfs(&dir, size.max(0) as u64)
                     .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
             }
+            // World-writable as upstream, so that any runAsUser can write.
+            let meta =
+                std::fs::metadata(&dir).map_err(|e| format!("stat {}: {e}", dir.display()))?;
+            let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+            if mode & 0o777 != 0o777 {
+                std::fs::set_permissions(
+                    &dir,
+                    std::os::unix::fs::PermissionsExt::from_mode((mode & 0o7000) | 0o777),
+                )
+                .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
+            }
+            // A set-up directory already has the group: what the
+            // containers wrote since is theirs.
+            if fs_group.is_some_and(|g| std::os::unix::fs::MetadataExt::gid(&meta) != g) {
+                own(&dir)?;
+            }
             return Ok(None);
         }
-        let (files, refresh_at) = self.payload(pod, v)?;
+        let (mut files, refresh_at) = self.payload(pod, v)?;
+        if fs_group.is_some() {
+            // The modes the ownership pass gives, so that an unchanged
+            // payload compares equal and is not written again.
+            for f in files.values_mut() {
+                f.mode = ownership::file_mode(f.mode, read_only);
+            }
+        }
         payload::check_paths(&files)?;
         create_dir(&dir)?;
         if v.secret.is_some() || v.projected.is_some() {
@@ -282,6 +320,7 @@ impl VolumeManager {
         let changed = writer::write_payload(&dir, &files)
             .map_err(|e| format!("write files in {}: {e}", dir.display()))?;
         if changed {
+            own(&dir)?;
             info!(
                 "pod {}: volume {:?} written ({} files)",
                 crate::config::pod_full_name(pod),
@@ -714,5 +753,61 @@ mod tests {
             .join("kube-api-access-x");
         assert_eq!(read(&dir, "namespace"), "default");
         vm.teardown("uid-1").unwrap();
+    }
+
+    #[test]
+    fn fs_group_owns_volume_files_and_empty_dirs_are_world_writable() {
+        use std::os::unix::fs::MetadataExt;
+        let r = rigged(3600);
+        let mut p = pod(vec![
+            secret_volume("sa", "tok"),
+            Volume {
+                name: "scratch".into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            },
+        ]);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.security_context = Some(k8s_openapi::api::core::v1::PodSecurityContext {
+                fs_group: Some(2000),
+                ..Default::default()
+            });
+        }
+        r.vm.setup(&p).unwrap();
+        let vols = volumes_dir(&r.root, "uid-1");
+        let token = std::fs::metadata(vols.join(SECRET).join("sa/token")).unwrap();
+        assert_eq!(token.gid(), 2000);
+        assert_eq!(token.mode() & 0o040, 0o040, "group may read the token");
+        let scratch = std::fs::metadata(vols.join(EMPTY_DIR).join("scratch")).unwrap();
+        assert_eq!(scratch.gid(), 2000);
+        assert_eq!(scratch.mode() & 0o2777, 0o2777);
+        // Set up again (a restarted tinylet): the unchanged files stay.
+        let data =
+            std::fs::read_link(vols.join(SECRET).join("sa").join(writer::DATA_LINK)).unwrap();
+        r.vm.pods.lock().clear();
+        r.vm.setup(&p).unwrap();
+        let again =
+            std::fs::read_link(vols.join(SECRET).join("sa").join(writer::DATA_LINK)).unwrap();
+        assert_eq!(
+            data, again,
+            "files with the group's bits count as unchanged"
+        );
+
+        // Without fsGroup nothing is chowned, but emptyDir is still 0777.
+        let mut q = pod(vec![Volume {
+            name: "scratch".into(),
+            empty_dir: Some(Default::default()),
+            ..Default::default()
+        }]);
+        q.metadata.uid = Some("uid-2".into());
+        r.vm.setup(&q).unwrap();
+        let scratch = std::fs::metadata(
+            volumes_dir(&r.root, "uid-2")
+                .join(EMPTY_DIR)
+                .join("scratch"),
+        )
+        .unwrap();
+        assert_eq!(scratch.gid(), 0);
+        assert_eq!(scratch.mode() & 0o7777, 0o777);
     }
 }
