@@ -113,6 +113,9 @@ impl Table {
 struct Shared {
     table: Mutex<Table>,
     wake: Sender<()>,
+    /// No manager thread: nothing is sent, and a finished pod's entry is
+    /// dropped at once.
+    standalone: bool,
 }
 
 impl Shared {
@@ -140,6 +143,7 @@ impl StatusReporter {
             shared: Arc::new(Shared {
                 table: Mutex::new(Table::default()),
                 wake: tx,
+                standalone: true,
             }),
         }
     }
@@ -183,6 +187,11 @@ impl StatusReporter {
     pub fn pod_finished(&self, pod: &Arc<Pod>, delete_object: bool) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut t = self.shared.table.lock();
+        if self.shared.standalone {
+            // Nothing to tell anyone: the pod's status goes with it.
+            t.pods.remove(&uid);
+            return;
+        }
         if t.was_deleted(&uid) {
             return;
         }
@@ -311,6 +320,7 @@ impl StatusManager {
         let shared = Arc::new(Shared {
             table: Mutex::new(Table::default()),
             wake: wake_tx,
+            standalone: false,
         });
         let (stop_tx, stop_rx) = bounded::<()>(0);
         let worker = Worker {
@@ -691,4 +701,25 @@ pub fn static_hash(pod: &Pod) -> String {
         .cloned()
         .or_else(|| pod.metadata.uid.clone())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::fake::test_pod;
+
+    #[test]
+    fn a_standalone_reporter_forgets_a_finished_pod() {
+        let r = StatusReporter::standalone();
+        let pod = Arc::new(test_pod("u1", "web"));
+        r.set_status(&pod, PodStatus::default());
+        r.pod_killed(&pod);
+        assert!(r.status("u1").is_some());
+        r.pod_finished(&pod, false);
+        assert!(r.status("u1").is_none());
+        assert!(
+            r.shared.table.lock().pods.is_empty(),
+            "nothing kept of the pod"
+        );
+    }
 }
