@@ -41,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {
-            println!("tinylet {}", env!("CARGO_PKG_VERSION"));
+            println!("{}", tinylet::version::long());
             return ExitCode::SUCCESS;
         }
         Err(e) => {
@@ -211,10 +211,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
         .with_context(|| format!("--root-dir {}: cannot create", opts.root_dir.display()))?;
     protect_from_oom();
     let stop = watch_signals()?;
-    info!(
-        "tinylet {} starting as node {node:?}",
-        env!("CARGO_PKG_VERSION")
-    );
+    info!("{} starting as node {node:?}", tinylet::version::long());
 
     // The API client first: a bad kubeconfig is an error before anything starts.
     let client = match &opts.kubeconfig {

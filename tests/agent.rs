@@ -47,9 +47,10 @@ fn flags_help_version_and_errors() {
     assert_eq!(code, 0);
     assert!(out.contains("--pod-manifest-path"), "{out}");
     let (code, out, _) = run_cmd(&["--version"]);
-    assert_eq!(
-        (code, out.trim()),
-        (0, concat!("tinylet ", env!("CARGO_PKG_VERSION")))
+    assert_eq!((code, out.trim()), (0, tinylet::version::long().as_str()));
+    assert!(
+        out.starts_with(concat!("tinylet ", env!("CARGO_PKG_VERSION"), " (commit ")),
+        "{out}"
     );
     let (code, _, err) = run_cmd(&["--no-such-flag"]);
     assert_eq!(code, 2);
