@@ -197,6 +197,9 @@ fn connect_runtime(
 fn run(opts: Options) -> anyhow::Result<()> {
     let started = Instant::now();
     tinylet::malloc::limit_arenas();
+    for flag in &opts.ignored_flags {
+        warn!("flag --{flag}: a kubelet flag tinylet does not use; ignored");
+    }
     if let Some(file) = &opts.config_file {
         info!("configuration file {}", file.display());
         for field in &opts.ignored_config_fields {
