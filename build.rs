@@ -6,12 +6,16 @@
 //! descriptors protobuf-parse produces, so that no protobuf 2.x crate is
 //! needed. Both outputs land in `OUT_DIR` and are included by `src/cri/api.rs`
 //! and `src/cri/grpc.rs`.
+//!
+//! It also tells `src/version.rs` the target triple and the git commit the
+//! binary is built from (`TINYLET_COMMIT` in the environment overrides it,
+//! for builds from a tarball), without ever failing the build over git.
 
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::process::{Command, ExitCode, Stdio};
 
 const PROTO_ROOT: &str = "proto";
 const PROTO_FILE: &str = "proto/runtime/v1/api.proto";
@@ -25,6 +29,7 @@ const API_MOD: &str = "super::api";
 fn main() -> ExitCode {
     println!("cargo:rerun-if-changed={PROTO_FILE}");
     println!("cargo:rerun-if-changed=build.rs");
+    describe_build();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -32,6 +37,85 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Sets `TINYLET_TARGET` and `TINYLET_GIT_COMMIT` for `src/version.rs`.
+fn describe_build() {
+    let target = env::var("TARGET").unwrap_or_else(|_| "unknown".to_string());
+    println!("cargo:rustc-env=TINYLET_TARGET={target}");
+    println!("cargo:rerun-if-env-changed=TINYLET_COMMIT");
+    let commit = match env::var("TINYLET_COMMIT") {
+        Ok(c) if !c.trim().is_empty() => c.trim().to_string(),
+        _ => git_commit().unwrap_or_else(|| "unknown".to_string()),
+    };
+    println!("cargo:rustc-env=TINYLET_GIT_COMMIT={commit}");
+}
+
+/// The short hash of HEAD, with `-dirty` when tracked files differ from
+/// it; None when git is missing or the crate is not its own checkout (a
+/// tarball unpacked somewhere inside another repository).
+///
+/// Reruns are kept cheap: this script runs again when HEAD moves (HEAD,
+/// the branch's ref, packed-refs) and when the sources that make the
+/// binary change (then the crate is rebuilt anyway). A change to tests or
+/// documents alone does not rebuild the binary, so it does not mark it
+/// dirty either.
+fn git_commit() -> Option<String> {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR")?);
+    let top = git(&manifest, &["rev-parse", "--show-toplevel"])?;
+    if fs::canonicalize(&top).ok()? != fs::canonicalize(&manifest).ok()? {
+        return None;
+    }
+    let mut watched = vec![git(&manifest, &["rev-parse", "--git-path", "HEAD"])?];
+    if let Some(branch) = git(&manifest, &["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(git(&manifest, &["rev-parse", "--git-path", &branch])?);
+    }
+    watched.push(git(&manifest, &["rev-parse", "--git-path", "packed-refs"])?);
+    for path in watched {
+        let path = manifest.join(path);
+        // A path that does not exist would make cargo rerun this every time.
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
+    for source in ["src", "proto", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={source}");
+    }
+    let hash = git(&manifest, &["rev-parse", "--short=7", "HEAD"])?;
+    // --no-optional-locks: do not refresh the index, which would be a
+    // change for the next build to notice.
+    let changes = git(
+        &manifest,
+        &[
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+        ],
+    )?;
+    Some(if changes.is_empty() {
+        hash
+    } else {
+        format!("{hash}-dirty")
+    })
+}
+
+/// Runs git in `dir`; its trimmed output, or None when it cannot run or
+/// fails.
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8(out.stdout)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 fn run() -> Result<(), String> {

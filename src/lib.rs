@@ -23,4 +23,5 @@ pub mod quantity;
 pub mod runtime;
 pub mod status;
 pub mod thread;
+pub mod version;
 pub mod volume;

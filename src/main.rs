@@ -41,7 +41,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {
-            println!("tinylet {}", env!("CARGO_PKG_VERSION"));
+            println!("{}", tinylet::version::long());
             return ExitCode::SUCCESS;
         }
         Err(e) => {
@@ -143,6 +143,23 @@ fn check_manifest_path(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Creates `--root-dir` if needed and makes sure tinylet can write there
+/// (a read-only filesystem, or a directory it may not write to, is refused
+/// here, before any pod is touched) by creating and removing a file in it.
+fn check_root_dir(dir: &Path) -> anyhow::Result<()> {
+    let shown = dir.display();
+    std::fs::create_dir_all(dir).with_context(|| format!("--root-dir {shown}: cannot create"))?;
+    let probe = dir.join(format!(".tinylet-write-check-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .with_context(|| format!("--root-dir {shown}: not writable"))?;
+    std::fs::remove_file(&probe)
+        .with_context(|| format!("--root-dir {shown}: cannot remove {}", probe.display()))?;
+    Ok(())
+}
+
 /// The kubelet protects itself from the OOM killer; in a container or
 /// without CAP_SYS_RESOURCE that may be refused, which is not fatal.
 fn protect_from_oom() {
@@ -197,6 +214,9 @@ fn connect_runtime(
 fn run(opts: Options) -> anyhow::Result<()> {
     let started = Instant::now();
     tinylet::malloc::limit_arenas();
+    for flag in &opts.ignored_flags {
+        warn!("flag --{flag}: a kubelet flag tinylet does not use; ignored");
+    }
     if let Some(file) = &opts.config_file {
         info!("configuration file {}", file.display());
         for field in &opts.ignored_config_fields {
@@ -207,14 +227,10 @@ fn run(opts: Options) -> anyhow::Result<()> {
     if let Some(p) = &opts.pod_manifest_path {
         check_manifest_path(p)?;
     }
-    std::fs::create_dir_all(&opts.root_dir)
-        .with_context(|| format!("--root-dir {}: cannot create", opts.root_dir.display()))?;
+    check_root_dir(&opts.root_dir)?;
     protect_from_oom();
     let stop = watch_signals()?;
-    info!(
-        "tinylet {} starting as node {node:?}",
-        env!("CARGO_PKG_VERSION")
-    );
+    info!("{} starting as node {node:?}", tinylet::version::long());
 
     // The API client first: a bad kubeconfig is an error before anything starts.
     let client = match &opts.kubeconfig {

@@ -32,6 +32,9 @@ pub struct Options {
     pub config_file: Option<PathBuf>,
     /// Fields of the configuration file that tinylet does not use.
     pub ignored_config_fields: Vec<String>,
+    /// Upstream kubelet flags given on the command line that tinylet accepts
+    /// and does not use, each once, in the order first given.
+    pub ignored_flags: Vec<String>,
     pub sync_frequency: Duration,
     pub runtime_request_timeout: Duration,
     pub verbosity: u8,
@@ -105,6 +108,7 @@ impl Default for Options {
             bootstrap_checkpoint_path: None,
             config_file: None,
             ignored_config_fields: Vec::new(),
+            ignored_flags: Vec::new(),
             sync_frequency: Duration::from_secs(60),
             runtime_request_timeout: Duration::from_secs(120),
             verbosity: 0,
@@ -221,7 +225,12 @@ Garbage collection:
 
   -v, --v int                          log verbosity: 0 info, 1-3 more info, 4+ debug, 6+ trace
   -h, --help                           print this help
-      --version                        print the version
+      --version                        print the version, git commit, target and whether the
+                                       binary is static
+
+Other flags of the upstream kubelet (v1.20 and later), as kubeadm and distro units
+pass them, are accepted with a warning and ignored (list in README.md). A boolean
+flag alone means true; give another value as --flag=false.
 ";
 
 /// Parses a Go-style duration: a sequence of number+unit (ns, us, ms, s, m, h).
@@ -278,30 +287,71 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
     // First collect the flags, so that the configuration file (wherever
     // --config stands) is applied first and the flags on top of it.
     let mut flags: Vec<(String, String)> = Vec::new();
-    let mut it = args.into_iter();
+    let mut ignored: Vec<String> = Vec::new();
+    // A boolean flag just given without a value, for the hint when a stray
+    // argument follows it.
+    let mut last_bool: Option<String> = None;
+    let mut it = args.into_iter().peekable();
     while let Some(arg) = it.next() {
         let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
-            return Err(format!("unexpected argument {arg:?} (flags start with --)"));
+            return Err(match last_bool {
+                Some(b) => format!(
+                    "unexpected argument {arg:?} after boolean flag --{b} (give its value as --{b}={arg})"
+                ),
+                None => format!("unexpected argument {arg:?} (flags start with --)"),
+            });
         };
-        let (name, inline) = match flag.split_once('=') {
+        last_bool = None;
+        let (raw, inline) = match flag.split_once('=') {
             Some((n, v)) => (n, Some(v.to_string())),
             None => (flag, None),
         };
-        match name {
+        // As the kubelet's flag set does, `--node_ip` means `--node-ip`.
+        let name = raw.replace('_', "-");
+        let name = name.as_str();
+        let kind = match name {
             "h" | "help" => return Ok(Command::Help),
-            "version" => return Ok(Command::Version),
-            _ if !FLAGS.contains(&name) => return Err(format!("unknown flag --{name}")),
-            _ => {}
-        }
+            // `--version=false` asks for nothing, as upstream.
+            "version" => match inline.as_deref().map(|v| boolean(name, v)) {
+                Some(Ok(false)) => continue,
+                _ => return Ok(Command::Version),
+            },
+            _ if FLAGS.contains(&name) => FlagKind::Own,
+            _ if IGNORED_BOOL_FLAGS.contains(&name) => FlagKind::IgnoredBool,
+            _ if IGNORED_VALUE_FLAGS.contains(&name) => FlagKind::IgnoredValue,
+            _ => return Err(format!("unknown flag --{name}")),
+        };
+        let is_bool = kind == FlagKind::IgnoredBool || BOOL_FLAGS.contains(&name);
         let value = match inline {
             Some(v) => v,
+            // As Go's flag parsing: a boolean flag alone is true and does not
+            // take the next argument; `--flag false` is still read as before.
+            None if is_bool => match it.next_if(|next| boolean(name, next).is_ok()) {
+                Some(v) => v,
+                None => {
+                    last_bool = Some(name.to_string());
+                    "true".to_string()
+                }
+            },
             None => it
                 .next()
                 .ok_or_else(|| format!("flag --{name} needs a value"))?,
         };
-        flags.push((name.to_string(), value));
+        if kind == FlagKind::Own {
+            flags.push((name.to_string(), value));
+            continue;
+        }
+        if is_bool {
+            boolean(name, &value)?;
+        }
+        if !ignored.iter().any(|i| i == name) {
+            ignored.push(name.to_string());
+        }
     }
-    let mut o = Options::default();
+    let mut o = Options {
+        ignored_flags: ignored,
+        ..Options::default()
+    };
     if let Some((_, path)) = flags.iter().rev().find(|(name, _)| name == "config") {
         let path = PathBuf::from(path);
         apply_config_file(&mut o, &path)?;
@@ -463,7 +513,16 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
     Ok(Command::Run(Box::new(o)))
 }
 
-/// Every flag that takes a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlagKind {
+    /// A flag tinylet implements (in `FLAGS`).
+    Own,
+    /// An upstream kubelet flag tinylet ignores, boolean or with a value.
+    IgnoredBool,
+    IgnoredValue,
+}
+
+/// The flags tinylet implements.
 const FLAGS: &[&str] = &[
     "config",
     "container-runtime-endpoint",
@@ -505,6 +564,185 @@ const FLAGS: &[&str] = &[
     "serialize-image-pulls",
     "registry-qps",
     "registry-burst",
+];
+
+/// The boolean ones among `FLAGS`: alone they mean true.
+const BOOL_FLAGS: &[&str] = &[
+    "register-node",
+    "serialize-image-pulls",
+    "allow-privileged",
+    "cgroups-per-qos",
+];
+
+/// Boolean flags of the upstream kubelet, v1.20 to v1.34, that tinylet
+/// accepts and ignores (with a warning at start): the flags of
+/// `cmd/kubelet/app/options` (KubeletFlags and the KubeletConfiguration
+/// flags), the container runtime flags of v1.20, and the global flags the
+/// kubelet registers (klog, cAdvisor, logging). Listed in README.md.
+pub const IGNORED_BOOL_FLAGS: &[&str] = &[
+    "add-dir-header",
+    "alsologtostderr",
+    "anonymous-auth",
+    "authentication-token-webhook",
+    "contention-profiling",
+    "cpu-cfs-quota",
+    "docker-only",
+    "docker-tls",
+    "enable-cadvisor-json-endpoints",
+    "enable-controller-attach-detach",
+    "enable-debugging-handlers",
+    "enable-load-reader",
+    "enable-server",
+    "exit-on-lock-contention",
+    "experimental-allocatable-ignore-eviction",
+    "experimental-check-node-capabilities-before-mount",
+    "experimental-kernel-memcg-notification",
+    "experimental-logging-sanitization",
+    "fail-cgroupv1",
+    "fail-swap-on",
+    "keep-terminated-pod-volumes",
+    "kernel-memcg-notification",
+    "local-storage-capacity-isolation",
+    "log-cadvisor-usage",
+    "log-json-split-stream",
+    "log-text-split-stream",
+    "logtostderr",
+    "make-iptables-util-chains",
+    "one-output",
+    "protect-kernel-defaults",
+    "really-crash-for-testing",
+    "redirect-container-streaming",
+    "register-schedulable",
+    "rotate-certificates",
+    "rotate-server-certificates",
+    "runonce",
+    "seccomp-default",
+    "skip-headers",
+    "skip-log-headers",
+    "storage-driver-secure",
+];
+
+/// Upstream kubelet flags with a value (v1.20 to v1.34, from the same
+/// sources as `IGNORED_BOOL_FLAGS`) that tinylet accepts and ignores.
+pub const IGNORED_VALUE_FLAGS: &[&str] = &[
+    "address",
+    "allowed-unsafe-sysctls",
+    "application-metrics-count-limit",
+    "authentication-token-webhook-cache-ttl",
+    "authorization-mode",
+    "authorization-webhook-cache-authorized-ttl",
+    "authorization-webhook-cache-unauthorized-ttl",
+    "azure-container-registry-config",
+    "boot-id-file",
+    "bootstrap-kubeconfig",
+    "cert-dir",
+    "cgroup-root",
+    "chaos-chance",
+    "client-ca-file",
+    "cloud-config",
+    "cloud-provider",
+    "cni-bin-dir",
+    "cni-cache-dir",
+    "cni-conf-dir",
+    "config-dir",
+    "container-hints",
+    "container-log-max-files",
+    "container-log-max-size",
+    "container-runtime",
+    "containerd",
+    "cpu-cfs-quota-period",
+    "cpu-manager-policy",
+    "cpu-manager-policy-options",
+    "cpu-manager-reconcile-period",
+    "docker",
+    "docker-endpoint",
+    "docker-env-metadata-whitelist",
+    "docker-root",
+    "docker-tls-ca",
+    "docker-tls-cert",
+    "docker-tls-key",
+    "dynamic-config-dir",
+    "enforce-node-allocatable",
+    "event-burst",
+    "event-qps",
+    "event-storage-age-limit",
+    "event-storage-event-limit",
+    "eviction-hard",
+    "eviction-max-pod-grace-period",
+    "eviction-minimum-reclaim",
+    "eviction-pressure-transition-period",
+    "eviction-soft",
+    "eviction-soft-grace-period",
+    "experimental-bootstrap-kubeconfig",
+    "experimental-dockershim-root-directory",
+    "experimental-mounter-path",
+    "feature-gates",
+    "global-housekeeping-interval",
+    "hairpin-mode",
+    "healthz-bind-address",
+    "healthz-port",
+    "housekeeping-interval",
+    "image-credential-provider-bin-dir",
+    "image-credential-provider-config",
+    "image-pull-progress-deadline",
+    "image-service-endpoint",
+    "iptables-drop-bit",
+    "iptables-masquerade-bit",
+    "kube-api-content-type",
+    "kube-reserved-cgroup",
+    "kubelet-cgroups",
+    "lock-file",
+    "log-backtrace-at",
+    "log-dir",
+    "log-file",
+    "log-file-max-size",
+    "log-flush-frequency",
+    "log-json-info-buffer-size",
+    "log-text-info-buffer-size",
+    "logging-format",
+    "machine-id-file",
+    "master-service-namespace",
+    "max-open-files",
+    "maximum-dead-containers",
+    "memory-manager-policy",
+    "minimum-container-ttl-duration",
+    "network-plugin",
+    "network-plugin-mtu",
+    "node-status-max-images",
+    "non-masquerade-cidr",
+    "oom-score-adj",
+    "pod-cidr",
+    "pod-infra-container-image",
+    "pod-max-pids",
+    "pods-per-core",
+    "port",
+    "provider-id",
+    "qos-reserved",
+    "read-only-port",
+    "reserved-cpus",
+    "reserved-memory",
+    "runtime-cgroups",
+    "seccomp-profile-root",
+    "stderrthreshold",
+    "storage-driver-buffer-duration",
+    "storage-driver-db",
+    "storage-driver-host",
+    "storage-driver-password",
+    "storage-driver-table",
+    "storage-driver-user",
+    "streaming-connection-idle-timeout",
+    "system-cgroups",
+    "system-reserved-cgroup",
+    "tls-cert-file",
+    "tls-cipher-suites",
+    "tls-min-version",
+    "tls-private-key-file",
+    "topology-manager-policy",
+    "topology-manager-policy-options",
+    "topology-manager-scope",
+    "vmodule",
+    "volume-plugin-dir",
+    "volume-stats-agg-period",
 ];
 
 /// Parses a comma-separated list of IP addresses; empty input is none.
@@ -1327,5 +1565,212 @@ cgroupDriver: systemd
         );
         let e = parse(&["--config", &bad]).unwrap_err();
         assert!(e.contains("registryPullQPS"), "{e}");
+    }
+
+    /// A kubeadm-flags.env line (plus KUBELET_EXTRA_ARGS) as a distro unit
+    /// expands it: the kubelet flags tinylet has no use for are accepted and
+    /// named once each; the ones it implements still work.
+    #[test]
+    fn kubeadm_flags_env_line_parses_with_warnings() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config_file(
+            &dir,
+            "config.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             cgroupDriver: systemd\nstaticPodPath: /etc/kubernetes/manifests\n",
+        );
+        let kubeadm_flags = "--container-runtime=remote \
+            --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
+            --pod-infra-container-image=registry.k8s.io/pause:3.9 --network-plugin=cni \
+            --node-ip=192.0.2.10 --cgroup-driver=systemd --fail-swap-on=false";
+        let unit_flags = format!(
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf \
+             --kubeconfig=/etc/kubernetes/kubelet.conf --config={config}"
+        );
+        let extra_args =
+            "--network-plugin cni --rotate-certificates --v=2 --feature-gates=A=true,B=false";
+        let line = format!("{kubeadm_flags} {unit_flags} {extra_args}");
+        let o = run(&line.split_whitespace().collect::<Vec<_>>());
+        assert_eq!(
+            o.ignored_flags,
+            [
+                "container-runtime",
+                "pod-infra-container-image",
+                "network-plugin",
+                "fail-swap-on",
+                "bootstrap-kubeconfig",
+                "rotate-certificates",
+                "feature-gates",
+            ]
+        );
+        assert_eq!(
+            o.container_runtime_endpoint,
+            "unix:///run/containerd/containerd.sock"
+        );
+        assert_eq!(o.node_ip, Some("192.0.2.10".parse().unwrap()));
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
+        assert_eq!(
+            o.kubeconfig,
+            Some(PathBuf::from("/etc/kubernetes/kubelet.conf"))
+        );
+        assert_eq!(
+            o.pod_manifest_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(o.verbosity, 2);
+        // Nothing ignored: nothing to warn about.
+        assert!(run(&["--max-pods=3"]).ignored_flags.is_empty());
+    }
+
+    #[test]
+    fn a_flag_no_kubelet_knows_is_an_error_naming_it() {
+        assert_eq!(
+            parse(&["--fail-swap-on=false", "--no-such-flag=1"]),
+            Err("unknown flag --no-such-flag".into())
+        );
+        assert_eq!(
+            parse(&["--pod-infra-container-imag", "pause"]),
+            Err("unknown flag --pod-infra-container-imag".into())
+        );
+        assert_eq!(
+            parse(&["--network-plugin=cni", "network"]),
+            Err("unexpected argument \"network\" (flags start with --)".into())
+        );
+        // As the kubelet's flag set: `_` is `-` in flag names.
+        let o = run(&["--network_plugin=cni", "--max_pods", "9"]);
+        assert_eq!(o.ignored_flags, ["network-plugin"]);
+        assert_eq!(o.max_pods, 9);
+    }
+
+    /// Boolean flags (ignored or not) do not take the next argument unless
+    /// it is a boolean value; flags with a value take the next argument
+    /// whatever it looks like.
+    #[test]
+    fn boolean_flags_stand_alone_and_valued_flags_take_the_next_argument() {
+        let o = run(&[
+            "--fail-swap-on",
+            "--node-ip",
+            "192.0.2.1",
+            "--runonce",
+            "--register-node",
+            "--max-pods",
+            "7",
+            "--allow-privileged",
+        ]);
+        assert_eq!(o.ignored_flags, ["fail-swap-on", "runonce"]);
+        assert_eq!(o.node_ip, Some("192.0.2.1".parse().unwrap()));
+        assert_eq!(o.max_pods, 7);
+        assert!(o.register_node && o.allow_privileged);
+
+        // A valued flag takes the next argument even when it starts with --.
+        let o = run(&["--network-plugin", "--fail-swap-on", "--max-pods", "4"]);
+        assert_eq!(o.ignored_flags, ["network-plugin"]);
+        assert_eq!(o.max_pods, 4);
+
+        // `--flag=false`, and as tinylet always took it, `--flag false`.
+        let o = run(&[
+            "--fail-swap-on=false",
+            "--register-node",
+            "false",
+            "--cgroups-per-qos=0",
+            "--skip-headers",
+            "f",
+            "--max-pods",
+            "5",
+        ]);
+        assert_eq!(o.ignored_flags, ["fail-swap-on", "skip-headers"]);
+        assert!(!o.register_node && !o.cgroups_per_qos);
+        assert_eq!(o.max_pods, 5);
+
+        for (args, want) in [
+            (
+                &["--fail-swap-on=maybe"][..],
+                "flag --fail-swap-on: invalid boolean \"maybe\"",
+            ),
+            (
+                &["--fail-swap-on", "maybe"][..],
+                "after boolean flag --fail-swap-on",
+            ),
+            (
+                &["--register-node", "no"][..],
+                "after boolean flag --register-node",
+            ),
+            (
+                &["--network-plugin"][..],
+                "flag --network-plugin needs a value",
+            ),
+            (
+                &["--eviction-hard"][..],
+                "flag --eviction-hard needs a value",
+            ),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        // The kubelet's `--version=false` asks for nothing.
+        assert_eq!(run(&["--version=false", "--max-pods", "2"]).max_pods, 2);
+        assert_eq!(parse(&["--version=raw"]), Ok(Command::Version));
+    }
+
+    /// The ignored flags are sorted, distinct, none is one tinylet
+    /// implements, and README.md's table lists exactly them.
+    #[test]
+    fn ignored_flags_are_documented_and_apart_from_the_implemented_ones() {
+        for list in [IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS] {
+            assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
+        }
+        let ignored: Vec<&str> = IGNORED_BOOL_FLAGS
+            .iter()
+            .chain(IGNORED_VALUE_FLAGS)
+            .copied()
+            .collect();
+        for name in &ignored {
+            assert!(
+                !FLAGS.contains(name) && !["help", "h", "version", "v"].contains(name),
+                "--{name} is both implemented and ignored"
+            );
+        }
+        assert!(
+            !IGNORED_BOOL_FLAGS
+                .iter()
+                .any(|b| IGNORED_VALUE_FLAGS.contains(b)),
+            "a flag is both boolean and valued"
+        );
+        for b in BOOL_FLAGS {
+            assert!(FLAGS.contains(b), "{b}");
+        }
+
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let heading = "### Kubelet flags that are accepted and ignored";
+        let section = &readme[readme.find(heading).expect(heading)..];
+        let section = &section[heading.len()..];
+        let section = &section[..section.find("\n#").unwrap_or(section.len())];
+        let mut documented: Vec<String> = Vec::new();
+        for row in section.lines().filter(|l| l.starts_with("| ")) {
+            let Some(flags) = row.trim_end_matches('|').rsplit('|').next() else {
+                continue;
+            };
+            // Notes in parentheses name other flags; the list is outside them.
+            let mut depth = 0;
+            let mut outside = String::new();
+            for ch in flags.chars() {
+                match ch {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    _ if depth == 0 => outside.push(ch),
+                    _ => {}
+                }
+            }
+            for item in outside.split('`').skip(1).step_by(2) {
+                if let Some(name) = item.strip_prefix("--") {
+                    documented.push(name.to_string());
+                }
+            }
+        }
+        documented.sort();
+        let mut want: Vec<String> = ignored.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(documented, want, "README.md's table of ignored flags");
     }
 }

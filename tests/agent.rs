@@ -47,9 +47,10 @@ fn flags_help_version_and_errors() {
     assert_eq!(code, 0);
     assert!(out.contains("--pod-manifest-path"), "{out}");
     let (code, out, _) = run_cmd(&["--version"]);
-    assert_eq!(
-        (code, out.trim()),
-        (0, concat!("tinylet ", env!("CARGO_PKG_VERSION")))
+    assert_eq!((code, out.trim()), (0, tinylet::version::long().as_str()));
+    assert!(
+        out.starts_with(concat!("tinylet ", env!("CARGO_PKG_VERSION"), " (commit ")),
+        "{out}"
     );
     let (code, _, err) = run_cmd(&["--no-such-flag"]);
     assert_eq!(code, 2);
@@ -66,6 +67,45 @@ fn flags_help_version_and_errors() {
     ]);
     assert_ne!(code, 0);
     assert!(err.contains("/dev/null"), "{err}");
+}
+
+/// A unit's kubelet command line (kubeadm-flags.env and extra args): the
+/// kubelet flags tinylet does not use are each named once in a warning at
+/// start, and the pod runs.
+#[test]
+fn kubelet_flags_tinylet_does_not_use_are_warned_about_once() {
+    let fake = FakeCri::start();
+    let mut agent = Agent::start(
+        &fake.endpoint(),
+        &[
+            "--container-runtime=remote",
+            "--pod-infra-container-image=registry.k8s.io/pause:3.9",
+            "--network-plugin=cni",
+            "--fail-swap-on=false",
+            "--cgroup-driver=cgroupfs",
+            "--network-plugin",
+            "cni",
+            "--rotate-certificates",
+        ],
+    );
+    write_manifest(&agent.manifests(), "web.yaml", &web("web", "sleep 1000"));
+    agent.wait("web runs", || running_containers(&fake, "web-edge-1") == 1);
+    let log = agent.log();
+    for flag in [
+        "container-runtime",
+        "pod-infra-container-image",
+        "network-plugin",
+        "fail-swap-on",
+        "rotate-certificates",
+    ] {
+        let line = format!("flag --{flag}: a kubelet flag tinylet does not use; ignored");
+        assert_eq!(log.matches(&line).count(), 1, "{line:?} in\n{log}");
+    }
+    assert_eq!(
+        log.matches("a kubelet flag tinylet does not use").count(),
+        5,
+        "{log}"
+    );
 }
 
 #[test]

@@ -670,6 +670,49 @@ pub fn remove_manifest(dir: &Path, name: &str) {
     fs::remove_file(&p).unwrap_or_else(|e| panic!("removing {}: {e}", p.display()));
 }
 
+/// Runs `$TL_BIN "$@"` in the private mount namespace `unshare --mount`
+/// made for it, with every mount read-only except the kernel's (/proc,
+/// /sys, /dev), /run, what an admin mounted under /mnt or /media, and the
+/// directories in `$TL_WRITABLE` (colon-separated; bound onto themselves
+/// first, so they stay writable). The working directory is `$TL_WORKDIR`,
+/// read-only as well. Refuses to remount anything unless it really is in a
+/// namespace other than `$TL_PARENT_NS`, and checks the result before
+/// starting tinylet. Mounts in a private namespace never reach the host's.
+const READ_ONLY_ROOT_SH: &str = r#"
+set -eu
+fail() { echo "read-only root harness: $*" >&2; exit 97; }
+[ "$(readlink /proc/self/ns/mnt)" != "$TL_PARENT_NS" ] || fail "not in a mount namespace of its own"
+IFS=:
+for d in $TL_WRITABLE; do mount --bind "$d" "$d"; done
+unset IFS
+awk '{print $5}' /proc/self/mountinfo | sort -u | while read -r mp; do
+  case "$mp" in
+    /proc|/proc/*|/sys|/sys/*|/dev|/dev/*|/run|/run/*|/mnt|/mnt/*|/media|/media/*) continue ;;
+  esac
+  case ":$TL_WRITABLE:" in *":$mp:"*) continue ;; esac
+  mount -o remount,bind,ro "$mp" || fail "cannot remount $mp read-only"
+done
+touch "$TL_WORKDIR/.rw-probe" 2>/dev/null && fail "$TL_WORKDIR is still writable"
+IFS=:
+for d in $TL_WRITABLE; do
+  touch "$d/.rw-probe" && rm "$d/.rw-probe" || fail "$d is not writable"
+done
+unset IFS
+cd "$TL_WORKDIR"
+exec "$TL_BIN" "$@"
+"#;
+
+/// Where the tinylet of a test may write, when it runs on a read-only root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Root {
+    /// As any other process of the test: everything writable.
+    Writable,
+    /// A read-only root with `--root-dir` and `--pod-logs-dir` writable.
+    ReadOnly,
+    /// A read-only root where even `--root-dir` is read-only.
+    ReadOnlyRootDir,
+}
+
 /// The real `tinylet` binary, run against a private containerd with its
 /// stderr in a log file; killed when dropped (the log tail is printed when
 /// the test is failing).
@@ -679,6 +722,7 @@ pub struct Tinylet {
     base: PathBuf,
     log: PathBuf,
     node: String,
+    root: Root,
 }
 
 impl Tinylet {
@@ -690,10 +734,33 @@ impl Tinylet {
 
     /// Like `start`, with extra flags.
     pub fn start_with(ctd: &PrivateContainerd, node: &str, extra: &[&str]) -> Tinylet {
+        Tinylet::start_in(ctd, node, extra, Root::Writable)
+    }
+
+    /// Like `start_with`, on a read-only root: tinylet runs in a mount
+    /// namespace of its own where only the kernel's filesystems, /run, its
+    /// `--root-dir` and its `--pod-logs-dir` (`logs_dir`) are writable; its
+    /// working directory (`base_dir`) and manifest dir are read-only. The
+    /// containerd stays outside and writes as usual.
+    pub fn start_read_only_root(ctd: &PrivateContainerd, node: &str, extra: &[&str]) -> Tinylet {
+        Tinylet::start_in(ctd, node, extra, Root::ReadOnly)
+    }
+
+    /// Like `start_read_only_root`, with `--root-dir` read-only too.
+    pub fn start_read_only_root_dir(
+        ctd: &PrivateContainerd,
+        node: &str,
+        extra: &[&str],
+    ) -> Tinylet {
+        Tinylet::start_in(ctd, node, extra, Root::ReadOnlyRootDir)
+    }
+
+    fn start_in(ctd: &PrivateContainerd, node: &str, extra: &[&str], root_mode: Root) -> Tinylet {
         let base = ctd.dir().join(format!("tinylet-{node}"));
         let manifests = base.join("manifests");
         let root = base.join("root");
-        for d in [&manifests, &root] {
+        let logs = base.join("logs");
+        for d in [&manifests, &root, &logs] {
             fs::create_dir_all(d).unwrap_or_else(|e| panic!("creating {}: {e}", d.display()));
         }
         let mut args: Vec<String> = vec![
@@ -708,6 +775,10 @@ impl Tinylet {
             "--v".into(),
             "4".into(),
         ];
+        if root_mode != Root::Writable {
+            // The default, /var/log/pods, is read-only there.
+            args.extend(["--pod-logs-dir".into(), logs.display().to_string()]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let log = base.join("tinylet.log");
         CURRENT_LOG.with(|l| *l.borrow_mut() = Some(log.clone()));
@@ -717,6 +788,7 @@ impl Tinylet {
             base,
             log,
             node: node.into(),
+            root: root_mode,
         };
         t.spawn();
         t
@@ -733,7 +805,26 @@ impl Tinylet {
         let stdout = log
             .try_clone()
             .unwrap_or_else(|e| panic!("duplicating {}: {e}", self.log.display()));
-        let child = Command::new(bin)
+        let mut cmd = match self.root {
+            Root::Writable => Command::new(bin),
+            Root::ReadOnly | Root::ReadOnlyRootDir => {
+                let parent_ns = fs::read_link("/proc/self/ns/mnt")
+                    .unwrap_or_else(|e| panic!("reading /proc/self/ns/mnt: {e}"));
+                let mut writable = vec![self.logs_dir().display().to_string()];
+                if self.root == Root::ReadOnly {
+                    writable.push(self.root_dir().display().to_string());
+                }
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "sh", "-c"])
+                    .args([READ_ONLY_ROOT_SH, "sh"])
+                    .env("TL_PARENT_NS", parent_ns)
+                    .env("TL_WRITABLE", writable.join(":"))
+                    .env("TL_WORKDIR", &self.base)
+                    .env("TL_BIN", bin);
+                c
+            }
+        };
+        let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -752,6 +843,18 @@ impl Tinylet {
     /// `--root-dir`.
     pub fn root_dir(&self) -> PathBuf {
         self.base.join("root")
+    }
+
+    /// `--pod-logs-dir` on a read-only root (otherwise the default,
+    /// /var/log/pods, is used).
+    pub fn logs_dir(&self) -> PathBuf {
+        self.base.join("logs")
+    }
+
+    /// The dir holding the manifest, root and log dirs; the working
+    /// directory on a read-only root.
+    pub fn base_dir(&self) -> &Path {
+        &self.base
     }
 
     pub fn node(&self) -> &str {
@@ -820,6 +923,15 @@ impl Tinylet {
         self.forget_pid();
         self.signal("TERM");
         let status = self.wait_exit(Duration::from_secs(30), "exit after SIGTERM");
+        self.child = None;
+        status
+    }
+
+    /// Waits (up to `timeout`) for the process to exit by itself; returns
+    /// its exit status.
+    pub fn wait_for_exit(&mut self, timeout: Duration) -> ExitStatus {
+        self.forget_pid();
+        let status = self.wait_exit(timeout, "exit");
         self.child = None;
         status
     }
