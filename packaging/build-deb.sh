@@ -48,7 +48,9 @@ esac
     die "VERSION '$version' is not a Debian version without epoch (e.g. 0.1.0 or 0.1.0-2)"
 
 # ---- the binary: a static ELF for ARCH ------------------------------------
-[ -f "$binary" ] && [ -x "$binary" ] || die "BINARY $binary is not an executable file"
+if [ ! -f "$binary" ] || [ ! -x "$binary" ]; then
+    die "BINARY $binary is not an executable file"
+fi
 # Unsigned little-endian integer of $2 bytes at offset $1 of the binary.
 elf_uint() {
     local v
