@@ -1,5 +1,6 @@
 //! Checks of the repository itself: module docs, the one way to spawn
-//! threads, no ignored tests, no async runtime in the dependency tree.
+//! threads, no ignored tests, no async runtime in the dependency tree, and
+//! the packaged configuration file naming every field tinylet reads.
 
 use std::path::{Path, PathBuf};
 
@@ -82,6 +83,106 @@ fn no_async_runtime_in_the_dependency_tree() {
         assert!(
             !lock.contains(&entry),
             "{runtime} is in Cargo.lock: tinylet has no async runtime by design"
+        );
+    }
+}
+
+/// The configuration fields `apply_config_file` reads: the string patterns
+/// of its match arms (`"staticPodPath" =>`, `"a" | "b" =>`).
+fn config_fields_read() -> std::collections::BTreeSet<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("src/options.rs")).expect("src/options.rs");
+    let start = text
+        .find("pub fn apply_config_file(")
+        .expect("apply_config_file in src/options.rs");
+    let body = &text[start..];
+    let body = &body[..body.find("\n}\n").expect("end of apply_config_file")];
+    let mut fields = std::collections::BTreeSet::new();
+    for line in body.lines() {
+        let Some((pattern, _)) = line.trim().split_once("=>") else {
+            continue;
+        };
+        let alternatives: Vec<&str> = pattern.split('|').map(str::trim).collect();
+        if !alternatives
+            .iter()
+            .all(|a| a.len() > 2 && a.starts_with('"') && a.ends_with('"'))
+        {
+            continue;
+        }
+        for a in alternatives {
+            fields.insert(a.trim_matches('"').to_string());
+        }
+    }
+    fields.remove("apiVersion");
+    fields.remove("kind");
+    fields
+}
+
+#[test]
+fn packaged_config_names_every_field_tinylet_reads() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("packaging/deb/config.yaml");
+    let text = std::fs::read_to_string(&path).expect("packaging/deb/config.yaml");
+    // Set fields are `name: value`; fields for the admin to fill in are
+    // commented out as `#name: value`.
+    let field = |line: &str| -> Option<(bool, String)> {
+        let (set, rest) = match line.strip_prefix('#') {
+            Some(rest) => (false, rest),
+            None => (true, line),
+        };
+        let (name, _) = rest.split_once(':')?;
+        (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric()))
+            .then(|| (set, name.to_string()))
+    };
+    let in_file: std::collections::BTreeSet<String> = text
+        .lines()
+        .filter_map(field)
+        .map(|(_, name)| name)
+        .filter(|n| n != "apiVersion" && n != "kind")
+        .collect();
+    let read = config_fields_read();
+    assert!(
+        read.len() > 20,
+        "too few fields found in apply_config_file: {read:?}"
+    );
+    let missing: Vec<_> = read.difference(&in_file).collect();
+    let unknown: Vec<_> = in_file.difference(&read).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "{}: fields tinylet reads but the file does not name: {missing:?}; \
+         fields it names that tinylet does not read: {unknown:?}",
+        path.display()
+    );
+
+    // As shipped, and with every commented-out field filled in, the file
+    // is read whole: no error, no field ignored.
+    let filled: String = text
+        .lines()
+        .map(|l| match field(l) {
+            Some((false, _)) => &l[1..],
+            _ => l,
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, content) in [("shipped.yaml", text.as_str()), ("filled.yaml", &filled)] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, content).unwrap();
+        let mut o = tinylet::options::Options::default();
+        tinylet::options::apply_config_file(&mut o, &file)
+            .unwrap_or_else(|e| panic!("{name} from {}: {e}", path.display()));
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{name}: ignored {:?}",
+            o.ignored_config_fields
+        );
+        assert_eq!(
+            o.pod_manifest_path.as_deref(),
+            Some(Path::new("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(
+            o.container_runtime_endpoint,
+            "unix:///run/containerd/containerd.sock"
         );
     }
 }

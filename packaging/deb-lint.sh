@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Checks tinylet's Debian packages as Debian would: lintian, and systemd's
+# own parser on the unit the package ships.
+#
+#   deb-lint.sh DEB...
+#
+# - lintian (pedantic tags shown) must report no error and no warning. The
+#   tags accepted are overridden, each with its reason, in
+#   packaging/deb/lintian-overrides (installed as
+#   /usr/share/lintian/overrides/tinylet, where lintian reads them).
+# - `systemd-analyze verify` must accept the packaged unit silently: it runs
+#   on the package's tree (unpacked, with this machine's units beside it for
+#   the targets it names) and checks the directives, ExecStart's binary and
+#   the Documentation= man page. systemd-analyze only warns about a bad
+#   directive, so any output at all fails the check.
+#
+# Installs lintian and systemd from Debian when missing (as root; apt-get
+# update only then).
+set -euo pipefail
+
+die() { echo "deb-lint.sh: $*" >&2; exit 1; }
+
+[ $# -ge 1 ] || die "usage: deb-lint.sh DEB..."
+for deb in "$@"; do
+    [ -f "$deb" ] || die "$deb: no such file"
+done
+
+missing=()
+command -v lintian >/dev/null || missing+=(lintian)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
+if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || die "missing ${missing[*]}; run as root to install them"
+    echo "deb-lint.sh: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/tinylet-deb-lint.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+failed=0
+for deb in "$@"; do
+    echo "deb-lint.sh: lintian $deb" >&2
+    # --fail-on warning: a new warning fails until fixed or overridden.
+    if ! lintian --display-info --pedantic --tag-display-limit 0 \
+        --fail-on error,warning "$deb" 2> >(grep -v 'running with root privileges' >&2); then
+        echo "deb-lint.sh: FAIL: lintian found errors or warnings in $deb" >&2
+        failed=1
+    fi
+
+    echo "deb-lint.sh: systemd-analyze verify on the unit of $deb" >&2
+    root="$work/$(basename "$deb" .deb)"
+    mkdir -p "$root"
+    dpkg-deb -x "$deb" "$root"
+    unit=lib/systemd/system/tinylet.service
+    [ -f "$root/$unit" ] || { echo "deb-lint.sh: FAIL: $deb has no /$unit" >&2; failed=1; continue; }
+    for f in /lib/systemd/system/*; do
+        [ -e "$root/lib/systemd/system/${f##*/}" ] || cp -a "$f" "$root/lib/systemd/system/"
+    done
+    rc=0
+    out=$(MANPATH="$root/usr/share/man" systemd-analyze verify --root="$root" "/$unit" 2>&1) || rc=$?
+    if [ $rc != 0 ] || [ -n "$out" ]; then
+        printf '%s\n' "$out" >&2
+        echo "deb-lint.sh: FAIL: systemd-analyze verify rejected /$unit of $deb (exit $rc)" >&2
+        failed=1
+    fi
+done
+
+[ $failed = 0 ] || exit 1
+echo "deb-lint.sh: $# package(s) clean: lintian (no errors or warnings), systemd-analyze verify" >&2

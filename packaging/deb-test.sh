@@ -1,0 +1,352 @@
+#!/usr/bin/env bash
+# Installs tinylet's amd64 Debian package on this machine, runs a pod with
+# what it installed, purges it and checks that nothing is left.
+#
+#   deb-test.sh DEB      (as root, on a machine where systemd is not running)
+#
+# Needs what packaging/deps.sh installs (containerd, runc, CNI plugins,
+# busybox-static) and systemd-analyze (the systemd package; installed when
+# missing). Takes a few seconds.
+#
+# 1. `dpkg -i DEB`: the files are in place, the conffiles are registered,
+#    /var/lib/tinylet is created with mode 0700, the unit is enabled (the
+#    symlink) but nothing is started, and `systemd-analyze verify` accepts
+#    the installed unit.
+# 2. The installed /usr/bin/tinylet runs as the unit runs it (its ExecStart
+#    with the installed /etc/tinylet/config.yaml, under the unit's
+#    capability bounding set and no_new_privs) plus one flag only: the
+#    endpoint of a private containerd (containerd-private.sh). A pod
+#    manifest dropped into /etc/kubernetes/manifests must start; its
+#    container writes into a memory-backed emptyDir, which must be a tmpfs
+#    tinylet mounted on the host, under /var/lib/tinylet, holding the file.
+# 3. tinylet stops on SIGTERM and the container keeps running (what the
+#    unit's KillMode=process relies on); then the pod's containers are
+#    removed through containerd, leaving the tmpfs mounted for purge to meet.
+# 4. `dpkg --purge tinylet`: no file of the package, no /etc/tinylet,
+#    /var/lib/tinylet (nor a mount under it), no unit, enable or mask
+#    symlink, and dpkg knows nothing of tinylet (dpkg -L, dpkg -S).
+#
+# The machine is left as found, also on failure (trap): tinylet stopped, the
+# private containerd and its network removed, the package purged (forcibly
+# if its scripts fail), the pod's log directory and cgroups removed. It
+# refuses to run where it could disturb something: tinylet installed, any
+# of its paths present, a non-empty /etc/kubernetes/manifests, or systemd
+# running (postinst would start tinylet against the machine's containerd).
+# Exits non-zero with a line starting "deb-test.sh: FAIL:" on any failure.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+t_start=$SECONDS
+
+say() { echo "deb-test.sh: $*" >&2; }
+fail() {
+    say "FAIL: $*"
+    exit 1
+}
+
+[ $# = 1 ] || fail "usage: deb-test.sh DEB"
+deb=$(realpath "$1")
+[ -f "$deb" ] || fail "$1: no such file"
+[ "$(id -u)" = 0 ] || fail "must run as root (dpkg -i, containerd, mounts)"
+if ! command -v systemd-analyze >/dev/null; then
+    # Only its parser is used; installing it does not make systemd the init.
+    say "installing systemd (for systemd-analyze)"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends systemd >/dev/null; } ||
+        fail "installing systemd failed"
+fi
+for tool in dpkg dpkg-deb dpkg-query ctr setpriv systemd-analyze; do
+    command -v "$tool" >/dev/null || fail "$tool not found (run packaging/deps.sh)"
+done
+
+PKG=tinylet
+MANIFESTS=/etc/kubernetes/manifests
+STATE=/var/lib/tinylet
+UNIT=/lib/systemd/system/tinylet.service
+POD="deb-test"
+# Everything the package installs or its scripts create.
+PATHS=(
+    /usr/bin/tinylet "$UNIT" /etc/tinylet /etc/default/tinylet "$STATE"
+    /usr/share/doc/tinylet /usr/share/man/man8/tinylet.8.gz
+    /usr/share/lintian/overrides/tinylet
+    /etc/systemd/system/multi-user.target.wants/tinylet.service
+    /etc/systemd/system/tinylet.service
+    /var/lib/systemd/deb-systemd-helper-enabled/tinylet.service.dsh-also
+    /var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/tinylet.service
+    /var/lib/systemd/deb-systemd-helper-masked/tinylet.service
+)
+
+# ---- refuse to run where it would disturb something ---------------------
+[ "$(dpkg-deb -f "$deb" Package)" = "$PKG" ] || fail "$deb is not the $PKG package"
+deb_arch=$(dpkg-deb -f "$deb" Architecture)
+[ "$deb_arch" = "$(dpkg --print-architecture)" ] ||
+    fail "$deb is for $deb_arch, this machine is $(dpkg --print-architecture)"
+deb_version=$(dpkg-deb -f "$deb" Version)
+if dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null | grep -qvx 'not-installed'; then
+    fail "$PKG is installed here ($(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' "$PKG")); this test would replace it: remove it first"
+fi
+for p in "${PATHS[@]}"; do
+    if [ -e "$p" ] || [ -L "$p" ]; then
+        fail "$p exists; this test installs and purges $PKG and would remove it"
+    fi
+done
+if [ -d "$MANIFESTS" ] && [ -n "$(ls -A "$MANIFESTS")" ]; then
+    fail "$MANIFESTS is not empty: the installed tinylet would run those pods too"
+fi
+if [ -d /run/systemd/system ]; then
+    fail "systemd is running: postinst would start tinylet.service against the machine's containerd; run this test where systemd is not the init (a container or this project's CI machine)"
+fi
+had_kube_dir=no had_manifests=no had_pod_logs=no
+[ -d /etc/kubernetes ] && had_kube_dir=yes
+[ -d "$MANIFESTS" ] && had_manifests=yes
+[ -d /var/log/pods ] && had_pod_logs=yes
+# cgroup directories the pod's may create (v1 hierarchies, or v2).
+kubepods_dirs=()
+for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+    for sub in "$d" "$d/besteffort"; do
+        [ -d "$sub" ] || kubepods_dirs+=("$sub")
+    done
+done
+
+work=$(mktemp -d /tmp/tinylet-deb-test.XXXXXX)
+ctd="$work/containerd"
+sock="$ctd/containerd.sock"
+log="$work/tinylet.log"
+started_containerd=no installed=no tinylet_pid="" manifest="" pod_uid=""
+
+ctr_() { ctr --address "$sock" --timeout 10s -n k8s.io "$@"; }
+
+# Mount points strictly below $1, deepest first.
+mounts_below() {
+    awk -v d="$1/" '{ m = $5; gsub(/\\040/, " ", m); if (index(m, d) == 1) print m }' \
+        /proc/self/mountinfo | LC_ALL=C sort -r -u
+}
+
+alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
+
+cleanup() {
+    local rc=$? p
+    trap - EXIT INT TERM
+    set +e
+    if alive "$tinylet_pid"; then
+        kill -TERM "$tinylet_pid"
+        for _ in $(seq 50); do alive "$tinylet_pid" || break; sleep 0.1; done
+        alive "$tinylet_pid" && kill -KILL "$tinylet_pid"
+        wait "$tinylet_pid" 2>/dev/null
+    fi
+    # Any other tinylet on our socket (the one started above, should a
+    # wrapper have stood between it and $!).
+    for p in /proc/[0-9]*; do
+        [ "$(cat "$p/comm" 2>/dev/null)" = tinylet ] || continue
+        tr '\0' '\n' <"$p/cmdline" 2>/dev/null | grep -qxF "unix://$sock" &&
+            kill -KILL "${p#/proc/}" 2>/dev/null
+    done
+    [ -z "$manifest" ] || rm -f "$manifest"
+    if [ $started_containerd = yes ]; then
+        bash "$here/containerd-private.sh" stop "$ctd" >"$work/containerd-stop.log" 2>&1 ||
+            { say "cleanup: stopping the private containerd failed:"; cat "$work/containerd-stop.log" >&2; rc=1; }
+    fi
+    if [ $installed = yes ] &&
+        dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null | grep -qvx 'not-installed'; then
+        say "cleanup: purging $PKG"
+        if ! dpkg --purge "$PKG" >"$work/cleanup-purge.log" 2>&1; then
+            cat "$work/cleanup-purge.log" >&2
+            say "cleanup: dpkg --purge failed; purging without its maintainer scripts"
+            rm -f /var/lib/dpkg/info/$PKG.prerm /var/lib/dpkg/info/$PKG.postrm
+            dpkg --purge --force-remove-reinstreq "$PKG" >&2
+        fi
+        rc=1
+    fi
+    # None of these existed when the test started.
+    if [ -d "$STATE" ]; then
+        mounts_below "$STATE" | while IFS= read -r p; do umount "$p" || umount -l "$p"; done
+        rm -rf --one-file-system "$STATE"
+    fi
+    for p in "${PATHS[@]}"; do
+        { [ -e "$p" ] || [ -L "$p" ]; } && rm -rf --one-file-system "$p"
+    done
+    [ $had_manifests = no ] || mkdir -p "$MANIFESTS"
+    [ $had_kube_dir = no ] || mkdir -p /etc/kubernetes
+    if [ -n "$pod_uid" ]; then
+        rm -rf /var/log/pods/default_"$POD"-*_"$pod_uid"
+        for p in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+            for d in "$p/pod$pod_uid" "$p"/*/"pod$pod_uid"; do
+                [ -d "$d" ] && rmdir "$d" 2>/dev/null
+            done
+        done
+    fi
+    [ $had_pod_logs = yes ] || rmdir /var/log/pods 2>/dev/null
+    for ((i = ${#kubepods_dirs[@]} - 1; i >= 0; i--)); do
+        [ -d "${kubepods_dirs[i]}" ] && rmdir "${kubepods_dirs[i]}" 2>/dev/null
+    done
+    rm -rf "$work"
+    if [ $rc = 0 ]; then
+        say "PASS in $((SECONDS - t_start)) s: installed, ran a pod from $MANIFESTS, purged clean"
+    else
+        say "failed after $((SECONDS - t_start)) s (machine restored)"
+    fi
+    exit $rc
+}
+trap cleanup EXIT
+trap 'say "interrupted"; exit 130' INT
+trap 'say "terminated"; exit 143' TERM
+
+tinylet_log() {
+    say "tinylet's log (last 30 lines):"
+    tail -n 30 "$log" >&2 || true
+}
+
+# ---- private containerd ---------------------------------------------------
+started_containerd=yes
+bash "$here/containerd-private.sh" start "$ctd" 2>"$work/containerd-start.log" ||
+    { cat "$work/containerd-start.log" >&2; fail "the private containerd did not start"; }
+
+# ---- 1. install -----------------------------------------------------------
+say "dpkg -i $deb"
+installed=yes
+dpkg -i "$deb" >"$work/install.log" 2>&1 || { cat "$work/install.log" >&2; fail "dpkg -i $deb failed"; }
+status=$(dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$PKG")
+[ "$status" = "ii $deb_version" ] || fail "after dpkg -i, dpkg says '$status', not 'ii $deb_version'"
+[ -x /usr/bin/tinylet ] || fail "/usr/bin/tinylet is not installed as an executable"
+version_line=$(/usr/bin/tinylet --version) || fail "/usr/bin/tinylet --version failed"
+[[ "$version_line" == *" ${deb_version%%-*}"* ]] ||
+    fail "/usr/bin/tinylet --version says '$version_line', not version ${deb_version%%-*}"
+conffiles=$(dpkg-query -W -f='${Conffiles}' "$PKG")
+for c in /etc/tinylet/config.yaml /etc/default/tinylet; do
+    [ -f "$c" ] || fail "$c is not installed"
+    grep -q "^ $c " <<<"$conffiles" || fail "$c is not registered as a conffile"
+done
+[ -f "$UNIT" ] || fail "$UNIT is not installed"
+[ -d "$MANIFESTS" ] || fail "$MANIFESTS is not installed"
+[ "$(stat -c '%a %U' "$STATE" 2>/dev/null)" = "700 root" ] ||
+    fail "$STATE is not a directory of root with mode 0700 ($(stat -c '%a %U' "$STATE" 2>&1))"
+if command -v deb-systemd-helper >/dev/null; then
+    [ -L /etc/systemd/system/multi-user.target.wants/tinylet.service ] ||
+        fail "postinst did not enable tinylet.service (no multi-user.target.wants symlink)"
+fi
+for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/exe" 2>/dev/null)" != /usr/bin/tinylet ] ||
+        fail "postinst started /usr/bin/tinylet (pid ${p#/proc/}) although systemd is not running"
+done
+# It only warns about a bad directive: any output fails.
+if ! verify=$(systemd-analyze verify "$UNIT" 2>&1) || [ -n "$verify" ]; then
+    fail "systemd-analyze verify $UNIT: ${verify:-non-zero exit}"
+fi
+say "installed $PKG $deb_version; unit enabled, nothing started; systemd-analyze verify accepts $UNIT"
+
+# ---- 2. run the installed tinylet as its unit does -------------------------
+# The unit's command line, with $TINYLET_ARGS/$KUBELET_EXTRA_ARGS empty as
+# /etc/default/tinylet ships them.
+exec_start=$(sed -n 's/^ExecStart=//p' "$UNIT")
+# shellcheck disable=SC2016 # the unit's text, variables unexpanded
+[ "$exec_start" = '/usr/bin/tinylet --config /etc/tinylet/config.yaml $TINYLET_ARGS $KUBELET_EXTRA_ARGS' ] ||
+    fail "unexpected ExecStart in $UNIT: $exec_start"
+grep -q '^NoNewPrivileges=yes$' "$UNIT" || fail "$UNIT has no NoNewPrivileges=yes"
+bounding=$(sed -n 's/^CapabilityBoundingSet=~//p' "$UNIT")
+[ -n "$bounding" ] || fail "$UNIT has no CapabilityBoundingSet=~..."
+drop=""
+for cap in $bounding; do
+    cap=${cap#CAP_}
+    drop+="${drop:+,}-${cap,,}"
+done
+
+manifest="$MANIFESTS/$POD.yaml"
+cat >"$manifest.tmp" <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: $POD
+spec:
+  terminationGracePeriodSeconds: 1
+  volumes:
+  - name: scratch
+    emptyDir: {medium: Memory}
+  containers:
+  - name: $POD
+    image: docker.io/tinylet/busybox:1
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo from-the-container > /scratch/hello && exec sleep 3600"]
+    volumeMounts:
+    - {name: scratch, mountPath: /scratch}
+EOF
+mv "$manifest.tmp" "$manifest"
+
+say "running /usr/bin/tinylet --config /etc/tinylet/config.yaml --container-runtime-endpoint unix://$sock (bounding set without ${bounding// /,}, no_new_privs)"
+setpriv --no-new-privs --bounding-set "$drop" \
+    /usr/bin/tinylet --config /etc/tinylet/config.yaml \
+    --container-runtime-endpoint "unix://$sock" >"$log" 2>&1 &
+tinylet_pid=$!
+
+filter="labels.\"io.kubernetes.container.name\"==$POD,labels.\"io.cri-containerd.kind\"==container"
+cid=""
+deadline=$((SECONDS + 60))
+while :; do
+    alive "$tinylet_pid" || { tinylet_log; fail "tinylet exited while the pod was starting"; }
+    cid=$(ctr_ containers ls -q "$filter" 2>/dev/null | head -n 1) || cid=""
+    if [ -n "$cid" ] && ctr_ tasks ls 2>/dev/null | awk -v id="$cid" '$1 == id && $3 == "RUNNING" {f = 1} END {exit !f}'; then
+        break
+    fi
+    [ $SECONDS -lt $deadline ] || { tinylet_log; fail "the pod's container was not running within 60 s of tinylet's start"; }
+    sleep 0.5
+done
+pod_uid=$(ctr_ containers info "$cid" | sed -n 's/.*"io.kubernetes.pod.uid": *"\([^"]*\)".*/\1/p' | head -n 1)
+[ -n "$pod_uid" ] || fail "container $cid has no io.kubernetes.pod.uid label"
+volume="$STATE/pods/$pod_uid/volumes/kubernetes.io~empty-dir/scratch"
+deadline=$((SECONDS + 10))
+until [ -f "$volume/hello" ]; do
+    [ $SECONDS -lt $deadline ] || fail "$volume/hello, written by the container, is not there on the host"
+    sleep 0.2
+done
+[ "$(cat "$volume/hello")" = from-the-container ] || fail "$volume/hello does not hold what the container wrote"
+grep -qxF "$volume" <<<"$(mounts_below "$STATE")" || fail "$volume is not a mount point on the host"
+[ "$(stat -f -c %T "$volume")" = tmpfs ] || fail "$volume is not a tmpfs"
+say "pod $POD running (container ${cid:0:12}, pod uid $pod_uid); its memory volume is a host tmpfs under $STATE"
+
+# ---- 3. stop tinylet: the container stays ---------------------------------
+kill -TERM "$tinylet_pid"
+for _ in $(seq 150); do alive "$tinylet_pid" || break; sleep 0.1; done
+alive "$tinylet_pid" && { tinylet_log; fail "tinylet did not exit within 15 s of SIGTERM"; }
+rc=0
+wait "$tinylet_pid" || rc=$?
+tinylet_pid=""
+[ $rc = 0 ] || { tinylet_log; fail "tinylet exited with status $rc on SIGTERM"; }
+ctr_ tasks ls | awk -v id="$cid" '$1 == id && $3 == "RUNNING" {f = 1} END {exit !f}' ||
+    fail "the pod's container did not outlive tinylet"
+say "tinylet stopped on SIGTERM; the container kept running"
+rm -f "$manifest"
+manifest=""
+# The pod's containers, then its sandbox.
+ids=$(ctr_ containers ls -q "labels.\"io.kubernetes.pod.uid\"==$pod_uid,labels.\"io.cri-containerd.kind\"==container")
+ids+=" $(ctr_ containers ls -q "labels.\"io.kubernetes.pod.uid\"==$pod_uid,labels.\"io.cri-containerd.kind\"==sandbox")"
+for id in $ids; do
+    ctr_ tasks rm -f "$id" >/dev/null 2>&1 || true
+    ctr_ containers rm "$id" >/dev/null || fail "ctr containers rm $id failed"
+done
+left=$(ctr_ containers ls -q "labels.\"io.kubernetes.pod.uid\"==$pod_uid")
+[ -z "$left" ] || fail "containers of the pod left in containerd: $left"
+grep -qxF "$volume" <<<"$(mounts_below "$STATE")" || fail "$volume is no longer mounted: purge would not meet a mount"
+
+# ---- 4. purge ---------------------------------------------------------------
+say "dpkg --purge $PKG (with $volume still mounted)"
+dpkg --purge "$PKG" >"$work/purge.log" 2>&1 || { cat "$work/purge.log" >&2; fail "dpkg --purge $PKG failed"; }
+left=()
+for p in "${PATHS[@]}"; do
+    if [ -e "$p" ] || [ -L "$p" ]; then left+=("$p"); fi
+done
+[ $had_manifests = yes ] || [ ! -e "$MANIFESTS" ] || left+=("$MANIFESTS")
+[ $had_kube_dir = yes ] || [ ! -e /etc/kubernetes ] || left+=(/etc/kubernetes)
+compgen -G "/var/lib/dpkg/info/$PKG.*" >/dev/null && left+=("/var/lib/dpkg/info/$PKG".*)
+[ ${#left[@]} = 0 ] || fail "left after dpkg --purge: ${left[*]}"
+below=$(mounts_below "$STATE")
+[ -z "$below" ] || fail "still mounted under $STATE after purge: $below"
+if dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null | grep -qvx 'not-installed'; then
+    fail "dpkg still knows $PKG: $(dpkg-query -W -f='${db:Status-Abbrev}' "$PKG")"
+fi
+if out=$(dpkg -L "$PKG" 2>/dev/null) && [ -n "$out" ]; then
+    fail "dpkg -L $PKG still lists files: $out"
+fi
+if out=$(dpkg -S /usr/bin/tinylet "$UNIT" /etc/tinylet/config.yaml 2>/dev/null); then
+    fail "dpkg -S still finds: $out"
+fi
+installed=no
+say "purged: no file, directory, mount, symlink or dpkg record of $PKG left"
