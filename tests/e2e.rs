@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::support::containerd::{
-    holds_for, remove_manifest, wait_until, write_manifest, PrivateContainerd, Tinylet,
+    holds_for, remove_manifest, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet,
     BUSYBOX_IMAGE, CONTAINER_NAME_LABEL, PAUSE_IMAGE, POD_NAMESPACE_LABEL, POD_NAME_LABEL,
     POD_UID_LABEL,
 };
@@ -305,6 +305,11 @@ fn exited_containers_restart_with_backoff_unless_policy_is_never() {
 
 /// After SIGKILL or SIGTERM the pods keep running, and a restarted tinylet
 /// adopts them: same sandbox, same container, nothing restarted or doubled.
+/// What it adopted is its own: removing the manifests removes the pods.
+///
+/// `packaging/qemu-e2e.sh` runs this test with the aarch64 binary under
+/// qemu-user (`TINYLET_E2E_BIN`, `TINYLET_E2E_WRAPPER`,
+/// `TINYLET_E2E_TIME_SCALE`), so periods tinylet must act in are scaled.
 #[test]
 fn restarted_tinylet_adopts_running_pods() {
     let ctd = PrivateContainerd::start();
@@ -338,8 +343,19 @@ fn restarted_tinylet_adopts_running_pods() {
         || unchanged(&keep, &sandboxes, &containers),
     );
     kubelet.restart();
+    // Its first sync of the pod decides adoption; the pod stays as it was
+    // until then and for a while after (later syncs change nothing either).
+    let synced = format!("pod default/{keep}: actions");
+    wait_until(SETTLE, "the restarted tinylet syncs keep-edge-1", || {
+        assert!(
+            unchanged(&keep, &sandboxes, &containers),
+            "keep-edge-1 changed after tinylet restarted\n{}",
+            kubelet.log_tail(60)
+        );
+        kubelet.log_since_start().contains(&synced)
+    });
     holds_for(
-        Duration::from_secs(6),
+        scaled(Duration::from_secs(6)),
         "the restarted tinylet keeps keep-edge-1's sandbox and container (no restart, no duplicate)",
         || unchanged(&keep, &sandboxes, &containers),
     );
@@ -361,10 +377,19 @@ fn restarted_tinylet_adopts_running_pods() {
         ctd.pod_running(&late, &["app"])
     });
     holds_for(
-        Duration::from_secs(5),
+        scaled(Duration::from_secs(5)),
         "the restarted tinylet keeps keep-edge-1's sandbox and container after SIGTERM",
         || unchanged(&keep, &sandboxes, &containers),
     );
+    kubelet.assert_running();
+
+    // The adopted pod and the new one go when their manifests go.
+    remove_manifest(&dir, "keep.yaml");
+    remove_manifest(&dir, "late.yaml");
+    wait_until(SETTLE, "keep-edge-1 (adopted) is removed", || {
+        ctd.pod_gone(&keep)
+    });
+    wait_until(SETTLE, "late-edge-1 is removed", || ctd.pod_gone(&late));
     kubelet.assert_running();
 }
 

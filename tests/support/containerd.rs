@@ -32,6 +32,45 @@ pub const PAUSE_IMAGE: &str = "docker.io/tinylet/pause:1";
 
 const CTR_TIMEOUT: &str = "10s";
 
+/// The tinylet binary the end-to-end tests run: `TINYLET_E2E_BIN` when set
+/// (another build of it, e.g. the aarch64 release binary), else the one
+/// cargo built with the tests.
+pub fn tinylet_bin() -> PathBuf {
+    match std::env::var_os("TINYLET_E2E_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_tinylet")),
+    }
+}
+
+/// A program the binary runs under, from `TINYLET_E2E_WRAPPER`: an emulator
+/// such as `qemu-aarch64-static` that runs the guest in its own process, so
+/// the process the tests start, signal and kill is tinylet itself.
+pub fn tinylet_wrapper() -> Option<PathBuf> {
+    std::env::var_os("TINYLET_E2E_WRAPPER")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
+/// How many times slower than native tinylet runs here, from
+/// `TINYLET_E2E_TIME_SCALE` (a positive number; 1 when unset). Under an
+/// emulator every step takes several times longer.
+pub fn time_scale() -> f64 {
+    let Some(raw) = std::env::var_os("TINYLET_E2E_TIME_SCALE") else {
+        return 1.0;
+    };
+    let text = raw.to_string_lossy();
+    match text.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 1.0 => f,
+        _ => panic!("TINYLET_E2E_TIME_SCALE={text:?}: expected a number of at least 1"),
+    }
+}
+
+/// `d` stretched by `time_scale()`: for timeouts, and for periods tinylet
+/// must have had time to act in.
+pub fn scaled(d: Duration) -> Duration {
+    d.mul_f64(time_scale())
+}
+
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -614,7 +653,10 @@ fn check_tinylet_alive(what: &str) {
 
 /// Polls `f` every 100 ms until it returns true; panics after `timeout`
 /// naming `what` and showing the tail of this thread's tinylet log.
+///
+/// `timeout` is stretched by `time_scale()`.
 pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let timeout = scaled(timeout);
     let start = Instant::now();
     loop {
         if f() {
@@ -795,18 +837,30 @@ impl Tinylet {
     }
 
     fn spawn(&mut self) {
-        let bin = env!("CARGO_BIN_EXE_tinylet");
+        let bin = tinylet_bin();
+        let wrapper = tinylet_wrapper();
+        let shown = match &wrapper {
+            Some(w) => format!("{} {}", w.display(), bin.display()),
+            None => bin.display().to_string(),
+        };
         let mut log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
             .unwrap_or_else(|e| panic!("opening {}: {e}", self.log.display()));
-        let _ = writeln!(log, "=== e2e: starting {bin} {}", self.args.join(" "));
+        let _ = writeln!(log, "=== e2e: starting {shown} {}", self.args.join(" "));
         let stdout = log
             .try_clone()
             .unwrap_or_else(|e| panic!("duplicating {}: {e}", self.log.display()));
         let mut cmd = match self.root {
-            Root::Writable => Command::new(bin),
+            Root::Writable => match &wrapper {
+                Some(w) => {
+                    let mut c = Command::new(w);
+                    c.arg(&bin);
+                    c
+                }
+                None => Command::new(&bin),
+            },
             Root::ReadOnly | Root::ReadOnlyRootDir => {
                 let parent_ns = fs::read_link("/proc/self/ns/mnt")
                     .unwrap_or_else(|e| panic!("reading /proc/self/ns/mnt: {e}"));
@@ -820,7 +874,7 @@ impl Tinylet {
                     .env("TL_PARENT_NS", parent_ns)
                     .env("TL_WRITABLE", writable.join(":"))
                     .env("TL_WORKDIR", &self.base)
-                    .env("TL_BIN", bin);
+                    .env("TL_BIN", &bin);
                 c
             }
         };
@@ -830,7 +884,7 @@ impl Tinylet {
             .stdout(stdout)
             .stderr(log)
             .spawn()
-            .unwrap_or_else(|e| panic!("spawning {bin}: {e}"));
+            .unwrap_or_else(|e| panic!("spawning {shown}: {e}"));
         CURRENT_PID.with(|p| *p.borrow_mut() = Some(child.id()));
         self.child = Some(child);
     }
@@ -872,6 +926,15 @@ impl Tinylet {
 
     pub fn log_tail(&self, lines: usize) -> String {
         tail(&self.log, lines)
+    }
+
+    /// What the process started last (by `start` or `restart`) has logged.
+    pub fn log_since_start(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        match text.rfind("=== e2e: starting ") {
+            Some(i) => text[i..].to_string(),
+            None => text,
+        }
     }
 
     /// The log tail for a panic message (drop then does not repeat it).
@@ -917,12 +980,12 @@ impl Tinylet {
         assert!(status.success(), "kill -{sig} {pid} failed ({status})");
     }
 
-    /// Sends SIGTERM and waits (up to 30 s) for a clean exit; returns the
+    /// Sends SIGTERM and waits (up to 30 s, scaled) for a clean exit; returns the
     /// exit status.
     pub fn sigterm(&mut self) -> ExitStatus {
         self.forget_pid();
         self.signal("TERM");
-        let status = self.wait_exit(Duration::from_secs(30), "exit after SIGTERM");
+        let status = self.wait_exit(scaled(Duration::from_secs(30)), "exit after SIGTERM");
         self.child = None;
         status
     }
