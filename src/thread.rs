@@ -34,8 +34,61 @@ where
     let handle = thread::Builder::new()
         .name(name.into())
         .stack_size(stack)
-        .spawn(f)?;
+        .spawn(move || {
+            let result = f();
+            release_stack();
+            result
+        })?;
     Ok(JoinOnDrop(Some(handle)))
+}
+
+/// Hands the pages of the ending thread's stack below the current frame
+/// back to the system. glibc keeps the stacks of ended threads (up to
+/// 40 MiB) for new threads to reuse, with every page they touched still
+/// resident: after 110 pod workers came and went that was ~4 MiB of RSS.
+/// The stack stays mapped, so reuse works as before; its pages come back
+/// zeroed when touched again.
+fn release_stack() {
+    let _ = release_stack_below_here();
+}
+
+/// Does the work of [`release_stack`]; returns the released range.
+fn release_stack_below_here() -> Option<(usize, usize)> {
+    #[cfg(target_os = "linux")]
+    {
+        let here = 0u8;
+        let sp = std::hint::black_box(&here) as *const u8 as usize;
+        // SAFETY: the attribute object is initialised by pthread_getattr_np
+        // and destroyed after use; madvise only drops pages of this thread's
+        // own stack below the live frames (leaving a page of margin), which
+        // nothing else uses.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+            if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+                return None;
+            }
+            let mut base: *mut libc::c_void = std::ptr::null_mut();
+            let mut size: libc::size_t = 0;
+            let got = libc::pthread_attr_getstack(&attr, &mut base, &mut size);
+            libc::pthread_attr_destroy(&mut attr);
+            if got != 0 {
+                return None;
+            }
+            let page = match usize::try_from(libc::sysconf(libc::_SC_PAGESIZE)) {
+                Ok(p) if p.is_power_of_two() => p,
+                _ => return None,
+            };
+            let low = base as usize;
+            let top = (sp & !(page - 1)).saturating_sub(page);
+            if top > low
+                && sp < low + size
+                && libc::madvise(base, top - low, libc::MADV_DONTNEED) == 0
+            {
+                return Some((low, top));
+            }
+        }
+    }
+    None
 }
 
 /// A thread handle that joins the thread when dropped, so that an owner that
@@ -75,6 +128,36 @@ impl<T> Drop for JoinOnDrop<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Touches `kib` KiB of stack.
+    #[inline(never)]
+    fn deep(kib: usize) -> u8 {
+        let buf = std::hint::black_box([1u8; 1024]);
+        if kib <= 1 {
+            buf[7]
+        } else {
+            buf[3].wrapping_add(deep(kib - 1))
+        }
+    }
+
+    #[test]
+    fn an_ending_thread_gives_its_touched_stack_pages_back() {
+        let t = spawn_named("stack-test", || {
+            std::hint::black_box(deep(64));
+            let (low, top) = release_stack_below_here().expect("nothing released");
+            let page = 4096usize.max(unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize);
+            let pages = (top - low).div_ceil(page);
+            let mut vec = vec![0u8; pages];
+            // SAFETY: the range is this thread's mapped stack.
+            let r = unsafe { libc::mincore(low as *mut libc::c_void, top - low, vec.as_mut_ptr()) };
+            assert_eq!(r, 0);
+            (top - low, vec.iter().filter(|v| **v & 1 == 1).count())
+        })
+        .unwrap();
+        let (len, resident) = t.join().unwrap();
+        assert!(len >= 60 * 1024, "released only {len} bytes");
+        assert_eq!(resident, 0, "pages still resident below the frame");
+    }
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
