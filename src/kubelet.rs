@@ -452,6 +452,8 @@ impl Kubelet {
         let (relisted, runtime_pods) = self.cache.runtime_pods();
         let Some(relisted) = relisted else { return };
         self.finished.retain(|_, t| *t > relisted);
+        crate::malloc::shrink_map(&mut self.finished);
+        crate::malloc::shrink_map(&mut self.pods);
         for rp in runtime_pods.iter() {
             if self.pods.contains_key(&rp.uid)
                 || self.workers.is_known(&rp.uid)

@@ -228,7 +228,9 @@ impl PodCache {
     }
 
     pub fn delete(&self, uid: &str) {
-        self.inner.lock().pods.remove(uid);
+        let mut inner = self.inner.lock();
+        inner.pods.remove(uid);
+        crate::malloc::shrink_map(&mut inner.pods);
     }
 
     /// Marks every entry as fresh as of `at` and publishes the relist.

@@ -92,7 +92,9 @@ impl WorkQueue {
     }
 
     pub fn forget(&self, uid: &str) {
-        self.due.lock().remove(uid);
+        let mut due = self.due.lock();
+        due.remove(uid);
+        crate::malloc::shrink_map(&mut due);
     }
 }
 
@@ -363,6 +365,7 @@ impl PodWorkers {
                 drop(t);
             }
         }
+        crate::malloc::shrink_map(&mut self.workers);
         self.shared.queue.forget(uid);
     }
 

@@ -330,7 +330,7 @@ struct Lister {
     /// The pods of the last SET sent; None before the first.
     last_sent: Option<Vec<Pod>>,
     /// Each manifest's last outcome, valid while its file is unchanged.
-    cache: HashMap<PathBuf, (FileStamp, Result<Pod, String>)>,
+    cache: HashMap<PathBuf, (FileStamp, Result<Box<Pod>, String>)>,
 }
 
 /// What identifies one version of a file without reading it.
@@ -584,6 +584,7 @@ impl Lister {
                 }
             }
             self.cache.retain(|f, _| seen.contains(f));
+            crate::malloc::shrink_map(&mut self.cache);
             pods
         } else if md.is_file() {
             self.cache.retain(|f, _| *f == path);
@@ -630,13 +631,14 @@ impl Lister {
         let stamp = fs::metadata(file).ok().map(|md| FileStamp::of(&md));
         if let (Some(stamp), Some((cached, outcome))) = (stamp, self.cache.get(file)) {
             if stamp == *cached {
-                return outcome.clone();
+                return outcome.clone().map(|p| *p);
             }
         }
         let outcome = read_manifest(file, &self.node_name);
         if let Some(stamp) = stamp {
-            self.cache
-                .insert(file.to_path_buf(), (stamp, outcome.clone()));
+            // Boxed: the table's slots stay small however big a Pod is.
+            let kept = outcome.clone().map(Box::new);
+            self.cache.insert(file.to_path_buf(), (stamp, kept));
         }
         outcome
     }

@@ -297,6 +297,8 @@ impl Probes {
             for id in p.probes {
                 self.stop(id);
             }
+            crate::malloc::shrink_map(&mut self.pods);
+            crate::malloc::shrink_map(&mut self.probes);
         }
     }
 

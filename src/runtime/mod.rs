@@ -1087,7 +1087,9 @@ impl RuntimeManager {
         }
         self.backoff.lock().forget_prefix(&format!("{uid}/"));
         self.image_manager.forget_pod(uid);
-        self.reasons.lock().remove(uid);
+        let mut reasons = self.reasons.lock();
+        reasons.remove(uid);
+        crate::malloc::shrink_map(&mut reasons);
         Ok(())
     }
 

@@ -190,6 +190,7 @@ impl StatusReporter {
         if self.shared.standalone {
             // Nothing to tell anyone: the pod's status goes with it.
             t.pods.remove(&uid);
+            crate::malloc::shrink_map(&mut t.pods);
             return;
         }
         if t.was_deleted(&uid) {
@@ -247,7 +248,9 @@ impl StatusReporter {
 
     /// Forgets pod `uid` (its API object is gone).
     pub fn forget(&self, uid: &str) {
-        self.shared.table.lock().pods.remove(uid);
+        let mut t = self.shared.table.lock();
+        t.pods.remove(uid);
+        crate::malloc::shrink_map(&mut t.pods);
     }
 
     /// The API source's view of the mirror pod named `full_name` (`None`: gone).
@@ -548,7 +551,9 @@ impl Worker {
     fn run_job(&self, job: Job) -> bool {
         match job {
             Job::Forget(uid) => {
-                self.shared.table.lock().pods.remove(&uid);
+                let mut t = self.shared.table.lock();
+                t.pods.remove(&uid);
+                crate::malloc::shrink_map(&mut t.pods);
                 true
             }
             Job::Patch {
@@ -643,6 +648,7 @@ impl Worker {
                 if last && !uid.is_empty() {
                     let mut t = self.shared.table.lock();
                     t.pods.remove(&uid);
+                    crate::malloc::shrink_map(&mut t.pods);
                     // The pod's own object (not a mirror pod: a static pod
                     // comes back with the same UID when its file does).
                     if target_uid == uid {

@@ -241,7 +241,9 @@ impl VolumeManager {
         if dir.exists() {
             mount::unmount_below(&dir)?;
         }
-        self.pods.lock().remove(uid);
+        let mut pods = self.pods.lock();
+        pods.remove(uid);
+        crate::malloc::shrink_map(&mut pods);
         Ok(())
     }
 
