@@ -49,7 +49,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tinylet::malloc::reexec_with_small_stack_cache();
+    tinylet::malloc::reexec_with_tunables();
     init_logging(opts.verbosity);
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,
