@@ -21,7 +21,9 @@
 //!    for more) shows a container for every pod; then, 3 s later, the
 //!    manifests deleted, until no sandbox of theirs is left;
 //! 3. the footprint of a fresh tinylet: binary size, RSS, threads and CPU
-//!    idle and with pods.
+//!    idle and with 10, 50 and 110 pods; RSS a minute after they all went;
+//!    RSS while a corpus of hostile manifests is there and a minute after
+//!    it went (memory that comes back).
 //!
 //! 4. the probe part (`pod_start/probes.rs`): a fresh tinylet with 110
 //!    pods, each with an httpGet liveness and an exec readiness probe: RSS,
@@ -1391,6 +1393,10 @@ struct Point {
     pods: usize,
     mem: Mem,
     cpu: Option<f64>,
+    /// What the point is after: "" (pods running or idle), "removed"
+    /// (a minute after the pods went), "hostile" (a minute after the
+    /// hostile corpus went), "hostile-reading" (while it was there).
+    after: &'static str,
 }
 
 fn measure(
@@ -1413,7 +1419,12 @@ fn measure(
         mem.threads,
         cpu.map(|c| format!(", CPU {c:.2}%")).unwrap_or_default()
     );
-    Ok(Point { pods, mem, cpu })
+    Ok(Point {
+        pods,
+        mem,
+        cpu,
+        after: "",
+    })
 }
 
 fn footprint(
@@ -1473,9 +1484,110 @@ fn footprint(
         names.len(),
         gone.as_secs_f64()
     );
-    let after = measure(&mut t, 0, plan.settle, None)?;
+    // Memory that comes back: a minute after the last pod went.
+    let since = t1 + gone;
+    let mut after = measure(
+        &mut t,
+        0,
+        RETURN_WINDOW.saturating_sub(since.elapsed()),
+        None,
+    )?;
+    after.after = "removed";
     points.push(after);
+
+    // The hostile corpus: read (and refused), then removed.
+    let corpus = write_hostile_corpus(&t.manifests)?;
+    let mut reading = measure(&mut t, 0, Duration::from_secs(15), None)?;
+    reading.after = "hostile-reading";
+    points.push(reading);
+    for f in &corpus {
+        fs::remove_file(f).with_context(|| format!("removing {}", f.display()))?;
+    }
+    let mut hostile = measure(&mut t, 0, RETURN_WINDOW, None)?;
+    hostile.after = "hostile";
+    points.push(hostile);
     Ok((points, Some(ms(gone))))
+}
+
+/// How long after work ends RSS must be back near its idle figure.
+const RETURN_WINDOW: Duration = Duration::from_secs(60);
+
+/// Writes manifests meant to hurt into `dir`: binary garbage, a 12 MiB
+/// file, deep nesting in JSON and YAML, a YAML alias bomb, duplicate keys,
+/// wrong types, invalid and path-traversing names, and a valid pod with
+/// 5000 containers whose image is absent (policy Never: none is created).
+/// Returns their paths.
+fn write_hostile_corpus(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let garbage: Vec<u8> = (0..1 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    files.push(("hostile-garbage.yaml", garbage));
+    let mut huge = String::from(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: huge\n  annotations:\n    a: \"",
+    );
+    huge.push_str(&"x".repeat(12 << 20));
+    huge.push_str("\"\nspec:\n  containers:\n  - {name: a, image: busybox}\n");
+    files.push(("hostile-huge.yaml", huge.into_bytes()));
+    let depth = 100_000;
+    let nest = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    files.push((
+        "hostile-deep.json",
+        format!(r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"deep"}},"spec":{nest}}}"#)
+            .into_bytes(),
+    ));
+    files.push((
+        "hostile-deep.yaml",
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: deepy}}\nspec: {nest}\n")
+            .into_bytes(),
+    ));
+    let mut bomb = String::from(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bomb}\nx0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for i in 1..10 {
+        let refs = vec![format!("*a{}", i - 1); 9].join(", ");
+        bomb.push_str(&format!("x{i}: &a{i} [{refs}]\n"));
+    }
+    files.push(("hostile-bomb.yaml", bomb.into_bytes()));
+    files.push((
+        "hostile-dupkeys.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: dup}\nmetadata: {name: dup2}\nspec: {containers: [{name: a, image: busybox}]}\n".to_vec(),
+    ));
+    files.push((
+        "hostile-types.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: [1, 2]}\nspec: {containers: nope}\n".to_vec(),
+    ));
+    files.push((
+        "hostile-name.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name!}\nspec: {containers: [{name: a, image: busybox}]}\n".to_vec(),
+    ));
+    files.push((
+        "hostile-traverse.yaml",
+        b"apiVersion: v1\nkind: Pod\nmetadata: {name: ../../etc, namespace: ../..}\nspec: {containers: [{name: ../x, image: busybox}]}\n".to_vec(),
+    ));
+    let mut many =
+        String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: many}\nspec:\n  containers:\n");
+    for i in 0..5000 {
+        many.push_str(&format!(
+            "  - {{name: c{i}, image: example.invalid/absent:1, imagePullPolicy: Never}}\n"
+        ));
+    }
+    files.push(("hostile-many.yaml", many.into_bytes()));
+    let mut paths = Vec::new();
+    for (name, bytes) in files {
+        let dot = dir.join(format!(".{name}"));
+        fs::write(&dot, bytes).with_context(|| format!("writing {}", dot.display()))?;
+        let path = dir.join(name);
+        fs::rename(&dot, &path).with_context(|| format!("renaming {}", dot.display()))?;
+        paths.push(path);
+    }
+    Ok(paths)
 }
 
 // ---- the whole run ---------------------------------------------------------------------
@@ -2031,13 +2143,33 @@ fn print_report(
             verdict(ok),
         ]);
     }
-    if let Some(p) = points.iter().skip(1).rfind(|p| p.pods == 0) {
+    let idle_rss = points.first().map(|p| p.mem.rss as f64);
+    let back = |p: &Point| idle_rss.is_some_and(|i| (p.mem.rss as f64) < i + 2.0 * 1024.0);
+    if let Some(p) = points.iter().find(|p| p.after == "removed") {
         frow([
-            "RSS after removing them all",
+            "RSS 1 min after removing them all",
+            &format!("{}, peak {}", p.mem.show(), mib(p.mem.hwm)),
+            "-",
+            "< idle + 2 MiB",
+            verdict(back(p)),
+        ]);
+    }
+    if let Some(p) = points.iter().find(|p| p.after == "hostile-reading") {
+        frow([
+            "RSS with the hostile corpus there",
             &format!("{}, peak {}", p.mem.show(), mib(p.mem.hwm)),
             "-",
             "",
             "",
+        ]);
+    }
+    if let Some(p) = points.iter().find(|p| p.after == "hostile") {
+        frow([
+            "RSS 1 min after the hostile corpus went",
+            &p.mem.show(),
+            "-",
+            "< idle + 2 MiB",
+            verdict(back(p)),
         ]);
     }
     if let Some(m) = env.run_rss {

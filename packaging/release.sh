@@ -17,7 +17,8 @@
 # What it needs is installed from Debian by deps.sh and build-aarch64.sh;
 # the rustup toolchain must be there. The target dirs live outside the
 # clone ($CARGO_TARGET_DIR, default /var/cache/tinylet/target, and
-# /var/cache/tinylet/target-aarch64), so a second run rebuilds only what
+# $TINYLET_AARCH64_TARGET_DIR, default /var/cache/tinylet/target-aarch64,
+# built with Debian's Rust), so a second run rebuilds only what
 # changed: cold, both builds take ~20 minutes on 2 cores; warm, ~3.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -57,7 +58,8 @@ check "$x86" "X86-64"
 "$x86" --version | grep -q " static)" || die "$x86 --version does not say static"
 
 say "aarch64: packaging/build-aarch64.sh"
-arm_built=$(bash packaging/build-aarch64.sh | tail -n1)
+arm_built=$(CARGO_TARGET_DIR=${TINYLET_AARCH64_TARGET_DIR:-/var/cache/tinylet/target-aarch64} \
+    bash packaging/build-aarch64.sh | tail -n1)
 [ -x "$arm_built" ] || die "build-aarch64.sh did not name a binary (got ${arm_built:-nothing})"
 arm="$dist/tinylet-$version-aarch64-linux"
 cp "$arm_built" "$arm"

@@ -24,6 +24,18 @@ timeout --foreground 45m cargo test --lib --bins --tests --no-fail-fast
 # The benchmark is a program, not a test; make sure it still compiles.
 cargo check --benches --profile dev
 
+# The release: both static binaries, both .debs and SHA256SUMS in dist/
+# (cold, the two builds take ~20 minutes; the target dirs are kept).
+timeout --foreground 40m bash packaging/release.sh
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
+# The packages as Debian checks them, then the amd64 one installed, running
+# a pod from /etc/kubernetes/manifests with its own config, and purged.
+bash packaging/deb-lint.sh "dist/tinylet_${version}_amd64.deb" "dist/tinylet_${version}_arm64.deb"
+timeout --foreground 5m bash packaging/deb-test.sh "dist/tinylet_${version}_amd64.deb"
+# The aarch64 binary under qemu-aarch64-static against the private
+# containerd: start, kill -9 and adoption, removal.
+timeout --foreground 30m bash packaging/qemu-e2e.sh
+
 # The tier against a real kube-apiserver, when one was built on this machine
 # (../shared/tools/kube-control-plane); it says so and passes when absent.
 TINYLET_BIN=$CARGO_TARGET_DIR/debug/tinylet timeout --foreground 10m bash packaging/real-apiserver.sh

@@ -37,6 +37,10 @@ pub const TUNABLES: [(&str, &str); 2] = [
     ("glibc.malloc.tcache_count", "0"),
 ];
 
+/// Set in the environment of the re-executed process.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const REEXECUTED: &str = "TINYLET_GLIBC_TUNABLES_SET";
+
 /// glibc reads its tunables only at process start, so when [`TUNABLES`]
 /// are missing from the environment tinylet starts itself again, in the
 /// same process (exec keeps the PID), with `GLIBC_TUNABLES` extended.
@@ -44,21 +48,60 @@ pub const TUNABLES: [(&str, &str); 2] = [
 pub fn reexec_with_tunables() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        use std::os::unix::process::CommandExt;
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        // Once only: a glibc that drops tunables it does not know from the
+        // environment must not make this loop.
+        if std::env::var_os(REEXECUTED).is_some() {
+            return;
+        }
         let current = std::env::var_os("GLIBC_TUNABLES").unwrap_or_default();
         let Some(value) = with_tunables(&current.to_string_lossy()) else {
             return;
         };
-        let mut args = std::env::args_os();
-        let arg0 = args.next().unwrap_or_else(|| "tinylet".into());
-        let err = std::process::Command::new("/proc/self/exe")
-            .arg0(arg0)
-            .args(args)
-            .env("GLIBC_TUNABLES", value)
-            .exec();
+        let cstrings = |v: Vec<Vec<u8>>| -> Option<Vec<CString>> {
+            v.into_iter().map(|b| CString::new(b).ok()).collect()
+        };
+        let Some(args) = cstrings(std::env::args_os().map(|a| a.as_bytes().to_vec()).collect())
+        else {
+            return;
+        };
+        let mut env: Vec<Vec<u8>> = std::env::vars_os()
+            .filter(|(k, _)| k != "GLIBC_TUNABLES" && k != REEXECUTED)
+            .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+            .collect();
+        env.push(format!("GLIBC_TUNABLES={value}").into_bytes());
+        env.push(format!("{REEXECUTED}=1").into_bytes());
+        let Some(env) = cstrings(env) else { return };
+        let argv: Vec<*const libc::c_char> = args
+            .iter()
+            .map(|a| a.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        let envp: Vec<*const libc::c_char> = env
+            .iter()
+            .map(|e| e.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect();
+        // execve itself, not execvp: no shell fallback when the kernel cannot
+        // run the file (an ARM binary under qemu-user without binfmt_misc).
+        // SAFETY: argv and envp are null-terminated arrays of pointers to
+        // NUL-terminated strings that outlive the call.
+        unsafe {
+            libc::execve(c"/proc/self/exe".as_ptr(), argv.as_ptr(), envp.as_ptr());
+        }
         // Still here: run on with glibc's defaults.
-        eprintln!("tinylet: cannot restart itself with its glibc tunables: {err}");
+        log_later(std::io::Error::last_os_error());
     }
+}
+
+/// Says why the tunables could not be set, on stderr (the logger does not
+/// run yet). Not an error: only memory use after bursts differs.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn log_later(err: std::io::Error) {
+    eprintln!(
+        "tinylet: running with glibc's default allocator tunables (re-executing /proc/self/exe: {err})"
+    );
 }
 
 /// `GLIBC_TUNABLES` with the missing [`TUNABLES`] added, or `None` when it
