@@ -22,7 +22,7 @@
 //! correlation state; nothing else touches it.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -475,13 +475,15 @@ struct Outgoing {
     patch: Option<Value>,
 }
 
-/// A bounded map that forgets the least recently used entry first.
+/// A bounded map that forgets the least recently used entry first. The
+/// entries hold no heap data of their own and the oldest is found by a scan
+/// when the map is full (events are rare): long-lived small allocations
+/// spread over the heap would keep its pages resident after a burst.
 struct Lru<V> {
     cap: usize,
     tick: u64,
+    /// key -> (tick of last use, value)
     map: HashMap<u64, (u64, V)>,
-    /// tick of last use -> key
-    order: BTreeMap<u64, u64>,
 }
 
 impl<V> Lru<V> {
@@ -490,7 +492,6 @@ impl<V> Lru<V> {
             cap,
             tick: 0,
             map: HashMap::new(),
-            order: BTreeMap::new(),
         }
     }
 
@@ -499,14 +500,17 @@ impl<V> Lru<V> {
         self.tick += 1;
         let tick = self.tick;
         if !self.map.contains_key(&key) && self.map.len() >= self.cap {
-            if let Some((_, oldest)) = self.order.pop_first() {
+            let oldest = self
+                .map
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(k, _)| *k);
+            if let Some(oldest) = oldest {
                 self.map.remove(&oldest);
             }
         }
         let entry = self.map.entry(key).or_insert_with(|| (tick, make()));
-        self.order.remove(&entry.0);
         entry.0 = tick;
-        self.order.insert(tick, key);
         &mut entry.1
     }
 }
@@ -524,14 +528,39 @@ fn key_of(parts: &[&str]) -> u64 {
 
 struct AggregateRecord {
     /// Hashes of the different messages seen.
-    messages: HashSet<u64>,
+    messages: MessageSet,
     last: SystemTime,
 }
 
+/// At most [`AGGREGATE_MAX_EVENTS`] message hashes, inline.
+#[derive(Default)]
+struct MessageSet {
+    hashes: [u64; AGGREGATE_MAX_EVENTS],
+    len: usize,
+}
+
+impl MessageSet {
+    fn insert(&mut self, h: u64) {
+        if !self.hashes[..self.len].contains(&h) && self.len < AGGREGATE_MAX_EVENTS {
+            self.hashes[self.len] = h;
+            self.len += 1;
+        }
+    }
+    fn remove_one(&mut self) {
+        self.len = self.len.saturating_sub(1);
+    }
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// An event sent before: its name and firstTimestamp derive from `first`.
 struct LogRecord {
     count: u64,
-    first: String,
-    name: String,
+    first: SystemTime,
 }
 
 struct Bucket {
@@ -580,7 +609,7 @@ impl Correlator {
         let record = self
             .aggregates
             .get_or_insert_with(aggregate_key, || AggregateRecord {
-                messages: HashSet::new(),
+                messages: MessageSet::default(),
                 last: UNIX_EPOCH,
             });
         if now
@@ -609,9 +638,7 @@ impl Correlator {
         } else {
             // Keep the set one below the threshold: every further different
             // message is combined again.
-            if let Some(any) = record.messages.iter().next().copied() {
-                record.messages.remove(&any);
-            }
+            record.messages.remove_one();
             (
                 aggregate_key,
                 format!("{COMBINED_PREFIX}{}", rec.message),
@@ -621,14 +648,15 @@ impl Correlator {
 
         // 2. The logger: a repeat patches the event sent before.
         let stamp = rfc3339(time);
-        let fresh_name = format!("{}.{:x}", o.name, unix_nanos(time));
         let log = self.logs.get_or_insert_with(key, || LogRecord {
             count: 0,
-            first: stamp.clone(),
-            name: fresh_name,
+            first: time,
         });
         log.count += 1;
-        let (count, first, name) = (log.count, log.first.clone(), log.name.clone());
+        let (count, first_time) = (log.count, log.first);
+        // The key covers the object's name: the same name every time.
+        let name = format!("{}.{:x}", o.name, unix_nanos(first_time));
+        let first = rfc3339(first_time);
         let patch = (count > 1)
             .then(|| json!({"count": count, "lastTimestamp": stamp, "message": message}));
         let namespace = if o.namespace.is_empty() {
@@ -930,7 +958,7 @@ mod tests {
         // Use 1 again, so 2 is the oldest when 3 comes.
         assert_eq!(*lru.get_or_insert_with(1, || 0), 11);
         lru.get_or_insert_with(3, || 30);
-        assert_eq!((lru.map.len(), lru.order.len()), (2, 2));
+        assert_eq!(lru.map.len(), 2);
         assert_eq!(*lru.get_or_insert_with(1, || 0), 11);
         assert_eq!(*lru.get_or_insert_with(2, || 0), 0);
     }

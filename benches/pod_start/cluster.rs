@@ -429,8 +429,9 @@ fn many(
         "pod_start: cluster: {n} API pods deleted and gone after {}",
         fmt_ms(all_gone)
     );
-    std::thread::sleep(plan.settle);
-    let after = sample(t, "after deleting them all")?;
+    // Memory that comes back: a minute after the last pod went.
+    std::thread::sleep(super::RETURN_WINDOW);
+    let after = sample(t, "a minute after deleting them all")?;
     Ok(ManyResult {
         pods: n,
         all_running,
@@ -597,7 +598,7 @@ pub(super) fn print_report(r: &ClusterResult) {
         ]);
         let back = m.after.rss <= r.idle.rss + 2048;
         frow([
-            "RSS after deleting them all",
+            "RSS 1 min after deleting them all",
             &format!(
                 "{}, peak {}, {} threads",
                 m.after.show(),

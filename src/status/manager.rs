@@ -97,7 +97,17 @@ struct Table {
     /// UIDs of API objects this manager deleted (newest last, at most
     /// [`MAX_DELETED`]): a late report about one of them (a second
     /// termination after the watch's DELETED) sends nothing.
-    deleted: VecDeque<String>,
+    /// Kept as hashes, in one block: a string each would stay scattered
+    /// over the heap after a burst of deletions.
+    deleted: VecDeque<u64>,
+}
+
+/// A UID's 64-bit hash (a collision among 256 UIDs is about one in 10^15).
+fn uid_hash(uid: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    uid.hash(&mut h);
+    h.finish()
 }
 
 /// Deleted UIDs remembered; older ones fall off (their late reports are
@@ -106,7 +116,8 @@ const MAX_DELETED: usize = 256;
 
 impl Table {
     fn was_deleted(&self, uid: &str) -> bool {
-        self.deleted.iter().any(|u| u == uid)
+        let h = uid_hash(uid);
+        self.deleted.iter().any(|u| *u == h)
     }
 }
 
@@ -655,7 +666,7 @@ impl Worker {
                         if t.deleted.len() >= MAX_DELETED {
                             t.deleted.pop_front();
                         }
-                        t.deleted.push_back(uid);
+                        t.deleted.push_back(uid_hash(&uid));
                     }
                 }
                 true
