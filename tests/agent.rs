@@ -198,6 +198,100 @@ fn a_bad_manifest_is_named_and_skipped() {
     assert!(agent.running());
 }
 
+/// Manifests meant to hurt, each refused with a reason naming what is
+/// wrong, while a good pod beside them runs and nothing else starts.
+#[test]
+fn a_hostile_corpus_is_refused_file_by_file_and_a_good_pod_runs() {
+    let fake = FakeCri::start();
+    let mut agent = Agent::start(&fake.endpoint(), &[]);
+    let dir = agent.manifests();
+    let mut x: u32 = 0x9e37_79b9;
+    let garbage: Vec<u8> = (0..64 * 1024)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect();
+    let nest = format!("{}{}", "[".repeat(50_000), "]".repeat(50_000));
+    let mut bomb = String::from(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bomb}\nx0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for i in 1..10 {
+        let refs = vec![format!("*a{}", i - 1); 9].join(", ");
+        bomb.push_str(&format!("x{i}: &a{i} [{refs}]\n"));
+    }
+    let huge = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: huge, annotations: {{a: \"{}\"}}}}\n",
+        "x".repeat(11 << 20)
+    );
+    let corpus: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("garbage.yaml", garbage, "not UTF-8"),
+        ("huge.yaml", huge.into_bytes(), "over the limit"),
+        (
+            "deep.json",
+            format!(r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"deep"}},"spec":{nest}}}"#)
+                .into_bytes(),
+            "recursion limit",
+        ),
+        (
+            "deep.yaml",
+            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: deepy}}\nspec: {nest}\n").into_bytes(),
+            "recursion limit",
+        ),
+        ("bomb.yaml", bomb.into_bytes(), "budget"),
+        (
+            "dupkeys.yaml",
+            b"apiVersion: v1\nkind: Pod\nmetadata: {name: dup}\nmetadata: {name: dup2}\nspec: {containers: [{name: a, image: busybox}]}\n".to_vec(),
+            "duplicate mapping key: metadata",
+        ),
+        (
+            "types.yaml",
+            b"apiVersion: v1\nkind: Pod\nmetadata: {name: [1, 2]}\nspec: {containers: nope}\n".to_vec(),
+            "metadata.name: invalid type",
+        ),
+        (
+            "name.yaml",
+            b"apiVersion: v1\nkind: Pod\nmetadata: {name: Bad_Name!}\nspec: {containers: [{name: a, image: busybox}]}\n".to_vec(),
+            "metadata.name: Invalid value",
+        ),
+        (
+            "traverse.yaml",
+            b"apiVersion: v1\nkind: Pod\nmetadata: {name: ../../etc}\nspec: {containers: [{name: a, image: busybox}]}\n".to_vec(),
+            "metadata.name: Invalid value",
+        ),
+    ];
+    for (name, bytes, _) in &corpus {
+        let dot = dir.join(format!(".{name}"));
+        fs::write(&dot, bytes).unwrap();
+        fs::rename(&dot, dir.join(name)).unwrap();
+    }
+    write_manifest(&dir, "good.yaml", &web("good", "sleep 1000"));
+    agent.wait("good runs", || {
+        running_containers(&fake, "good-edge-1") == 1
+    });
+    let log_path = agent.log_path();
+    agent.wait("every hostile file is named with its reason", || {
+        let log = fs::read_to_string(&log_path).unwrap_or_default();
+        corpus.iter().all(|(name, _, why)| {
+            log.lines().any(|l| {
+                l.contains("skipping static pod manifest")
+                    && l.contains(&format!("/{name}: "))
+                    && l.contains(why)
+            })
+        })
+    });
+    assert_eq!(
+        fake.count("RunPodSandbox"),
+        1,
+        "only the good pod runs: {:?}",
+        fake.calls()
+    );
+    assert!(agent.running());
+    assert!(!agent.log().contains("panicked"), "{}", agent.log());
+}
+
 #[test]
 fn a_crashing_container_restarts_with_back_off_and_a_removed_pod_is_torn_down() {
     let fake = FakeCri::start();
