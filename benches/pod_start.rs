@@ -1003,6 +1003,9 @@ impl Tinylet {
             .arg("--pod-logs-dir")
             .arg(dir.join("logs"))
             .args(["--v", "2"])
+            // The bench's images must survive a machine whose disk is over
+            // image GC's 85%.
+            .args(["--image-gc-high-threshold", "100"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(out)

@@ -761,6 +761,8 @@ enum Root {
 pub struct Tinylet {
     child: Option<Child>,
     args: Vec<String>,
+    /// Environment variables set for the process (kept across restarts).
+    env: Vec<(String, String)>,
     base: PathBuf,
     log: PathBuf,
     node: String,
@@ -816,6 +818,10 @@ impl Tinylet {
             root.display().to_string(),
             "--v".into(),
             "4".into(),
+            // Image GC would remove the test images on a machine whose disk
+            // is over 85% full; its own tests set their thresholds.
+            "--image-gc-high-threshold".into(),
+            "100".into(),
         ];
         if root_mode != Root::Writable {
             // The default, /var/log/pods, is read-only there.
@@ -827,6 +833,7 @@ impl Tinylet {
         let mut t = Tinylet {
             child: None,
             args,
+            env: Vec::new(),
             base,
             log,
             node: node.into(),
@@ -879,6 +886,7 @@ impl Tinylet {
             }
         };
         let child = cmd
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(stdout)
@@ -1005,6 +1013,15 @@ impl Tinylet {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Sets (or with `None` removes) an environment variable for the next
+    /// start of the process.
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.env.retain(|(k, _)| k != key);
+        if let Some(v) = value {
+            self.env.push((key.to_string(), v.to_string()));
         }
     }
 
