@@ -226,8 +226,20 @@ fn a_hostile_corpus_is_refused_file_by_file_and_a_good_pod_runs() {
         "apiVersion: v1\nkind: Pod\nmetadata: {{name: huge, annotations: {{a: \"{}\"}}}}\n",
         "x".repeat(11 << 20)
     );
+    let many: Vec<String> = (0..5000)
+        .map(|i| format!("  - {{name: c{i}, image: busybox}}\n"))
+        .collect();
+    let many = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: many}}\nspec:\n  containers:\n{}",
+        many.concat()
+    );
     let corpus: Vec<(&str, Vec<u8>, &str)> = vec![
         ("garbage.yaml", garbage, "not UTF-8"),
+        (
+            "many.yaml",
+            many.into_bytes(),
+            "spec.containers: Too many: 5000: must have at most 250 items",
+        ),
         ("huge.yaml", huge.into_bytes(), "over the limit"),
         (
             "deep.json",

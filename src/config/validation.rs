@@ -287,6 +287,10 @@ fn digest_problem(digest: &str) -> Option<String> {
 }
 
 /// Validates a pod after the static-pod defaults were applied.
+/// The most containers (and, apart, init containers) a pod from a local
+/// source may have.
+pub const MAX_CONTAINERS: usize = 250;
+
 pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
     let mut errors = Vec::new();
     let mut push = |field: String, message: String| errors.push(FieldError { field, message });
@@ -314,6 +318,24 @@ pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
     };
     if spec.containers.is_empty() {
         push("spec.containers".into(), "Required value".into());
+    }
+    // A limit the API server does not have: a pod of thousands of
+    // containers is a mistake or an attack on the node, and every container
+    // costs memory, log lines and CRI calls on each sync.
+    let init_count = spec.init_containers.as_ref().map_or(0, Vec::len);
+    for (field, count) in [
+        ("spec.containers", spec.containers.len()),
+        ("spec.initContainers", init_count),
+    ] {
+        if count > MAX_CONTAINERS {
+            push(
+                field.into(),
+                format!("Too many: {count}: must have at most {MAX_CONTAINERS} items"),
+            );
+        }
+    }
+    if spec.containers.len() > MAX_CONTAINERS || init_count > MAX_CONTAINERS {
+        return Err(InvalidPod { errors });
     }
 
     let mut names = HashSet::new();
@@ -364,6 +386,32 @@ pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
 mod tests {
     use super::*;
     use crate::config::decode_pod;
+
+    #[test]
+    fn thousands_of_containers_are_refused_with_one_error_per_list() {
+        let containers: Vec<String> = (0..5000)
+            .map(|i| format!(r#"{{"name":"c{i}","image":"busybox"}}"#))
+            .collect();
+        let list = containers.join(",");
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"many","namespace":"default"}},
+"spec":{{"initContainers":[{list}],"containers":[{list}]}}}}"#
+        );
+        let pod = decode_pod(json.as_bytes()).unwrap();
+        let err = validate_pod(&pod).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid pod: spec.containers: Too many: 5000: must have at most 250 items; \
+             spec.initContainers: Too many: 5000: must have at most 250 items"
+        );
+        // At the limit, a pod is fine.
+        let list = containers[..MAX_CONTAINERS].join(",");
+        let json = format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"many","namespace":"default"}},
+"spec":{{"containers":[{list}]}}}}"#
+        );
+        validate_pod(&decode_pod(json.as_bytes()).unwrap()).unwrap();
+    }
 
     #[test]
     fn dns_names() {
