@@ -105,6 +105,11 @@ pub struct Kubelet {
     pods_at_housekeeping: usize,
     /// Pods refused by admission: never run, reported as Failed.
     rejected: HashMap<String, Arc<Pod>>,
+    /// `--root-dir`, whose orphaned pod directories housekeeping removes;
+    /// `None` leaves them.
+    root_dir: Option<std::path::PathBuf>,
+    /// Orphaned pod directories that could not be removed, warned about once.
+    stuck_dirs: HashSet<String>,
 }
 
 impl Kubelet {
@@ -132,7 +137,16 @@ impl Kubelet {
             rejected: HashMap::new(),
             trims_due: 0,
             pods_at_housekeeping: 0,
+            root_dir: None,
+            stuck_dirs: HashSet::new(),
         }
+    }
+
+    /// Has housekeeping remove the pod directories under `root_dir` that no
+    /// pod claims any more.
+    pub fn with_root_dir(mut self, root_dir: std::path::PathBuf) -> Self {
+        self.root_dir = Some(root_dir);
+        self
     }
 
     /// Reports status and mirror pods to `reporter`, events to `recorder`,
@@ -465,6 +479,10 @@ impl Kubelet {
                 "housekeeping: pod {}/{} ({}) runs but no source has it; stopping it",
                 rp.namespace, rp.name, rp.uid
             );
+            crate::fault::point(
+                "housekeeping-orphan",
+                format_args!("{}/{}", rp.namespace, rp.name),
+            );
             let pod = Arc::new(Pod {
                 metadata: ObjectMeta {
                     name: Some(rp.name.clone()),
@@ -475,6 +493,22 @@ impl Kubelet {
                 ..Default::default()
             });
             self.dispatch(pod, UpdateType::Kill, None);
+        }
+        if let Some(root) = &self.root_dir {
+            let runtime: HashSet<&str> = runtime_pods.iter().map(|p| p.uid.as_str()).collect();
+            let failed = crate::volume::remove_orphaned_pod_dirs(root, |uid| {
+                self.pods.contains_key(uid)
+                    || self.workers.is_known(uid)
+                    || self.finished.contains_key(uid)
+                    || runtime.contains(uid)
+            });
+            let failed_dirs: HashSet<String> = failed.iter().map(|(d, _)| d.clone()).collect();
+            for (dir, e) in failed {
+                if !self.stuck_dirs.contains(&dir) {
+                    warn!("housekeeping: cannot remove orphaned pod directory {dir}: {e}");
+                }
+            }
+            self.stuck_dirs = failed_dirs;
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod cri;
 pub mod document;
 pub mod events;
+pub mod fault;
 pub mod fieldpath;
 pub mod kube;
 pub mod kubelet;

@@ -51,6 +51,7 @@ fn main() -> ExitCode {
     };
     tinylet::malloc::reexec_with_tunables();
     init_logging(opts.verbosity);
+    tinylet::fault::init();
     match run(opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -522,6 +523,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
             stop,
         },
     )
+    .with_root_dir(opts.root_dir.clone())
     .with_cluster(
         reporter,
         recorder,

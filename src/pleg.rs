@@ -321,6 +321,7 @@ impl Relister {
                 return;
             }
         };
+        crate::fault::point("pleg-relist", PodNames(&pods));
         let mut current: HashMap<String, RuntimePod> =
             pods.iter().map(|p| (p.uid.clone(), p.clone())).collect();
         let mut uids: Vec<String> = current.keys().cloned().collect();
@@ -385,6 +386,18 @@ impl Relister {
                 Err(TrySendError::Disconnected(_)) => return,
             }
         }
+    }
+}
+
+/// The pods of a relist as `ns/name ns/name ...`, for a kill point's context.
+struct PodNames<'a>(&'a [RuntimePod]);
+
+impl std::fmt::Display for PodNames<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for p in self.0 {
+            write!(f, "{}/{} ", p.namespace, p.name)?;
+        }
+        Ok(())
     }
 }
 

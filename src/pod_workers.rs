@@ -465,6 +465,7 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             continue;
         }
         debug!("pod {full_name}: sync ({:?})", work.update_type);
+        crate::fault::point("sync-begin", &full_name);
         // Volumes first: no container starts without them (upstream's
         // WaitForAttachAndMount).
         if let Err(e) = shared.volumes.setup(&work.pod) {
@@ -474,6 +475,7 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             shared.queue.enqueue(&uid, ERROR_BACKOFF);
             continue;
         }
+        crate::fault::point("volumes-set-up", &full_name);
         let result = shared.runtime.sync_pod(&work.pod, &status);
         last_sync = Some(Instant::now());
         // The status seen at the start of this sync, with the reasons it found.
@@ -554,6 +556,7 @@ fn terminate(
                 crate::runtime::labels::pod_namespace(pod),
             )
             .and_then(|st| {
+                crate::fault::point("pod-kill", full_name);
                 shared.runtime.kill_pod(pod, &st, work.grace_period)?;
                 Ok(st)
             })
@@ -570,6 +573,7 @@ fn terminate(
                 if let Err(e) = shared.volumes.teardown(uid) {
                     warn!("pod {full_name}: unmounting its volumes: {e}");
                 }
+                crate::fault::point("volumes-torn-down", full_name);
                 shared.runtime.remove_pod(uid, &st)
             });
         match result {

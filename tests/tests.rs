@@ -10,6 +10,7 @@ mod config_sources;
 mod e2e;
 mod e2e_cluster;
 mod e2e_images;
+mod e2e_kill;
 mod e2e_lifecycle;
 mod e2e_probes;
 mod e2e_read_only;

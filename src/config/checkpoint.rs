@@ -86,6 +86,7 @@ pub fn write_checkpoint(dir: &Path, pod: &Pod) -> io::Result<()> {
     f.write_all(&bytes)?;
     f.sync_all()?;
     drop(f);
+    crate::fault::point("checkpoint-written", crate::config::pod_full_name(pod));
     fs::rename(&tmp, &path)
 }
 

@@ -665,6 +665,7 @@ fn read_manifest(file: &Path, node_name: &str) -> Result<Pod, String> {
     let source_ref = file.to_string_lossy();
     apply_static_defaults(&mut pod, &source_ref, node_name, FILE_SOURCE)
         .map_err(|e| e.to_string())?;
+    crate::fault::point("manifest-read", file.display());
     Ok(pod)
 }
 

@@ -525,6 +525,7 @@ impl RuntimeManager {
             std::fs::create_dir_all(&log_dir)
                 .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
             let start = std::time::Instant::now();
+            crate::fault::point("sandbox-create", &who);
             sandbox_id = self
                 .runtime
                 .run_pod_sandbox(&sandbox_config, "")
@@ -533,6 +534,7 @@ impl RuntimeManager {
                 "pod {who}: sandbox {sandbox_id:.12} running (attempt {attempt}, {} ms)",
                 start.elapsed().as_millis()
             );
+            crate::fault::point("sandbox-created", &who);
         }
         if sandbox_id.is_empty() {
             return Ok(());
@@ -733,6 +735,7 @@ impl RuntimeManager {
             "Created",
             format!("Created container {}", c.name),
         );
+        crate::fault::point("container-created", format_args!("{who}/{}", c.name));
         if let Err(e) = self.runtime.start_container(&id) {
             self.set_reason(pod, &c.name, Some(("RunContainerError", e.to_string())));
             self.container_event(pod, c, EventType::Warning, "Failed", format!("Error: {e}"));
@@ -749,6 +752,7 @@ impl RuntimeManager {
             "pod {who}: container {:?} started ({id:.12}, restart count {restart_count})",
             c.name
         );
+        crate::fault::point("container-started", format_args!("{who}/{}", c.name));
         if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             if let Err(message) = self.run_post_start(pod, c, &id, hook, sandbox) {
                 warn!("pod {who}: container {:?}: {message}", c.name);
@@ -859,6 +863,10 @@ impl RuntimeManager {
         pod_ip: Option<&str>,
         ordering: Option<&TerminationOrdering>,
     ) -> Result<(), CriError> {
+        crate::fault::point(
+            "container-kill",
+            format_args!("{}/{}", pod_full_name(pod), kill.name),
+        );
         let spec = container_spec(pod, kill.name).or(kill.restored.as_ref().map(|r| &r.0));
         let message = kill
             .message
@@ -895,6 +903,10 @@ impl RuntimeManager {
             Err(e) if e.is_not_found() => Ok(()),
             r => r,
         };
+        crate::fault::point(
+            "container-stopped",
+            format_args!("{}/{}", pod_full_name(pod), kill.name),
+        );
         if let Some(o) = ordering {
             o.terminated(kill.name);
         }
@@ -913,6 +925,7 @@ impl RuntimeManager {
         grace: i64,
     ) -> i64 {
         let who = pod_full_name(pod);
+        crate::fault::point("pre-stop", format_args!("{who}/{}", c.name));
         let limit = Duration::from_secs(grace.unsigned_abs());
         let started = self.clock.now();
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -1050,12 +1063,15 @@ impl RuntimeManager {
         for r in results {
             r?;
         }
+        let who = pod_full_name(pod);
+        crate::fault::point("containers-stopped", &who);
         for s in &status.sandbox_statuses {
             if s.state.enum_value() == Ok(api::PodSandboxState::SANDBOX_READY) {
                 match self.runtime.stop_pod_sandbox(&s.id) {
                     Err(e) if !e.is_not_found() => return Err(e),
                     _ => {}
                 }
+                crate::fault::point("sandbox-stopped", &who);
             }
         }
         Ok(())
@@ -1070,12 +1086,14 @@ impl RuntimeManager {
                 _ => {}
             }
         }
+        crate::fault::point("containers-removed", uid);
         for s in &status.sandbox_statuses {
             match self.runtime.remove_pod_sandbox(&s.id) {
                 Err(e) if !e.is_not_found() => return Err(e),
                 _ => {}
             }
         }
+        crate::fault::point("sandboxes-removed", uid);
         let dir = config::pod_dir(&self.root_dir, uid);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -1099,6 +1117,10 @@ impl RuntimeManager {
     /// and sandboxes that are not ready beyond the newest.
     pub fn prune_dead(&self, status: &PodStatus) {
         for id in dead_to_remove(status, self.max_dead_per_container) {
+            crate::fault::point(
+                "prune-dead",
+                format_args!("{}/{}", status.namespace, status.name),
+            );
             if let Err(e) = self.runtime.remove_container(id) {
                 debug!("remove dead container {id:.12}: {e}");
             }

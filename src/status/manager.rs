@@ -585,6 +585,7 @@ impl Worker {
                 }
                 let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/status");
                 let patch = status_patch(&target_uid, old.as_deref(), &status);
+                crate::fault::point("status-patch", format_args!("{namespace}/{name}"));
                 match self.client.patch(&path, PatchKind::Strategic, &patch) {
                     Ok(_) => {
                         debug!("pod {namespace}/{name}: status sent (version {version})");
@@ -612,6 +613,7 @@ impl Worker {
                     return true;
                 };
                 let ns = pod.metadata.namespace.clone().unwrap_or_default();
+                crate::fault::point("mirror-create", &full_name);
                 match self
                     .client
                     .create(&format!("/api/v1/namespaces/{ns}/pods"), &body)
@@ -641,6 +643,7 @@ impl Worker {
                     "gracePeriodSeconds": 0,
                     "preconditions": {"uid": target_uid},
                 });
+                crate::fault::point("api-delete", format_args!("{namespace}/{name}"));
                 match self.client.delete(&path, &options) {
                     Ok(_) => info!("pod {namespace}/{name} ({target_uid}): API object deleted"),
                     // Gone, or replaced by a new pod of the same name: not ours to delete.

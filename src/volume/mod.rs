@@ -100,6 +100,43 @@ pub fn volumes_dir(root_dir: &Path, uid: &str) -> PathBuf {
     root_dir.join("pods").join(uid).join("volumes")
 }
 
+/// Removes the directories under `<root_dir>/pods` of pods that `keep`
+/// does not claim (upstream's cleanupOrphanedPodDirs): left behind when
+/// tinylet died between removing a pod's sandbox and its directory. Their
+/// tmpfs volumes are unmounted first; a directory whose mounts cannot be
+/// undone is left alone. Returns the directories that could not be removed,
+/// with why, so the caller can report each once.
+pub fn remove_orphaned_pod_dirs(
+    root_dir: &Path,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<(String, std::io::Error)> {
+    let pods = root_dir.join("pods");
+    let entries = match std::fs::read_dir(&pods) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => return vec![(pods.display().to_string(), e)],
+    };
+    let mut failed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(uid) = name.to_str() else { continue };
+        if keep(uid) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        crate::fault::point("orphan-dir", uid);
+        let dir = entry.path();
+        let removed = mount::unmount_below(&dir).and_then(|()| std::fs::remove_dir_all(&dir));
+        match removed {
+            Ok(()) => info!(
+                "housekeeping: removed the directory of pod {uid}, which no source has and nothing runs"
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => failed.push((dir.display().to_string(), e)),
+        }
+    }
+    failed
+}
+
 /// What the manager remembers of one volume it set up.
 #[derive(Debug, Clone, Copy)]
 struct SetUp {
@@ -666,6 +703,29 @@ mod tests {
         r.vm.teardown("uid-1").unwrap();
         assert!(!mount::is_mount_point(&dir).unwrap());
         assert!(mount::mounts_below(&r.root).unwrap().is_empty());
+    }
+
+    #[test]
+    fn orphaned_pod_dirs_go_with_their_mounts_and_claimed_ones_stay() {
+        let r = rigged(3600);
+        // uid-1 gets a tmpfs secret volume; nothing claims it any more.
+        r.vm.setup(&pod(vec![secret_volume("sa", "tok")])).unwrap();
+        let kept = r.root.join("pods").join("kept");
+        std::fs::create_dir_all(kept.join("volumes")).unwrap();
+        std::fs::write(r.root.join("pods").join("a-file"), "x").unwrap();
+
+        let failed = remove_orphaned_pod_dirs(&r.root, |uid| uid == "kept");
+        assert!(failed.is_empty(), "{failed:?}");
+        assert!(!r.root.join("pods").join("uid-1").exists());
+        assert!(mount::mounts_below(&r.root).unwrap().is_empty());
+        assert!(kept.join("volumes").is_dir());
+        assert!(
+            r.root.join("pods").join("a-file").exists(),
+            "only directories are pods"
+        );
+        // No pods directory at all is nothing to do.
+        let empty = tempfile::tempdir().unwrap();
+        assert!(remove_orphaned_pod_dirs(empty.path(), |_| false).is_empty());
     }
 
     #[test]
