@@ -1517,8 +1517,8 @@ const RETURN_WINDOW: Duration = Duration::from_secs(60);
 
 /// Writes manifests meant to hurt into `dir`: binary garbage, a 12 MiB
 /// file, deep nesting in JSON and YAML, a YAML alias bomb, duplicate keys,
-/// wrong types, invalid and path-traversing names, and a valid pod with
-/// 5000 containers whose image is absent (policy Never: none is created).
+/// wrong types, invalid and path-traversing names, and a pod with 5000
+/// containers (refused: over the 250 a local pod may have).
 /// Returns their paths.
 fn write_hostile_corpus(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
