@@ -13,6 +13,7 @@ mod e2e_images;
 mod e2e_lifecycle;
 mod e2e_probes;
 mod e2e_read_only;
+mod e2e_runtime_outage;
 mod e2e_spec;
 mod fake_apiserver;
 mod fake_cri;
