@@ -95,6 +95,9 @@ impl Checkpointer {
                         "--bootstrap-checkpoint-path {}: cannot checkpoint pod {uid}: {e}",
                         dir.display()
                     );
+                    // The file on disk (an older version, or none) is kept
+                    // and written again at the next update.
+                    keep.insert(uid, String::new());
                     continue;
                 }
             }
@@ -107,6 +110,9 @@ impl Checkpointer {
                         "--bootstrap-checkpoint-path {}: cannot remove checkpoint of {uid}: {e}",
                         dir.display()
                     );
+                    // Tried again at the next update; until then a restart
+                    // would restore the pod, and the first SET drop it.
+                    keep.insert(uid.clone(), String::new());
                 }
             }
         }
