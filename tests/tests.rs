@@ -9,6 +9,7 @@ mod cluster;
 mod config_sources;
 mod e2e;
 mod e2e_cluster;
+mod e2e_disk;
 mod e2e_images;
 mod e2e_lifecycle;
 mod e2e_probes;
