@@ -32,6 +32,9 @@ const OUTAGE: Duration = Duration::from_secs(30);
 /// second would be 30 and more; a first line and a reminder or two is what
 /// is expected.
 const MAX_OUTAGE_LINES: usize = 12;
+/// Most failed relists over `OUTAGE` besides the first (logged at debug
+/// level): once a second would be 30; backed off to 5 s it is about 7.
+const MAX_OUTAGE_RELISTS: usize = 15;
 /// Most CPU time tinylet may use over `OUTAGE` (idle it uses a few tens of
 /// ms): far above that, but a spinning thread would use the whole 30 s.
 const MAX_OUTAGE_CPU: Duration = Duration::from_secs(3);
@@ -233,6 +236,17 @@ fn containerd_outage_turns_the_node_not_ready_and_nothing_restarts_after_it() {
         outage.as_secs_f64(),
         lines.join("\n")
     );
+    // Relists back off: one a second would be 30.
+    let relists = lines
+        .iter()
+        .filter(|l| l.contains("tinylet::pleg] relist: "))
+        .count();
+    eprintln!("failed relists during the outage: {relists} (+1 reported as down)");
+    assert!(
+        relists <= MAX_OUTAGE_RELISTS,
+        "{relists} failed relists in a {:.0}s outage: no back-off",
+        outage.as_secs_f64()
+    );
     let cpu_bound = MAX_OUTAGE_CPU.mul_f64(crate::support::containerd::time_scale());
     assert!(
         cpu <= cpu_bound,
@@ -346,9 +360,22 @@ fn containerd_killed_while_pods_start_leaves_each_pod_running_once() {
             ctd.pod_running(pod, &["app"])
         });
     }
+    let sandboxes = ctd.ids(sandbox_filter);
+    let not_ready: Vec<&String> = sandboxes
+        .iter()
+        .filter(|id| ctd.task_status(id) != "RUNNING")
+        .collect();
+    let attempts: Vec<u32> = sandboxes
+        .iter()
+        .filter_map(|id| ctd.object(id).map(|o| o.attempt))
+        .collect();
+    eprintln!("sandbox attempts (1 = made again after the kill): {attempts:?}");
     eprintln!(
-        "every pod running {:.1}s after containerd came back",
-        back_at.elapsed().as_secs_f64()
+        "every pod running {:.1}s after containerd came back; {} sandboxes for {} pods then, {} of them not running: {not_ready:?}",
+        back_at.elapsed().as_secs_f64(),
+        sandboxes.len(),
+        pods.len(),
+        not_ready.len()
     );
     // Leftovers of the interrupted start are removed by the pod workers'
     // pruning after their next successful sync; give them time.
@@ -364,6 +391,15 @@ fn containerd_killed_while_pods_start_leaves_each_pod_running_once() {
         || pods.iter().all(|p| ctd.pod_running(p, &["app"])),
     );
     assert_each_pod_once(&ctd, &pods);
+    let cut: Vec<String> = log_after(&kubelet, 0)
+        .into_iter()
+        .filter(|l| l.contains("sync failed") || l.contains("pod syncs wait"))
+        .map(|l| l.chars().take(240).collect())
+        .collect();
+    eprintln!(
+        "what the interrupted start looked like to tinylet:\n{}",
+        cut.join("\n")
+    );
     assert_eq!(
         ctd.ids(sandbox_filter).len(),
         pods.len(),
