@@ -171,7 +171,7 @@ fn files_below(dir: &Path, out: &mut Vec<PathBuf>) {
 fn root_dir_problems(root: &Path, filler: &Path) -> Vec<String> {
     let mut files = Vec::new();
     files_below(root, &mut files);
-    let mut problems = Vec::new();
+    let mut problems = volume_problems(root);
     for f in files.iter().filter(|f| f.as_path() != filler) {
         let name = f.file_name().unwrap().to_string_lossy().into_owned();
         let shown = f.display();
@@ -189,6 +189,36 @@ fn root_dir_problems(root: &Path, filler: &Path) -> Vec<String> {
                 problems.push(format!("{shown}: not a whole hosts file: {text:?}"));
             }
         }
+    }
+    problems
+}
+
+/// Volume dirs (those with a `..data` link) below `dir` whose link does
+/// not lead to a directory, or that hold more than one timestamped
+/// `..<time>` directory (a failed update left its files).
+fn volume_problems(dir: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return problems;
+    };
+    let mut timestamped = 0;
+    let mut has_data = false;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(t) = e.file_type() else { continue };
+        if name == "..data" {
+            has_data = true;
+        } else if t.is_dir() && name.starts_with("..") {
+            timestamped += 1;
+        } else if t.is_dir() {
+            problems.extend(volume_problems(&e.path()));
+        }
+    }
+    if has_data && (!dir.join("..data").is_dir() || timestamped != 1) {
+        problems.push(format!(
+            "{}: ..data does not lead to the one timestamped dir ({timestamped} of them)",
+            dir.display()
+        ));
     }
     problems
 }

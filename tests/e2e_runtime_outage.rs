@@ -114,8 +114,8 @@ fn runtime_lines(lines: &[String]) -> Vec<&String> {
         .collect()
 }
 
-/// containerd stops under running pods (two API pods and a static pod) for
-/// 30 s: the node's Ready condition turns False naming the runtime, tinylet
+/// containerd stops under running pods (two API pods and a static pod with
+/// an exec liveness probe) for 30 s: the node's Ready condition turns False naming the runtime, tinylet
 /// logs that the runtime is down without repeating it every second, uses
 /// little CPU, and a pod created meanwhile waits. containerd starts again
 /// on the same state: Ready comes back, the new pod runs, and the pods that
@@ -146,7 +146,12 @@ fn containerd_outage_turns_the_node_not_ready_and_nothing_restarts_after_it() {
     write_manifest(
         &kubelet.manifest_dir(),
         "static.yaml",
-        &yaml_pod("static", LONG_RUNNING, ""),
+        // A liveness probe that errors all through the outage (ExecSync
+        // cannot reach the runtime) must not get the container restarted.
+        &yaml_pod("static", LONG_RUNNING, "").replace(
+            "    command:",
+            "    livenessProbe:\n      exec:\n        command: [\"true\"]\n      periodSeconds: 2\n      failureThreshold: 1\n    command:",
+        ),
     );
     let static_name = kubelet.pod_name("static");
     fake.create_pod(api_pod("web"));
