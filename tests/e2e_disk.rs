@@ -379,13 +379,17 @@ fn root_dir_fault(fault: Fault) {
         .filter(|l| l.contains(errno_text))
         .map(String::from)
         .collect();
+    let warnings: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
     eprintln!(
-        "{fault:?} root dir for {:.0}s: {} log lines name {errno}; the first ones:\n{}",
+        "{fault:?} root dir for {:.0}s: {} log lines name {errno}, {} of them warnings:\n{}",
         fault_at.elapsed().as_secs_f64(),
         lines.len(),
-        lines
+        warnings.len(),
+        warnings
             .iter()
-            .take(6)
             .map(|l| l.chars().take(300).collect::<String>())
             .collect::<Vec<_>>()
             .join("\n")
