@@ -25,7 +25,7 @@ pub const POINTS: &[&str] = &[
     "sandbox-created",
     "container-created",
     "container-started",
-    "checkpoint-written",
+    "file-staged",
     "mirror-create",
     "status-patch",
     "container-kill",

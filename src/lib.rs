@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod apitime;
+pub mod atomic_file;
 pub mod config;
 pub mod cri;
 pub mod document;

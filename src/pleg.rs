@@ -9,20 +9,32 @@
 //! Assumption, as upstream: a container is not created, exited and removed
 //! all within one relist period; if it is, that change is missed here and the
 //! periodic resync of the pod workers is the safety net.
+//!
+//! While the runtime does not answer, the relist is the one place that says
+//! so: one warning when it goes down, a reminder once a minute, one line
+//! when it is back, and relists spaced out up to [`MAX_RELIST_BACKOFF`]
+//! meanwhile. The cache is not refreshed during an outage, so pod workers
+//! wait for it instead of failing their syncs one by one.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, tick, Receiver, Sender, TrySendError};
-use log::{debug, warn};
+use crossbeam_channel::{at, select, Receiver, Sender, TrySendError};
+use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
+use crate::cri::CriError;
 use crate::runtime::{ContainerState, PodStatus, RuntimeManager, RuntimePod};
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// How often the runtime is listed (upstream: 1 s).
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// Longest wait between relists while they fail (the period doubles from
+/// [`RELIST_PERIOD`] up to this): a restarted runtime is seen within it.
+pub const MAX_RELIST_BACKOFF: Duration = Duration::from_secs(5);
+/// How often a runtime that stays down is mentioned again in the log.
+pub const RUNTIME_DOWN_REMINDER: Duration = Duration::from_secs(60);
 /// Capacity of the events channel (upstream: 1000). When it is full, a
 /// relist's events are dropped with a log line; the resync catches up.
 pub const EVENTS_CAPACITY: usize = 1000;
@@ -300,27 +312,124 @@ struct Relister {
     reinspect: HashSet<String>,
 }
 
+/// A log line the relist owes about the runtime's health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthNote {
+    /// The first failed relist: the runtime is down (or refuses to list).
+    Down(String),
+    /// Still failing, `RUNTIME_DOWN_REMINDER` after the last line.
+    StillDown(Duration, String),
+    /// A relist worked again after this long and this many failures.
+    Back(Duration, u32),
+}
+
+impl std::fmt::Display for HealthNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HealthNote::Down(e) => write!(
+                f,
+                "container runtime is down: {e}; pod syncs wait for it, relisting every {}s at most",
+                MAX_RELIST_BACKOFF.as_secs()
+            ),
+            HealthNote::StillDown(d, e) => write!(
+                f,
+                "container runtime still down after {}s: {e}",
+                d.as_secs()
+            ),
+            HealthNote::Back(d, n) => write!(
+                f,
+                "container runtime is back after {:.1}s ({n} failed relists)",
+                d.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// The runtime's health as the relists see it: pure, stepped with the
+/// time of each relist, so tests need no clock.
+#[derive(Debug, Default)]
+pub struct RuntimeHealth {
+    down_since: Option<Instant>,
+    last_note: Option<Instant>,
+    failures: u32,
+}
+
+impl RuntimeHealth {
+    /// A relist failed at `now` with `error`: what to log (None: only a
+    /// debug line) and how long to wait before the next relist.
+    pub fn failed(
+        &mut self,
+        now: Instant,
+        error: &str,
+        period: Duration,
+    ) -> (Option<HealthNote>, Duration) {
+        self.failures = self.failures.saturating_add(1);
+        let delay = period
+            .saturating_mul(1u32 << self.failures.min(8))
+            .min(MAX_RELIST_BACKOFF.max(period));
+        let Some(since) = self.down_since else {
+            self.down_since = Some(now);
+            self.last_note = Some(now);
+            return (Some(HealthNote::Down(error.to_string())), delay);
+        };
+        let due = self
+            .last_note
+            .is_none_or(|t| now.saturating_duration_since(t) >= RUNTIME_DOWN_REMINDER);
+        if due {
+            self.last_note = Some(now);
+            let down_for = now.saturating_duration_since(since);
+            return (
+                Some(HealthNote::StillDown(down_for, error.to_string())),
+                delay,
+            );
+        }
+        (None, delay)
+    }
+
+    /// A relist worked at `now`: the line saying the runtime is back, if
+    /// it was down.
+    pub fn succeeded(&mut self, now: Instant) -> Option<HealthNote> {
+        let since = self.down_since.take()?;
+        let failures = std::mem::take(&mut self.failures);
+        self.last_note = None;
+        Some(HealthNote::Back(
+            now.saturating_duration_since(since),
+            failures,
+        ))
+    }
+}
+
 impl Relister {
     fn run(mut self, period: Duration, stop: Receiver<()>) {
-        self.relist();
-        let ticker = tick(period);
+        let mut health = RuntimeHealth::default();
         loop {
+            let started = Instant::now();
+            let delay = match self.relist() {
+                Ok(()) => {
+                    if let Some(note) = health.succeeded(Instant::now()) {
+                        info!("{note}");
+                    }
+                    period
+                }
+                Err(e) => {
+                    let (note, delay) = health.failed(started, &e.to_string(), period);
+                    match note {
+                        Some(note) => warn!("{note}"),
+                        None => debug!("relist: {e}"),
+                    }
+                    delay
+                }
+            };
             select! {
                 recv(stop) -> _ => return,
-                recv(ticker) -> _ => self.relist(),
+                recv(at(started + delay)) -> _ => {}
             }
         }
     }
 
-    fn relist(&mut self) {
+    fn relist(&mut self) -> Result<(), CriError> {
         let started = Instant::now();
-        let pods = match self.runtime.get_pods() {
-            Ok(p) => p,
-            Err(e) => {
-                warn!("relist: {e}");
-                return;
-            }
-        };
+        let pods = self.runtime.get_pods()?;
         crate::fault::point("pleg-relist", PodNames(&pods));
         let mut current: HashMap<String, RuntimePod> =
             pods.iter().map(|p| (p.uid.clone(), p.clone())).collect();
@@ -383,9 +492,10 @@ impl Relister {
                     warn!("pleg: event channel full, dropping the rest of this relist's events");
                     break;
                 }
-                Err(TrySendError::Disconnected(_)) => return,
+                Err(TrySendError::Disconnected(_)) => return Ok(()),
             }
         }
+        Ok(())
     }
 }
 
@@ -461,6 +571,57 @@ mod tests {
             kinds(compute_events("u", Some(&c), Some(&d))),
             vec![(ContainerStarted, "c2".into())]
         );
+    }
+
+    #[test]
+    fn an_outage_is_logged_once_with_reminders_and_relists_back_off() {
+        let period = RELIST_PERIOD;
+        let t0 = Instant::now();
+        let mut h = RuntimeHealth::default();
+        assert_eq!(h.succeeded(t0), None, "nothing to say while healthy");
+        let (note, delay) = h.failed(t0, "socket gone", period);
+        assert_eq!(note, Some(HealthNote::Down("socket gone".into())));
+        assert!(note
+            .unwrap()
+            .to_string()
+            .starts_with("container runtime is down: socket gone"));
+        assert_eq!(delay, Duration::from_secs(2));
+        // Quiet for a minute, with relists spaced out up to the cap.
+        let mut t = t0;
+        let mut delays = vec![delay];
+        let mut notes = 0;
+        loop {
+            let next = t + *delays.last().unwrap();
+            if next >= t0 + Duration::from_secs(60) {
+                break;
+            }
+            t = next;
+            let (note, delay) = h.failed(t, "socket gone", period);
+            notes += usize::from(note.is_some());
+            delays.push(delay);
+        }
+        assert_eq!(notes, 0, "no line before the reminder is due");
+        assert_eq!(&delays[..3], &[2, 4, 5].map(Duration::from_secs));
+        assert!(delays.iter().all(|d| *d <= MAX_RELIST_BACKOFF));
+        let (note, _) = h.failed(t0 + Duration::from_secs(61), "socket gone", period);
+        assert_eq!(
+            note,
+            Some(HealthNote::StillDown(
+                Duration::from_secs(61),
+                "socket gone".into()
+            ))
+        );
+        let back = h.succeeded(t0 + Duration::from_secs(70)).unwrap();
+        assert!(
+            matches!(back, HealthNote::Back(d, n) if d == Duration::from_secs(70) && n as usize == delays.len() + 1)
+        );
+        assert!(back
+            .to_string()
+            .starts_with("container runtime is back after 70.0s"));
+        // The next outage is reported afresh.
+        let (note, delay) = h.failed(t0 + Duration::from_secs(80), "refused", period);
+        assert_eq!(note, Some(HealthNote::Down("refused".into())));
+        assert_eq!(delay, Duration::from_secs(2));
     }
 
     #[test]

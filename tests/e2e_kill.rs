@@ -426,9 +426,21 @@ impl Rig {
         while_down: impl FnOnce(&mut Rig),
         action: impl FnOnce(&mut Rig),
     ) {
+        self.crash_with(point, |_| context.to_string(), while_down, action)
+    }
+
+    /// Like `crash`, with the context made once `while_down` has run.
+    fn crash_with(
+        &mut self,
+        point: &str,
+        context: impl FnOnce(&Rig) -> String,
+        while_down: impl FnOnce(&mut Rig),
+        action: impl FnOnce(&mut Rig),
+    ) {
         let status = self.t.sigterm();
         assert!(status.success(), "tinylet exited with {status} on SIGTERM");
         while_down(self);
+        let context = context(self);
         self.t
             .set_env(KILL_ENV, Some(&format!("{point}@{context}")));
         self.t.restart();
@@ -548,11 +560,16 @@ fn a_crash_at_any_kill_point_loses_and_doubles_nothing() {
     }
 
     // Pod start from the API: the checkpoint and the first status.
-    r.crash(
-        "checkpoint-written",
-        "default/a10",
-        |_| {},
+    // A checkpoint staged, not yet renamed into place (the pod is created
+    // while tinylet is down, so that its UID names the file).
+    r.crash_with(
+        "file-staged",
+        |r| {
+            let pod = r.api.pod(NS, "a10").expect("a10 created");
+            format!("Pod_{}", str_at(&pod, "/metadata/uid"))
+        },
         |r| r.add_api("a10", 5, false),
+        |_| {},
     );
     r.crash(
         "status-patch",

@@ -8,12 +8,12 @@
 //! removed when the pod is gone, so a node that restarts without the API
 //! server still runs its pods.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
-use log::{debug, warn};
+use log::{debug, info, warn};
 
 use super::checkpoint::{load_checkpoints, remove_checkpoint, write_checkpoint};
 use super::storage::is_mirror_pod;
@@ -63,11 +63,20 @@ struct Checkpointer {
     /// UID to the resourceVersion checkpointed; `None` until the directory
     /// was read once.
     written: Option<HashMap<String, String>>,
+    /// Pods whose checkpoint write or removal is failing: warned about
+    /// once, then retried at each update quietly until it works (every
+    /// status change of every pod is an update, so a full disk would
+    /// otherwise repeat the same warning many times a minute).
+    failing: HashSet<String>,
 }
 
 impl Checkpointer {
     fn new(dir: PathBuf) -> Checkpointer {
-        Checkpointer { dir, written: None }
+        Checkpointer {
+            dir,
+            written: None,
+            failing: HashSet::new(),
+        }
     }
 
     fn sync(&mut self, pods: &[Pod]) {
@@ -91,11 +100,25 @@ impl Checkpointer {
             let rv = pod.metadata.resource_version.clone().unwrap_or_default();
             if written.get(&uid) != Some(&rv) || rv.is_empty() {
                 if let Err(e) = write_checkpoint(&dir, pod) {
-                    warn!(
+                    let what = format!(
                         "--bootstrap-checkpoint-path {}: cannot checkpoint pod {uid}: {e}",
                         dir.display()
                     );
+                    if self.failing.insert(uid.clone()) {
+                        warn!("{what}; retrying at each update");
+                    } else {
+                        debug!("{what}");
+                    }
+                    // The file on disk (an older version, or none) is kept
+                    // and written again at the next update.
+                    keep.insert(uid, String::new());
                     continue;
+                }
+                if self.failing.remove(&uid) {
+                    info!(
+                        "--bootstrap-checkpoint-path {}: checkpoint of pod {uid} written",
+                        dir.display()
+                    );
                 }
             }
             keep.insert(uid, rv);
@@ -103,10 +126,20 @@ impl Checkpointer {
         for uid in written.keys() {
             if !keep.contains_key(uid) {
                 if let Err(e) = remove_checkpoint(&dir, uid) {
-                    warn!(
+                    let what = format!(
                         "--bootstrap-checkpoint-path {}: cannot remove checkpoint of {uid}: {e}",
                         dir.display()
                     );
+                    if self.failing.insert(uid.clone()) {
+                        warn!("{what}; retrying at each update");
+                    } else {
+                        debug!("{what}");
+                    }
+                    // Tried again at the next update; until then a restart
+                    // would restore the pod, and the first SET drop it.
+                    keep.insert(uid.clone(), String::new());
+                } else {
+                    self.failing.remove(uid);
                 }
             }
         }
@@ -158,5 +191,34 @@ mod tests {
             found.pods[0].metadata.resource_version.as_deref(),
             Some("5")
         );
+    }
+
+    #[test]
+    fn a_checkpoint_that_cannot_be_written_keeps_the_old_one_and_is_retried() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("checkpoints");
+        let mut c = Checkpointer::new(dir.clone());
+        c.sync(&[pod("a", "1")]);
+        // The directory becomes unusable (a file in the way of the temp
+        // file's name): the update to v2 fails, v1 stays on disk.
+        let tmp =
+            crate::atomic_file::temp_path(&super::super::checkpoint::checkpoint_path(&dir, "a"));
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::write(tmp.join("x"), "in the way").unwrap();
+        c.sync(&[pod("a", "2")]);
+        c.sync(&[pod("a", "2")]);
+        assert!(c.failing.contains("a"));
+        let rv = |dir: &std::path::Path| {
+            load_checkpoints(dir).unwrap().pods[0]
+                .metadata
+                .resource_version
+                .clone()
+        };
+        assert_eq!(rv(&dir).as_deref(), Some("1"), "the old checkpoint went");
+        // Once writable again the next update (even an unchanged one) writes it.
+        std::fs::remove_dir_all(&tmp).unwrap();
+        c.sync(&[pod("a", "2")]);
+        assert_eq!(rv(&dir).as_deref(), Some("2"));
+        assert!(c.failing.is_empty());
     }
 }

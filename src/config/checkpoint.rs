@@ -13,7 +13,7 @@
 //! are written to a dotfile first and renamed into place.
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -21,6 +21,7 @@ use serde_json::Value;
 use super::decode::pod_from_json;
 use super::file::MAX_MANIFEST_SIZE;
 use super::{pod_full_name, pod_uid, Pod};
+use crate::atomic_file::{write_file, Durability};
 
 /// Pods annotated `node.kubernetes.io/bootstrap-checkpoint: "true"` are the
 /// ones checkpointed (by whoever writes checkpoints).
@@ -76,24 +77,24 @@ fn checked_uid(uid: &str) -> io::Result<&str> {
 /// Writes (or replaces) the checkpoint of `pod`, creating `dir` if needed.
 pub fn write_checkpoint(dir: &Path, pod: &Pod) -> io::Result<()> {
     let uid = checked_uid(pod_uid(pod))?;
-    fs::create_dir_all(dir)?;
+    fs::create_dir_all(dir).map_err(|e| {
+        io::Error::new(e.kind(), format!("create directory {}: {e}", dir.display()))
+    })?;
     let doc = serde_json::json!({ "Pod": pod, "Checksum": checksum(pod)? });
     let bytes = serde_json::to_vec(&doc)
         .map_err(|e| io::Error::other(format!("encoding checkpoint of pod {uid}: {e}")))?;
     let path = checkpoint_path(dir, uid);
-    let tmp = dir.join(format!(".{FILE_PREFIX}{uid}{FILE_SUFFIX}.tmp"));
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(&bytes)?;
-    f.sync_all()?;
-    drop(f);
-    crate::fault::point("checkpoint-written", crate::config::pod_full_name(pod));
-    fs::rename(&tmp, &path)
+    write_file(&path, &bytes, 0o600, Durability::Fsync)
 }
 
 /// Removes the checkpoint of the pod with this UID; a missing one is fine.
 pub fn remove_checkpoint(dir: &Path, uid: &str) -> io::Result<()> {
-    match fs::remove_file(checkpoint_path(dir, checked_uid(uid)?)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+    let path = checkpoint_path(dir, checked_uid(uid)?);
+    match fs::remove_file(&path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io::Error::new(
+            e.kind(),
+            format!("remove {}: {e}", path.display()),
+        )),
         _ => Ok(()),
     }
 }

@@ -11,6 +11,7 @@ use log::warn;
 use super::config::{self, ContainerInputs, ImageUser};
 use super::labels::{pod_full_name, pod_uid};
 use super::{PodStatus, RuntimeManager};
+use crate::atomic_file::{write_file, Durability};
 use crate::cri::api;
 use crate::events::{EventType, ObjectRef};
 
@@ -73,9 +74,10 @@ impl RuntimeManager {
         let text = config::etc_hosts_content(pod, &self.node, pod_ips, &node_hosts);
         let dir = config::pod_dir(&self.root_dir, pod_uid(pod));
         let path = dir.join("etc-hosts");
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(&path, text))
-            .map_err(|e| format!("write {}: {e}", path.display()))?;
+        // Replaced in one rename: a full disk must not leave the running
+        // containers of the pod, which mount this file, an empty one.
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        write_file(&path, text.as_bytes(), 0o644, Durability::Rename).map_err(|e| e.to_string())?;
         Ok(path)
     }
 

@@ -184,6 +184,17 @@ pub struct RuntimeManager {
     /// Standing probe results: a failed liveness or startup probe kills
     /// and restarts its container.
     probe_results: Option<Arc<dyn actions::ProbeKills>>,
+    /// Directories of removed pods that could not be deleted (a read-only
+    /// root dir): tried again by `prune_dead`, after any pod's sync.
+    stale_dirs: Mutex<Vec<PathBuf>>,
+}
+
+/// Deletes a directory tree; one that is gone already is fine.
+fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -212,6 +223,7 @@ impl RuntimeManager {
             node: config::NodeSettings::default(),
             allocatable: Box::new(Default::default),
             probe_results: None,
+            stale_dirs: Mutex::new(Vec::new()),
         }
     }
 
@@ -1095,10 +1107,12 @@ impl RuntimeManager {
         }
         crate::fault::point("sandboxes-removed", uid);
         let dir = config::pod_dir(&self.root_dir, uid);
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                warn!("pod {uid}: cannot remove {}: {e}", dir.display());
-            }
+        if let Err(e) = remove_dir(&dir) {
+            warn!(
+                "pod {uid}: cannot remove {}: {e}; trying again after later syncs",
+                dir.display()
+            );
+            self.stale_dirs.lock().push(dir);
         }
         if self.node.cgroups_per_qos {
             qos::remove_pod_cgroups(Path::new("/sys/fs/cgroup"), self.node.cgroup_driver, uid);
@@ -1116,6 +1130,17 @@ impl RuntimeManager {
     /// container GC; the one kept gives `lastState` and the previous log),
     /// and sandboxes that are not ready beyond the newest.
     pub fn prune_dead(&self, status: &PodStatus) {
+        // Taken out, so no lock is held while deleting.
+        let stale = std::mem::take(&mut *self.stale_dirs.lock());
+        for dir in stale {
+            match remove_dir(&dir) {
+                Ok(()) => info!("removed {}, left over from a removed pod", dir.display()),
+                Err(e) => {
+                    debug!("cannot remove {} yet: {e}", dir.display());
+                    self.stale_dirs.lock().push(dir);
+                }
+            }
+        }
         for id in dead_to_remove(status, self.max_dead_per_container) {
             crate::fault::point(
                 "prune-dead",

@@ -36,11 +36,17 @@ pub fn write_payload(dir: &Path, payload: &Payload) -> io::Result<bool> {
         return Err(e);
     }
 
-    // Swap `..data` in one rename.
+    // Swap `..data` in one rename. Until it happens the old files stay
+    // current; if it cannot (a full or read-only disk) the new directory
+    // goes, so failed attempts leave nothing behind.
     let tmp = dir.join(DATA_LINK_TMP);
     let _ = fs::remove_file(&tmp);
-    symlink(&ts_name, &tmp)?;
-    fs::rename(&tmp, dir.join(DATA_LINK))?;
+    let swapped = symlink(&ts_name, &tmp).and_then(|()| fs::rename(&tmp, dir.join(DATA_LINK)));
+    if let Err(e) = swapped {
+        let _ = fs::remove_file(&tmp);
+        let _ = fs::remove_dir_all(&ts_dir);
+        return Err(e);
+    }
 
     // Top-level names: add the new ones, drop the ones that went away.
     let top: BTreeSet<&str> = payload

@@ -496,6 +496,89 @@ impl PrivateContainerd {
         }
     }
 
+    /// The pid of the containerd daemon while it runs.
+    pub fn daemon_pid(&self) -> Option<u32> {
+        let text = fs::read_to_string(self.dir.join("containerd.pid")).ok()?;
+        let pid: u32 = text.trim().parse().ok()?;
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        (comm.trim() == "containerd" && process_alive(pid)).then_some(pid)
+    }
+
+    /// Stops the containerd daemon alone with `signal` ("TERM" as an admin's
+    /// `systemctl stop` does, "KILL" as a crash does) and waits until it is
+    /// gone. Its shims, and the containers they hold, keep running, as they
+    /// do on a real node; `start_daemon` brings it back on the same state.
+    pub fn stop_daemon(&mut self, signal: &str) {
+        let pid = self
+            .daemon_pid()
+            .unwrap_or_else(|| panic!("containerd in {} is not running", self.dir.display()));
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("running kill -{signal} {pid}: {e}"));
+        assert!(status.success(), "kill -{signal} {pid} failed ({status})");
+        let start = Instant::now();
+        while process_alive(pid) {
+            if start.elapsed() > Duration::from_secs(20) {
+                panic!("containerd {pid} still runs 20 s after SIG{signal}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the containerd daemon again with the same config, root and
+    /// state (after `stop_daemon`) and waits until it answers.
+    pub fn start_daemon(&mut self) {
+        assert!(
+            self.daemon_pid().is_none(),
+            "containerd in {} runs already",
+            self.dir.display()
+        );
+        let dir = self.dir.display().to_string();
+        // Started from a shell that exits at once, so containerd is nobody's
+        // child here (no zombie), in a session of its own, as `start` does.
+        let out = Command::new("bash")
+            .args([
+                "-c",
+                r#"rm -f "$1/containerd.sock" "$1/containerd.sock.ttrpc"
+setsid containerd --config "$1/config.toml" --log-level info </dev/null >>"$1/containerd.log" 2>&1 &
+echo $! >"$1/containerd.pid""#,
+                "bash",
+                &dir,
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("starting containerd in {dir}: {e}"));
+        assert!(
+            out.status.success(),
+            "starting containerd in {dir} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let start = Instant::now();
+        loop {
+            let answered = Command::new("ctr")
+                .arg("--address")
+                .arg(self.socket())
+                .args(["--timeout", "1s", "version"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if answered {
+                return;
+            }
+            if start.elapsed() > Duration::from_secs(30) {
+                panic!(
+                    "containerd in {dir} did not answer within 30 s of its restart\n{}",
+                    self.log_tail(30)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Stops containerd and cleans up (also done on drop).
     pub fn stop(&mut self) -> Result<(), String> {
         if self.stopped {
@@ -1095,4 +1178,29 @@ impl Drop for Tinylet {
             }
         });
     }
+}
+
+/// True while process `pid` exists and is not a zombie.
+pub fn process_alive(pid: u32) -> bool {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or("");
+    !state.is_empty() && state != "Z"
+}
+
+/// CPU time (user + system) process `pid` has used so far, from
+/// `/proc/<pid>/stat`; None once it is gone.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(") ")?;
+    // Fields after the command: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = if ticks > 0 { ticks as u64 } else { 100 };
+    Some(Duration::from_millis((utime + stime) * 1000 / ticks))
 }
