@@ -142,6 +142,9 @@ impl Rig {
                 &kubeconfig.display().to_string(),
                 "--bootstrap-checkpoint-path",
                 &checkpoints.display().to_string(),
+                // Dead containers go at the next sync (prune-dead).
+                "--maximum-dead-containers-per-container",
+                "0",
             ],
         );
         Rig {
@@ -662,6 +665,47 @@ fn a_crash_at_any_kill_point_loses_and_doubles_nothing() {
             std::fs::write(dir.join("data"), "left by a crash").unwrap();
         },
         |_| {},
+    );
+
+    // Dead-container GC: a container that fails once and then runs; its
+    // dead first instance is removed at the sync after the restart.
+    r.crash(
+        "prune-dead",
+        &format!("default/s27-{NODE}"),
+        |_| {},
+        |r| {
+            write_manifest(
+                &r.t.manifest_dir(),
+                "s27.yaml",
+                &format!(
+                    r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: s27
+spec:
+  terminationGracePeriodSeconds: 5
+  volumes:
+  - name: data
+    emptyDir: {{}}
+  containers:
+  - name: app
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: IfNotPresent
+    volumeMounts:
+    - {{name: data, mountPath: /data}}
+    command: ["sh", "-c", "[ -e /data/ran ] || {{ touch /data/ran; exit 1; }}; {LONG_RUNNING}"]
+"#
+                ),
+            );
+            r.desired.insert(
+                format!("s27-{NODE}"),
+                Want {
+                    containers: vec!["app"],
+                    replaced: Vec::new(),
+                    api: false,
+                },
+            );
+        },
     );
 
     let points: BTreeSet<&str> = r
