@@ -426,6 +426,38 @@ mod tests {
         }
 
         #[test]
+        fn closing_all_connections_ends_a_silent_watch_at_once() {
+            let l = fixture_lines("05a-pods-watch-node-timeout30");
+            let first = l[0].clone();
+            let server = TestServer::start(move |_| Reply::Chunked {
+                status: 200,
+                chunks: vec![first.clone()],
+                end: End::Silent,
+            });
+            let client = client_for(&server);
+            let mut stream = client.watch(PATH, Duration::from_secs(60)).unwrap();
+            assert!(matches!(stream.next(), Some(Ok(WatchEvent::Added(_)))));
+            let closer = client.clone();
+            let started = std::time::Instant::now();
+            let t = crate::thread::spawn_named("test-closer", move || {
+                std::thread::sleep(Duration::from_millis(300));
+                closer.close_all_connections();
+            })
+            .unwrap();
+            // Either a transport error or the end of the body: never a hang.
+            match stream.next() {
+                None => {}
+                Some(Err(e)) => assert!(e.is_transport(), "{e}"),
+                Some(Ok(ev)) => panic!("an event from a closed connection: {ev:?}"),
+            }
+            assert!(started.elapsed() < Duration::from_secs(10));
+            drop(t);
+            // The client works on, over a new connection.
+            let mut again = client.watch(PATH, Duration::from_secs(60)).unwrap();
+            assert!(matches!(again.next(), Some(Ok(WatchEvent::Added(_)))));
+        }
+
+        #[test]
         fn a_dropped_connection_is_a_transport_error() {
             let l = fixture_lines("05a-pods-watch-node-timeout30");
             let first = l[0].clone();
