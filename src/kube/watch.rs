@@ -136,6 +136,14 @@ impl WatchStream {
             }
             // The Status of an ERROR event has its own code (410 for an
             // expired resourceVersion); 500 if it has none.
+            "ERROR" if object.get("kind").and_then(Value::as_str) != Some("Status") => {
+                Err(decode_err(format!(
+                    "an ERROR watch event whose object is not a Status (kind {})",
+                    object
+                        .get("kind")
+                        .map_or_else(|| "missing".to_string(), Value::to_string)
+                )))
+            }
             "ERROR" => Ok(WatchEvent::Error(
                 self.error(status_from_value(&object, 500, None)),
             )),
@@ -267,6 +275,14 @@ mod tests {
         let mut s = stream(&["not json\n"], 100);
         let e = s.next().unwrap().unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Decode(_)), "{e}");
+        let mut s = stream(
+            &["{\"type\":\"ERROR\",\"object\":{\"kind\":\"Pod\",\"code\":410}}\n"],
+            100,
+        );
+        assert_eq!(
+            s.next().unwrap().unwrap_err().to_string(),
+            "GET /api/v1/pods?watch=true: cannot decode the answer: an ERROR watch event whose object is not a Status (kind \"Pod\")"
+        );
         let mut s = stream(&["{\"type\":\"BOOKMARK\",\"object\":{}}\n"], 100);
         assert_eq!(
             s.next().unwrap().unwrap_err().to_string(),
