@@ -382,7 +382,12 @@ where
             log::info!("reflector {}: {e}; relisting", self.name);
             return Ok(Next::List { quorum: true });
         }
-        log::warn!("reflector {}: {e}", self.name);
+        if matches!(e.kind, ErrorKind::Decode(_)) {
+            // Not an outage: the stream itself is broken or hostile.
+            log::error!("reflector {}: {e}", self.name);
+        } else {
+            log::warn!("reflector {}: {e}", self.name);
+        }
         if !e.is_transport() {
             self.failures += 1;
         }

@@ -113,7 +113,7 @@ impl WatchStream {
             Some(o @ Value::Object(_)) => o,
             _ => {
                 return Err(decode_err(format!(
-                    "a {kind} watch event without an object"
+                    "a watch event of type {kind:?} without an object"
                 )))
             }
         };

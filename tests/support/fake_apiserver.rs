@@ -1579,7 +1579,7 @@ struct Shared {
     /// Bumped by drop_watches: open watches with an older value cut their connection.
     watch_gen: AtomicU64,
     /// Raw bytes for open watches, by resource, numbered in order.
-    injected: Mutex<Vec<(u64, Res, Arc<Vec<u8>>)>>,
+    injected: Mutex<Vec<Injection>>,
     next_injection: AtomicU64,
     /// Watches streaming now, by resource.
     open_watches: Mutex<HashMap<Res, usize>>,
@@ -1588,6 +1588,9 @@ struct Shared {
     threads: Mutex<Vec<JoinOnDrop<()>>>,
     tls: Option<Arc<rustls::ServerConfig>>,
 }
+
+/// Raw bytes for the watches of one resource, with their number.
+type Injection = (u64, Res, Arc<Vec<u8>>);
 
 struct Acceptor {
     quit: Arc<AtomicBool>,
