@@ -11,6 +11,7 @@ mod e2e;
 mod e2e_cluster;
 mod e2e_images;
 mod e2e_lifecycle;
+mod e2e_outage;
 mod e2e_probes;
 mod e2e_read_only;
 mod e2e_spec;
