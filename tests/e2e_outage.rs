@@ -411,6 +411,25 @@ fn outage(cut: Cut) {
             .entry(format!("{} {path}{watch}", r.verb))
             .or_default() += 1;
     }
+    // The back-offs may leave the first seconds back quiet; the burst that
+    // matters is the one after the first answered request.
+    let first_answer = reqs
+        .iter()
+        .find(|r| r.at >= back && r.status != 0)
+        .map(|r| r.at)
+        .unwrap_or(back);
+    if first_answer.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_secs(10) - first_answer.elapsed());
+    }
+    let reqs = fake.requests();
+    let burst = reqs
+        .iter()
+        .filter(|r| r.at >= first_answer && r.at < first_answer + Duration::from_secs(10))
+        .count();
+    assert!(
+        burst <= 60,
+        "{burst} requests in the 10 s after the first answer back"
+    );
     let lists = pod_lists_since(&reqs, back).len();
     assert!(lists >= 1);
     assert!(
@@ -423,7 +442,8 @@ fn outage(cut: Cut) {
         "outage figures ({cut:?}, {}): noticed after {} (lease log line; pods watch: {}), \
          back: lease renewed {}, node status Ready True {}, pods relisted {} ({lists} LIST(s) in all), \
          deleted pod gone from containerd and the API {}, job Succeeded in the API {}; \
-         {} requests in the first 10 s back: {by_kind:?}",
+         {} requests in the first 10 s back ({by_kind:?}), {burst} in the 10 s from the \
+         first answered one ({} back)",
         secs(length),
         secs(lease_noticed),
         watch_noticed.map_or("not logged".into(), secs),
@@ -433,6 +453,7 @@ fn outage(cut: Cut) {
         secs(gone_back),
         secs(job_back),
         first.len(),
+        secs(first_answer.saturating_duration_since(back)),
     );
     kubelet.assert_running();
 }
