@@ -2052,13 +2052,12 @@ impl FakeApiServer {
     pub fn inject_watch(&self, resource: &str, raw: &[u8]) -> usize {
         let res = res_named(resource);
         let open = self.open_watches(resource);
-        let id = self.shared.next_injection.fetch_add(1, Ordering::SeqCst);
-        self.shared
-            .injected
-            .lock()
-            .push((id, res, Arc::new(raw.to_vec())));
-        // Wakes the watches, which wait on the state's condition variable.
+        let raw = Arc::new(raw.to_vec());
+        // Under the state lock, as watches take injections and events
+        // together: bytes injected before a write are sent before its event.
         let _guard = self.shared.state.lock();
+        let id = self.shared.next_injection.fetch_add(1, Ordering::SeqCst);
+        self.shared.injected.lock().push((id, res, raw));
         self.shared.changed.notify_all();
         open
     }
@@ -4203,7 +4202,10 @@ fn injections(shared: &Shared, res: Res, after: u64) -> (Vec<Arc<Vec<u8>>>, u64)
 fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -> bool {
     let _open = OpenWatch::new(shared, plan.res);
     // Only bytes injected from now on are for this watch.
-    let mut injected_seen = shared.next_injection.load(Ordering::SeqCst) - 1;
+    let mut injected_seen = {
+        let _guard = shared.state.lock();
+        shared.next_injection.load(Ordering::SeqCst) - 1
+    };
     let head = format!(
         "HTTP/1.1 200 OK\r\nCache-Control: no-cache, private\r\nContent-Type: application/json\r\nDate: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
         http_date()
@@ -4260,13 +4262,7 @@ fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -> bool {
             hold_silent(shared, out.tcp());
             return cut(out);
         }
-        let (raw, seen) = injections(shared, plan.res, injected_seen);
-        injected_seen = seen;
-        for bytes in raw {
-            if write_chunk(out, &bytes).is_err() {
-                return false;
-            }
-        }
+
         let now = Instant::now();
         if now >= deadline {
             return out
@@ -4298,6 +4294,8 @@ fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -> bool {
                 .and_then(|_| out.write_all(b"0\r\n\r\n"))
                 .is_ok();
         }
+        let (raw, seen) = injections(shared, plan.res, injected_seen);
+        injected_seen = seen;
         let lines: Vec<String> = st
             .log
             .iter()
@@ -4307,6 +4305,11 @@ fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -> bool {
         pos = pos.max(st.rv);
         let cache_rv = st.type_rv(plan.res);
         drop(st);
+        for bytes in raw {
+            if write_chunk(out, &bytes).is_err() {
+                return false;
+            }
+        }
         for line in lines {
             if write_chunk(out, line.as_bytes()).is_err() {
                 return false;
