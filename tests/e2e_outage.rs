@@ -194,16 +194,18 @@ fn outage(cut: Cut) {
     cut.set(&fake, true);
     eprintln!("outage ({cut:?}) for {}", secs(length));
     let mut lease_noticed: Option<Duration> = None;
+    let mut notice_line = String::new();
     let mut watch_noticed: Option<Duration> = None;
     let mut changed = false;
     let mut marked_unknown = false;
     while started.elapsed() < length {
         kubelet.assert_running();
         let log = fs::read_to_string(kubelet.log_path()).unwrap_or_default();
-        if lease_noticed.is_none()
-            && log_line_after(&log, log_from, &["node lease: ", "attempt 1 of"]).is_some()
-        {
-            lease_noticed = Some(started.elapsed());
+        if lease_noticed.is_none() {
+            if let Some(line) = log_line_after(&log, log_from, &["node lease: ", "attempt 1 of"]) {
+                lease_noticed = Some(started.elapsed());
+                notice_line = line;
+            }
         }
         if watch_noticed.is_none()
             && log_line_after(&log, log_from, &["reflector pods: GET /api/v1/pods?"]).is_some()
@@ -260,6 +262,12 @@ fn outage(cut: Cut) {
         secs(notice_bound)
     );
     if cut == Cut::BlackHole {
+        // The lease PUT hung until the heartbeat timeout ended it.
+        assert!(
+            notice_line.to_lowercase().contains("timeout")
+                || notice_line.to_lowercase().contains("timed out"),
+            "the first failed renewal in the black hole was not a timeout: {notice_line}"
+        );
         // Hung requests and watches were cut by the client, not the server.
         assert!(
             log_line_after(&outage_log, log_from, &["closing every connection"]).is_some(),
@@ -432,6 +440,13 @@ fn outage(cut: Cut) {
     );
     let lists = pod_lists_since(&reqs, back).len();
     assert!(lists >= 1);
+    // The re-watch from before the compaction got 410 Gone.
+    let log = fs::read_to_string(kubelet.log_path()).unwrap_or_default();
+    assert!(
+        log_line_after(&log, log_from, &["reflector pods: ", "410", "relisting"]).is_some(),
+        "no 410 Gone and relist after the outage\n{}",
+        kubelet.log_tail(60)
+    );
     assert!(
         first.len() <= 60,
         "{} requests in the first 10 s after the outage: {by_kind:#?}",
@@ -439,7 +454,7 @@ fn outage(cut: Cut) {
     );
     assert!(!kubelet.log_since_start().contains("panicked"));
     eprintln!(
-        "outage figures ({cut:?}, {}): noticed after {} (lease log line; pods watch: {}), \
+        "outage figures ({cut:?}, {}): noticed after {} ({notice_line}; pods watch: {}), \
          back: lease renewed {}, node status Ready True {}, pods relisted {} ({lists} LIST(s) in all), \
          deleted pod gone from containerd and the API {}, job Succeeded in the API {}; \
          {} requests in the first 10 s back ({by_kind:?}), {burst} in the 10 s from the \
