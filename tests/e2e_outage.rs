@@ -578,13 +578,20 @@ fn checkpointed_api_pods_run_after_a_reboot_in_a_black_hole() {
     for (i, n) in names.iter().enumerate() {
         let container = restored[i].1.clone();
         let mut last = None;
-        wait_until(
-            Duration::from_secs(120),
-            &format!("{n}'s API status says Running in the restored container"),
-            || {
-                last = status_problem(fake.pod(NS, n).as_ref(), &container);
-                last.is_none()
-            },
+        let waited = Instant::now();
+        while waited.elapsed() < scaled(Duration::from_secs(120)) {
+            last = status_problem(fake.pod(NS, n).as_ref(), &container);
+            if last.is_none() {
+                break;
+            }
+            kubelet.assert_running();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(
+            last,
+            None,
+            "{n}'s API status does not say Running in the restored container {container}\n{}",
+            kubelet.log_tail(80)
         );
         assert_eq!(
             str_at(&fake.pod(NS, n).unwrap_or_default(), "/metadata/uid"),
