@@ -365,8 +365,20 @@ fn run(opts: Options) -> anyhow::Result<()> {
     };
     let (_node_status, _lease) = match &client {
         Some(c) => {
+            // Upstream's heartbeat client: unthrottled, and a request ends
+            // after the shorter of the status update period and the lease
+            // duration, so a silent apiserver is noticed within one period;
+            // never under 5 s, so that a slow answer on a loaded machine is
+            // not taken for an outage.
+            let heartbeat_timeout = opts
+                .node_status_update_frequency
+                .min(Duration::from_secs(u64::from(
+                    opts.node_lease_duration_seconds,
+                )))
+                .max(Duration::from_secs(5));
+            let heartbeats = c.for_heartbeats(heartbeat_timeout);
             let status = NodeStatusController::start(
-                c.clone(),
+                heartbeats.clone(),
                 remote.clone(),
                 remote.clone(),
                 NodeConfig {
@@ -387,7 +399,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
             )
             .context("starting the node status thread")?;
             let lease = LeaseController::start(
-                c.clone(),
+                heartbeats,
                 node.clone(),
                 opts.node_lease_duration_seconds,
                 node_state.clone(),

@@ -25,16 +25,16 @@ const STATUS_PATH: &str = "/api/v1/nodes/edge-1/status";
 
 /// The agent, its fake apiserver and fake runtime. The agent is declared
 /// first so it is killed before the servers go.
-struct Cluster {
-    agent: Agent,
-    api: FakeApiServer,
-    cri: FakeCri,
+pub(crate) struct Cluster {
+    pub(crate) agent: Agent,
+    pub(crate) api: FakeApiServer,
+    pub(crate) cri: FakeCri,
     _dir: tempfile::TempDir,
 }
 
 impl Cluster {
     /// An agent joined to a plain-HTTP fake apiserver with a token.
-    fn start(extra: &[&str]) -> Cluster {
+    pub(crate) fn start(extra: &[&str]) -> Cluster {
         Cluster::start_with(FakeApiServer::start(), KubeconfigAuth::token(), extra)
     }
 
@@ -81,7 +81,7 @@ impl Cluster {
         api.pod("default", name).unwrap()
     }
 
-    fn wait_running(&mut self, pod: &str) {
+    pub(crate) fn wait_running(&mut self, pod: &str) {
         let cri = &self.cri;
         self.agent.wait(&format!("{pod} runs in the runtime"), || {
             running_containers(cri, pod) == 1
@@ -110,7 +110,7 @@ fn condition(obj: &Value, kind: &str) -> Value {
 
 /// A pod bound to edge-1 as a scheduler would leave it; no service account
 /// token volume (the agent only mounts hostPath and emptyDir volumes).
-fn api_pod(name: &str) -> Value {
+pub(crate) fn api_pod(name: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",

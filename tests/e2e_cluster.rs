@@ -19,14 +19,14 @@ use crate::support::containerd::{
 };
 use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth, MIRROR_ANNOTATION};
 
-const NS: &str = "default";
+pub(crate) const NS: &str = "default";
 const CONFIG_HASH: &str = "kubernetes.io/config.hash";
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// A pod bound to edge-1 as an admin (or the scheduler) would create it:
 /// one container `app` running until SIGTERM, without the service account
 /// token volume.
-fn api_pod(name: &str) -> Value {
+pub(crate) fn api_pod(name: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -60,13 +60,13 @@ fn start_cluster_node() -> (FakeApiServer, PrivateContainerd, Tinylet) {
     (fake, ctd, kubelet)
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
 /// The one CRI container of `pod_name` and its sandbox, when both exist
 /// exactly once.
-fn only_ids(ctd: &PrivateContainerd, pod_name: &str) -> Option<(String, String)> {
+pub(crate) fn only_ids(ctd: &PrivateContainerd, pod_name: &str) -> Option<(String, String)> {
     let sandboxes = ctd.sandbox_ids(pod_name);
     let containers = ctd.container_ids(pod_name);
     match (sandboxes.as_slice(), containers.as_slice()) {
@@ -78,7 +78,7 @@ fn only_ids(ctd: &PrivateContainerd, pod_name: &str) -> Option<(String, String)>
 /// Why the API status of a pod does not (yet) say it runs in container
 /// `container_id`, or None when it does: phase Running, the first
 /// container running, ready and with that ID, the pod Ready.
-fn status_problem(pod: Option<&Value>, container_id: &str) -> Option<String> {
+pub(crate) fn status_problem(pod: Option<&Value>, container_id: &str) -> Option<String> {
     let Some(pod) = pod else {
         return Some("the pod is not in the API".into());
     };
@@ -111,7 +111,7 @@ fn status_problem(pod: Option<&Value>, container_id: &str) -> Option<String> {
 
 /// Waits until the API status of `ns/name` reports container `container_id`
 /// running and ready.
-fn wait_status_running(fake: &FakeApiServer, name: &str, container_id: &str) {
+pub(crate) fn wait_status_running(fake: &FakeApiServer, name: &str, container_id: &str) {
     let mut last = None;
     let what = format!("the API status of {name} says Running in containerd://{container_id}");
     let start = Instant::now();

@@ -1486,39 +1486,112 @@ fn fault_down_refuses_connections_and_comes_back_on_the_same_port() {
     assert_eq!(Client::node(&f).get("/version").code, 200);
 }
 
-#[test]
-fn fault_black_hole_reads_but_never_answers_and_stalls_watches() {
-    let f = fake();
-    f.create_pod(pod("a", "edge-1"));
-    let mut w =
-        Client::node(&f).watch("/api/v1/pods?watch=true&resourceVersion=0&timeoutSeconds=2");
-    assert_eq!(w.next_event().unwrap().unwrap()["type"], "ADDED");
-    f.set_black_hole(true);
-    let tcp = TcpStream::connect(f.addr()).expect("a black hole still accepts");
-    tcp.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let mut c = Client {
+/// A node client whose reads give up after `timeout`.
+fn quick_client(f: &FakeApiServer, timeout: Duration) -> Client {
+    let tcp = TcpStream::connect(f.addr()).expect("connect");
+    tcp.set_read_timeout(Some(timeout)).unwrap();
+    Client {
         r: BufReader::new(Box::new(tcp)),
         token: Some(NODE_TOKEN.into()),
-    };
-    let err = c.try_send("GET", "/version", &[], b"").unwrap_err();
+    }
+}
+
+fn assert_timed_out(err: io::Error) {
     assert!(
         matches!(
             err.kind(),
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
         ),
-        "{err}"
+        "not a read timeout: {err}"
     );
+}
+
+#[test]
+fn fault_black_hole_accepts_but_never_answers_even_after_it_ends() {
+    let f = fake();
+    f.create_pod(pod("a", "edge-1"));
+    let mut w = quick_client(&f, Duration::from_millis(800))
+        .watch("/api/v1/pods?watch=true&resourceVersion=0&timeoutSeconds=2");
+    assert_eq!(w.next_event().unwrap().unwrap()["type"], "ADDED");
+    // A keep-alive connection that stays idle throughout the hole.
+    let mut idle = Client::node(&f);
+    assert_eq!(idle.get("/version").code, 200);
+    f.set_black_hole(true);
+    let mut c = quick_client(&f, Duration::from_millis(500));
+    assert_timed_out(c.try_send("GET", "/version", &[], b"").unwrap_err());
     f.create_pod(pod("b", "edge-1"));
     // The watch's deadline (2 s) passes without the stream ending.
     std::thread::sleep(Duration::from_millis(2300));
     let reqs = f.requests();
     assert_eq!(reqs.last().unwrap().status, 0, "recorded without an answer");
     f.set_black_hole(false);
+    // New connections are served, and so is the one that was idle.
     assert_eq!(Client::node(&f).get("/version").code, 200);
-    // The stalled watch resumes and then ends at its deadline.
-    let rest = w.all();
-    assert!(rest.is_empty() || types(&rest) == ["ADDED"], "{rest:?}");
+    assert_eq!(idle.get("/version").code, 200);
+    // The connection that sent a request into the hole, and the watch,
+    // stay silent: only the client's own timeout ends them.
+    assert_timed_out(c.try_send("GET", "/version", &[], b"").unwrap_err());
+    assert_timed_out(w.next_event().unwrap_err());
+}
+
+#[test]
+fn injected_bytes_reach_open_watches_of_that_resource_only() {
+    let f = fake();
+    f.create_pod(pod("a", "edge-1"));
+    assert_eq!(f.open_watches("pods"), 0);
+    let mut pods =
+        Client::node(&f).watch("/api/v1/pods?watch=true&resourceVersion=0&timeoutSeconds=3");
+    assert_eq!(pods.next_event().unwrap().unwrap()["type"], "ADDED");
+    let mut nodes = Client::admin(&f).watch("/api/v1/nodes?watch=true&timeoutSeconds=3");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while f.open_watches("nodes") == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(f.open_watches("pods"), 1);
+    assert_eq!(
+        f.inject_watch("pods", b"{\"type\":\"SURPRISE\",\"object\":{}}\n"),
+        1
+    );
+    // Events written after it come after it.
+    f.create_pod(pod("b", "edge-1"));
+    let e = pods.next_event().unwrap().unwrap();
+    assert_eq!(e["type"], "SURPRISE");
+    let e = pods.next_event().unwrap().unwrap();
+    assert_eq!(
+        (e["type"].as_str(), e["object"]["metadata"]["name"].as_str()),
+        (Some("ADDED"), Some("b"))
+    );
+    assert!(pods.all().is_empty());
+    assert!(nodes.all().is_empty(), "the node watch got the pods' bytes");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while f.open_watches("pods") != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(f.open_watches("pods"), 0);
+    assert_eq!(f.inject_watch("pods", b"x\n"), 0);
+}
+
+#[test]
+fn the_node_lifecycle_controller_marks_conditions_unknown() {
+    let f = fake();
+    f.create_node(json!({"metadata": {"name": "edge-1"}, "status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ready",
+         "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    ]}}));
+    let rv = f.resource_version();
+    assert!(f.mark_node_unknown("edge-1"));
+    assert!(!f.mark_node_unknown("edge-9"));
+    let node = f.node("edge-1").unwrap();
+    assert_eq!(f.resource_version(), rv + 1);
+    let conditions = node["status"]["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 4, "{conditions:?}");
+    for c in conditions {
+        assert_eq!(c["status"], "Unknown", "{c}");
+        assert_eq!(c["reason"], "NodeStatusUnknown", "{c}");
+        assert_eq!(c["message"], "Kubelet stopped posting node status.", "{c}");
+    }
+    assert_eq!(conditions[0]["lastHeartbeatTime"], "2026-01-01T00:00:00Z");
+    assert_ne!(conditions[0]["lastTransitionTime"], "2026-01-01T00:00:00Z");
 }
 
 #[test]

@@ -2,6 +2,11 @@
 //! pool) per kubeconfig, shared by every clone together with the rate
 //! limiter. It sends JSON, reads answers with a size cap, and turns every
 //! non-2xx answer into an [`ApiError`] carrying the apiserver's `Status`.
+//!
+//! Every connection can be closed at once ([`Client::close_all_connections`],
+//! upstream kubelet's answer to repeated heartbeat failures): requests and
+//! watches blocked on a connection that went silent (an apiserver that
+//! vanished behind a partition) fail at once and start over on new ones.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,12 +31,19 @@ const SNIPPET: usize = 256;
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Deadline of one non-watch request made through this clone.
+    timeout: Duration,
+    /// False for a heartbeat clone, which takes no rate-limiter token.
+    throttled: bool,
 }
 
 struct Inner {
-    agent: ureq::Agent,
+    /// The agent whose pool holds the open connections. Replaced by a fresh
+    /// one when every connection is closed; the lock is held only to clone
+    /// or swap it, never across I/O.
+    agent: Mutex<ureq::Agent>,
+    agent_config: ureq::config::Config,
     server: String,
-    options: ClientOptions,
     limiter: TokenBucket,
     /// The bearer token; replaced when `token_file` is re-read after a 401.
     token: Mutex<Option<String>>,
@@ -71,15 +83,41 @@ impl Client {
             .timeout_connect(Some(options.timeout))
             .build();
         Ok(Client {
+            timeout: options.timeout,
+            throttled: true,
             inner: Arc::new(Inner {
-                agent: ureq::Agent::new_with_config(agent_config),
+                agent: Mutex::new(ureq::Agent::new_with_config(agent_config.clone())),
+                agent_config,
                 server: config.server.trim_end_matches('/').to_string(),
                 limiter: TokenBucket::new(options.qps, options.burst, Instant::now()),
-                options,
                 token: Mutex::new(config.token.clone()),
                 token_file: config.token_file.clone(),
             }),
         })
+    }
+
+    /// A clone for heartbeats (node lease, node status), as upstream's
+    /// heartbeat client: requests end after `timeout`, and take no token
+    /// from the rate limiter, so a busy node still reports it is alive. The
+    /// connection pool is shared.
+    pub fn for_heartbeats(&self, timeout: Duration) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            timeout,
+            throttled: false,
+        }
+    }
+
+    /// Closes every connection of every clone: requests in flight, watches
+    /// included, fail at once with a transport error, and later requests
+    /// open new connections. Upstream kubelet does this when heartbeats keep
+    /// failing, as a watch on a connection that went silent would otherwise
+    /// wait for its read deadline (minutes).
+    pub fn close_all_connections(&self) {
+        let fresh = ureq::Agent::new_with_config(self.inner.agent_config.clone());
+        let old = std::mem::replace(&mut *self.inner.agent.lock(), fresh);
+        // Shuts down the old pool's sockets, idle and in use.
+        old.shutdown();
     }
 
     /// `https://host:port` of the apiserver.
@@ -171,7 +209,9 @@ impl Client {
     ) -> Result<http::Response<ureq::Body>, ApiError> {
         let mut retried = false;
         loop {
-            self.inner.limiter.acquire();
+            if self.throttled {
+                self.inner.limiter.acquire();
+            }
             let token = self.inner.token.lock().clone();
             let response = self.send_once(verb, path, payload, watch_idle, token.as_deref())?;
             if response.status() == http::StatusCode::UNAUTHORIZED && !retried {
@@ -216,19 +256,19 @@ impl Client {
             path: path.to_string(),
             kind: ErrorKind::Transport(message),
         };
-        let agent = &self.inner.agent;
+        let agent = self.inner.agent.lock().clone();
         let result = match payload {
             Some(p) => {
                 let request = builder
                     .body(p.bytes.as_slice())
                     .map_err(|e| transport(format!("cannot build the request for {url}: {e}")))?;
-                agent.run(self.configure(request, watch_idle))
+                agent.run(self.configure(&agent, request, watch_idle))
             }
             None => {
                 let request = builder
                     .body(())
                     .map_err(|e| transport(format!("cannot build the request for {url}: {e}")))?;
-                agent.run(self.configure(request, watch_idle))
+                agent.run(self.configure(&agent, request, watch_idle))
             }
         };
         result.map_err(|e| transport(format!("{}: {e}", self.inner.server)))
@@ -236,20 +276,21 @@ impl Client {
 
     fn configure<S: ureq::AsSendBody>(
         &self,
+        agent: &ureq::Agent,
         request: http::Request<S>,
         watch_idle: Option<Duration>,
     ) -> http::Request<S> {
-        let config = self.inner.agent.configure_request(request);
+        let config = agent.configure_request(request);
         match watch_idle {
             // A watch lasts as long as the server keeps it open; only a
-            // silent connection is an error.
+            // silent connection is an error. The answer's head comes at
+            // once from a live apiserver, so waiting for it has the deadline
+            // of any request.
             Some(idle) => config
                 .timeout_per_read(Some(idle))
-                .timeout_recv_response(Some(idle))
+                .timeout_recv_response(Some(self.timeout.min(idle)))
                 .build(),
-            None => config
-                .timeout_global(Some(self.inner.options.timeout))
-                .build(),
+            None => config.timeout_global(Some(self.timeout)).build(),
         }
     }
 

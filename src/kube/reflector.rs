@@ -14,6 +14,17 @@
 //!   rewatch in step); the reflector then watches again at once.
 //! - A lost connection is retried from the same version after a back-off
 //!   (1 s doubling to 10 s, with jitter); a 410, by relisting.
+//!
+//! Hostile or broken input. A line of the stream that is not a watch event
+//! (not JSON, truncated, too deep or too long, an unknown type, no object,
+//! an ERROR without a Status) ends the watch, which starts again from the
+//! last version taken, so an event hidden in the garbage is not lost; three
+//! such failures in a row relist. An event whose object cannot be taken
+//! (another kind, no name, UID or numeric resourceVersion, a field of the
+//! wrong type, outside the field selector) is skipped with an error naming
+//! the request and the field, as client-go skips objects of an unexpected
+//! type: its version is not taken, the store keeps what it had, and the
+//! watch goes on.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -65,6 +76,7 @@ impl Reflector {
     ) -> std::io::Result<Reflector>
     where
         T: k8s_openapi::Metadata<Ty = ObjectMeta>
+            + k8s_openapi::Resource
             + serde::de::DeserializeOwned
             + Send
             + Sync
@@ -83,6 +95,7 @@ impl Reflector {
     ) -> std::io::Result<Reflector>
     where
         T: k8s_openapi::Metadata<Ty = ObjectMeta>
+            + k8s_openapi::Resource
             + serde::de::DeserializeOwned
             + Send
             + Sync
@@ -142,7 +155,12 @@ struct Stopped;
 
 impl<T> Actor<T>
 where
-    T: k8s_openapi::Metadata<Ty = ObjectMeta> + serde::de::DeserializeOwned + Send + Sync + 'static,
+    T: k8s_openapi::Metadata<Ty = ObjectMeta>
+        + k8s_openapi::Resource
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     fn run(mut self) {
         let mut next = Next::List { quorum: false };
@@ -290,23 +308,38 @@ where
             match event {
                 WatchEvent::Added(obj) | WatchEvent::Modified(obj) => {
                     events += 1;
-                    self.advance(&obj);
+                    let rv = resource_version(&obj).map(str::to_string);
                     if let Some((key, obj)) = self.decode(&path, obj) {
+                        self.rv = rv;
                         self.store.insert(key, obj);
                         unpublished = true;
                     }
                 }
                 WatchEvent::Deleted(obj) => {
                     events += 1;
-                    self.advance(&obj);
                     let key = key_of_value(&obj);
-                    if self.store.remove(&key).is_some() {
-                        unpublished = true;
+                    match resource_version(&obj).and_then(|rv| check_rv(rv).ok()) {
+                        Some(rv) if !key.is_empty() && !key.ends_with('/') => {
+                            self.rv = Some(rv.to_string());
+                            if self.store.remove(&key).is_some() {
+                                unpublished = true;
+                            }
+                        }
+                        _ => log::error!(
+                            "reflector {}: GET {path}: skipping a DELETED event for {key:?}: {}",
+                            self.name,
+                            identity_problem(&obj)
+                                .unwrap_or_else(|| "metadata.name is missing".into())
+                        ),
                     }
                 }
-                WatchEvent::Bookmark { resource_version } => {
-                    self.rv = Some(resource_version);
-                }
+                WatchEvent::Bookmark { resource_version } => match check_rv(&resource_version) {
+                    Ok(_) => self.rv = Some(resource_version),
+                    Err(e) => log::error!(
+                        "reflector {}: GET {path}: skipping a BOOKMARK: {e}",
+                        self.name
+                    ),
+                },
                 WatchEvent::Error(e) => {
                     if unpublished {
                         self.publish()?;
@@ -349,7 +382,12 @@ where
             log::info!("reflector {}: {e}; relisting", self.name);
             return Ok(Next::List { quorum: true });
         }
-        log::warn!("reflector {}: {e}", self.name);
+        if matches!(e.kind, ErrorKind::Decode(_)) {
+            // Not an outage: the stream itself is broken or hostile.
+            log::error!("reflector {}: {e}", self.name);
+        } else {
+            log::warn!("reflector {}: {e}", self.name);
+        }
         if !e.is_transport() {
             self.failures += 1;
         }
@@ -361,18 +399,6 @@ where
         Ok(Next::Watch)
     }
 
-    /// Takes the resourceVersion of an event's object as the last one seen.
-    fn advance(&mut self, obj: &Value) {
-        if let Some(rv) = obj
-            .get("metadata")
-            .and_then(|m| m.get("resourceVersion"))
-            .and_then(Value::as_str)
-            .filter(|rv| !rv.is_empty())
-        {
-            self.rv = Some(rv.to_string());
-        }
-    }
-
     /// Decodes one object; one that does not decode is logged and skipped.
     /// `metadata.managedFields` is dropped first: nothing on a node reads it,
     /// and it is often the largest part of an object (upstream informers
@@ -382,6 +408,15 @@ where
             meta.remove("managedFields");
         }
         let key = key_of_value(&obj);
+        if let Some(why) = self.refusal(&obj) {
+            log::error!(
+                "reflector {}: GET {path}: skipping {key:?}: {why}",
+                self.name
+            );
+            return None;
+        }
+        // Only to name the field when decoding fails.
+        let copy = obj.clone();
         match serde_json::from_value::<T>(obj) {
             Ok(t) => {
                 let meta = t.metadata();
@@ -395,12 +430,39 @@ where
             }
             Err(e) => {
                 log::error!(
-                    "reflector {}: GET {path}: skipping {key:?}: cannot decode it: {e}",
-                    self.name
+                    "reflector {}: GET {path}: skipping {key:?}: cannot decode it as a {}: {}",
+                    self.name,
+                    T::KIND,
+                    decode_error_with_field::<T>(&copy, &e.to_string())
                 );
                 None
             }
         }
+    }
+
+    /// Why an object from a list or an ADDED or MODIFIED event cannot be
+    /// taken, naming the field; None when it can.
+    fn refusal(&self, obj: &Value) -> Option<String> {
+        let text = |k: &str| obj.get(k).and_then(Value::as_str);
+        // Watch events carry kind and apiVersion; list items do not.
+        if let Some(kind) = text("kind") {
+            if kind != T::KIND {
+                return Some(format!("kind: {kind:?} where a {} was expected", T::KIND));
+            }
+        }
+        if let Some(v) = text("apiVersion") {
+            if v != T::API_VERSION {
+                return Some(format!(
+                    "apiVersion: {v:?} where {:?} was expected",
+                    T::API_VERSION
+                ));
+            }
+        }
+        if let Some(why) = identity_problem(obj) {
+            return Some(why);
+        }
+        let selector = self.lw.field_selector.as_deref()?;
+        selector_mismatch(obj, selector)
     }
 
     fn publish(&mut self) -> Result<(), Stopped> {
@@ -452,6 +514,157 @@ fn retry_after(e: &ApiError) -> Option<u64> {
         ErrorKind::Status { retry_after, .. } => *retry_after,
         _ => None,
     }
+}
+
+/// The resourceVersion of an object's raw metadata, if it is a string.
+fn resource_version(obj: &Value) -> Option<&str> {
+    obj.get("metadata")?.get("resourceVersion")?.as_str()
+}
+
+/// A resourceVersion we may watch from: etcd's revision, a decimal number.
+fn check_rv(rv: &str) -> Result<&str, String> {
+    if !rv.is_empty() && rv.len() <= 20 && rv.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(rv)
+    } else {
+        Err(format!("metadata.resourceVersion: {rv:?} is not a number"))
+    }
+}
+
+/// What is missing or wrong in an object's name, UID and resourceVersion.
+fn identity_problem(obj: &Value) -> Option<String> {
+    let Some(meta) = obj.get("metadata").filter(|m| m.is_object()) else {
+        return Some("metadata is missing or not an object".into());
+    };
+    for field in ["name", "uid", "resourceVersion"] {
+        match meta.get(field) {
+            Some(Value::String(s)) if !s.is_empty() => {}
+            None | Some(Value::Null) => return Some(format!("metadata.{field} is missing")),
+            Some(Value::String(_)) => return Some(format!("metadata.{field} is empty")),
+            Some(other) => {
+                return Some(format!(
+                    "metadata.{field}: expected a string, found {}",
+                    json_type(other)
+                ))
+            }
+        }
+    }
+    resource_version(obj).and_then(|rv| check_rv(rv).err())
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The first term of a field selector (`a.b=v,c!=w`) that `obj` does not
+/// satisfy, described; None when it satisfies all. A missing field is the
+/// empty string, as the apiserver takes it.
+fn selector_mismatch(obj: &Value, selector: &str) -> Option<String> {
+    for term in selector.split(',').filter(|t| !t.is_empty()) {
+        let (field, want, equal) = if let Some((f, v)) = term.split_once("!=") {
+            (f, v, false)
+        } else if let Some((f, v)) = term.split_once("==") {
+            (f, v, true)
+        } else if let Some((f, v)) = term.split_once('=') {
+            (f, v, true)
+        } else {
+            continue;
+        };
+        let mut at = Some(obj);
+        for part in field.split('.') {
+            at = at.and_then(|v| v.get(part));
+        }
+        let have = match at {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        };
+        if (have == want) != equal {
+            return Some(format!(
+                "{field}: {have:?} is outside the field selector {selector}"
+            ));
+        }
+    }
+    None
+}
+
+/// Why `obj` does not decode as a `T`, with the path of the field the error
+/// is about (`spec.containers: invalid type: ...`). serde_json reports only
+/// a line and a column, and only when decoding text: so the object is
+/// printed pretty (one field per line), decoded again from that text, and
+/// the error's line mapped back to the field printed there.
+fn decode_error_with_field<T: serde::de::DeserializeOwned>(obj: &Value, fallback: &str) -> String {
+    let Ok(pretty) = serde_json::to_string_pretty(obj) else {
+        return fallback.to_string();
+    };
+    let Err(e) = serde_json::from_str::<T>(&pretty) else {
+        return fallback.to_string();
+    };
+    let text = e.to_string();
+    let message = match text.rfind(" at line ") {
+        Some(i) => &text[..i],
+        None => text.as_str(),
+    };
+    match path_at_line(obj, e.line()) {
+        Some(path) if !path.is_empty() => format!("{path}: {message}"),
+        _ => message.to_string(),
+    }
+}
+
+/// The path (`spec.containers[0].name`) of what starts or ends on line
+/// `target` (1-based) of `v` printed by `serde_json::to_string_pretty`,
+/// which puts every key and every list item on a line of its own.
+fn path_at_line(v: &Value, target: usize) -> Option<String> {
+    fn walk(
+        v: &Value,
+        path: &mut String,
+        line: &mut usize,
+        target: usize,
+        found: &mut Option<String>,
+    ) {
+        if *line == target {
+            *found = Some(path.clone());
+        }
+        let children: Vec<(String, &Value)> = match v {
+            Value::Object(m) if !m.is_empty() => m
+                .iter()
+                .map(|(k, c)| {
+                    let sep = if path.is_empty() { "" } else { "." };
+                    (format!("{sep}{k}"), c)
+                })
+                .collect(),
+            Value::Array(a) if !a.is_empty() => a
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (format!("[{i}]"), c))
+                .collect(),
+            _ => return,
+        };
+        for (suffix, child) in children {
+            if *line >= target {
+                return;
+            }
+            *line += 1;
+            let len = path.len();
+            path.push_str(&suffix);
+            walk(child, path, line, target, found);
+            path.truncate(len);
+        }
+        // The closing bracket.
+        *line += 1;
+        if *line == target {
+            *found = Some(path.clone());
+        }
+    }
+    let mut found = None;
+    walk(v, &mut String::new(), &mut 1, target, &mut found);
+    found
 }
 
 /// `namespace/name` (or `name`) from an object's raw metadata.
@@ -776,6 +989,73 @@ mod tests {
         assert_eq!(rx.recv().unwrap().len(), 2);
         drop(reflector);
         assert_stops(&rx);
+    }
+
+    #[test]
+    fn malformed_objects_are_described_by_their_field() {
+        let pod = serde_json::json!({
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "uid": "u", "resourceVersion": "7"},
+            "spec": {"nodeName": "edge-1", "containers": "nope"},
+        });
+        let e = serde_json::from_value::<Pod>(pod.clone()).unwrap_err();
+        assert_eq!(
+            decode_error_with_field::<Pod>(&pod, &e.to_string()),
+            "spec.containers: invalid type: string \"nope\", expected a sequence"
+        );
+        let port = serde_json::json!({
+            "metadata": {"name": "p", "uid": "u", "resourceVersion": "7"},
+            "spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "ports": [{"containerPort": "80"}]}]},
+        });
+        let e = serde_json::from_value::<Pod>(port.clone()).unwrap_err();
+        assert_eq!(
+            decode_error_with_field::<Pod>(&port, &e.to_string()),
+            "spec.containers[1].ports[0].containerPort: invalid type: string \"80\", expected i32"
+        );
+
+        let with = |meta: Value| serde_json::json!({"metadata": meta});
+        assert_eq!(
+            identity_problem(&serde_json::json!({"spec": {}})).as_deref(),
+            Some("metadata is missing or not an object")
+        );
+        assert_eq!(
+            identity_problem(&with(serde_json::json!({"uid": "u"}))).as_deref(),
+            Some("metadata.name is missing")
+        );
+        assert_eq!(
+            identity_problem(&with(
+                serde_json::json!({"name": "n", "resourceVersion": "1"})
+            ))
+            .as_deref(),
+            Some("metadata.uid is missing")
+        );
+        assert_eq!(
+            identity_problem(&with(serde_json::json!({"name": "n", "uid": 5}))).as_deref(),
+            Some("metadata.uid: expected a string, found a number")
+        );
+        assert_eq!(
+            identity_problem(&with(
+                serde_json::json!({"name": "n", "uid": "u", "resourceVersion": "12a"})
+            ))
+            .as_deref(),
+            Some("metadata.resourceVersion: \"12a\" is not a number")
+        );
+        assert_eq!(
+            identity_problem(&with(
+                serde_json::json!({"name": "n", "uid": "u", "resourceVersion": "12"})
+            )),
+            None
+        );
+        assert_eq!(
+            selector_mismatch(&pod, "spec.nodeName=edge-2").as_deref(),
+            Some("spec.nodeName: \"edge-1\" is outside the field selector spec.nodeName=edge-2")
+        );
+        assert_eq!(selector_mismatch(&pod, "spec.nodeName=edge-1"), None);
+        assert_eq!(
+            selector_mismatch(&pod, "spec.nodeName==edge-1,metadata.name!=p").as_deref(),
+            Some("metadata.name: \"p\" is outside the field selector spec.nodeName==edge-1,metadata.name!=p")
+        );
+        assert!(selector_mismatch(&pod, "status.phase=Running").is_some());
     }
 
     #[test]

@@ -113,7 +113,7 @@ impl WatchStream {
             Some(o @ Value::Object(_)) => o,
             _ => {
                 return Err(decode_err(format!(
-                    "a {kind} watch event without an object"
+                    "a watch event of type {kind:?} without an object"
                 )))
             }
         };
@@ -136,6 +136,14 @@ impl WatchStream {
             }
             // The Status of an ERROR event has its own code (410 for an
             // expired resourceVersion); 500 if it has none.
+            "ERROR" if object.get("kind").and_then(Value::as_str) != Some("Status") => {
+                Err(decode_err(format!(
+                    "an ERROR watch event whose object is not a Status (kind {})",
+                    object
+                        .get("kind")
+                        .map_or_else(|| "missing".to_string(), Value::to_string)
+                )))
+            }
             "ERROR" => Ok(WatchEvent::Error(
                 self.error(status_from_value(&object, 500, None)),
             )),
@@ -267,6 +275,14 @@ mod tests {
         let mut s = stream(&["not json\n"], 100);
         let e = s.next().unwrap().unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Decode(_)), "{e}");
+        let mut s = stream(
+            &["{\"type\":\"ERROR\",\"object\":{\"kind\":\"Pod\",\"code\":410}}\n"],
+            100,
+        );
+        assert_eq!(
+            s.next().unwrap().unwrap_err().to_string(),
+            "GET /api/v1/pods?watch=true: cannot decode the answer: an ERROR watch event whose object is not a Status (kind \"Pod\")"
+        );
         let mut s = stream(&["{\"type\":\"BOOKMARK\",\"object\":{}}\n"], 100);
         assert_eq!(
             s.next().unwrap().unwrap_err().to_string(),
@@ -423,6 +439,38 @@ mod tests {
             assert!(e.is_transport(), "{e}");
             assert!(e.to_string().contains("timeout"), "{e}");
             assert!(stream.next().is_none());
+        }
+
+        #[test]
+        fn closing_all_connections_ends_a_silent_watch_at_once() {
+            let l = fixture_lines("05a-pods-watch-node-timeout30");
+            let first = l[0].clone();
+            let server = TestServer::start(move |_| Reply::Chunked {
+                status: 200,
+                chunks: vec![first.clone()],
+                end: End::Silent,
+            });
+            let client = client_for(&server);
+            let mut stream = client.watch(PATH, Duration::from_secs(60)).unwrap();
+            assert!(matches!(stream.next(), Some(Ok(WatchEvent::Added(_)))));
+            let closer = client.clone();
+            let started = std::time::Instant::now();
+            let t = crate::thread::spawn_named("test-closer", move || {
+                std::thread::sleep(Duration::from_millis(300));
+                closer.close_all_connections();
+            })
+            .unwrap();
+            // Either a transport error or the end of the body: never a hang.
+            match stream.next() {
+                None => {}
+                Some(Err(e)) => assert!(e.is_transport(), "{e}"),
+                Some(Ok(ev)) => panic!("an event from a closed connection: {ev:?}"),
+            }
+            assert!(started.elapsed() < Duration::from_secs(10));
+            drop(t);
+            // The client works on, over a new connection.
+            let mut again = client.watch(PATH, Duration::from_secs(60)).unwrap();
+            assert!(matches!(again.next(), Some(Ok(WatchEvent::Added(_)))));
         }
 
         #[test]

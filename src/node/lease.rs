@@ -3,6 +3,14 @@
 //! `node-lease` thread, with the Node as its owner once the Node's UID is
 //! known. A renewal that fails is retried a few times with back-off and
 //! then waits for the next interval; a 409 Conflict fetches the lease anew.
+//!
+//! Heartbeats are how the node learns that the link to the apiserver is
+//! broken: from the second failed attempt in a row on (upstream's
+//! `onRepeatedHeartbeatFailure`), every connection of the client is closed,
+//! so watches and requests stuck on a connection that went silent start
+//! over instead of waiting minutes for their read deadlines. The first
+//! renewal after failures counts a recovery in [`NodeState`], which the
+//! node status thread answers by comparing its status with the server's.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -69,6 +77,9 @@ impl Lease {
     fn run(&mut self, stop: Receiver<()>) {
         let interval = Duration::from_secs(u64::from(self.duration_secs.max(4)) / 4);
         let mut failing = false;
+        // Whether connections were closed during this run of failures (it
+        // is logged once).
+        let mut closed = false;
         loop {
             let mut delay = Duration::from_millis(200);
             let mut ok = false;
@@ -81,6 +92,16 @@ impl Lease {
                     Err(e) => {
                         if !failing || attempt == MAX_TRIES {
                             warn!("node lease: {e} (attempt {attempt} of {MAX_TRIES})");
+                        }
+                        if attempt > 1 && e.is_transport() {
+                            if !closed {
+                                warn!(
+                                    "node lease: renewals keep failing; closing every connection \
+                                     to the API server so that hung requests and watches start over"
+                                );
+                            }
+                            closed = true;
+                            self.client.close_all_connections();
                         }
                         failing = true;
                         if e.is_conflict() || e.is_not_found() {
@@ -96,6 +117,8 @@ impl Lease {
             if ok && failing {
                 info!("node lease: renewed again");
                 failing = false;
+                closed = false;
+                self.state.write().heartbeat_recoveries += 1;
             }
             if !sleep(&stop, interval) {
                 return;

@@ -23,6 +23,9 @@ pub struct NodeState {
     pub allocatable: BTreeMap<String, String>,
     /// The Ready condition last reported.
     pub ready: bool,
+    /// Heartbeats that succeeded after failing (the link to the apiserver
+    /// came back); counted by the lease thread.
+    pub heartbeat_recoveries: u64,
 }
 
 /// The node as the machine describes it before the API server is heard
@@ -56,6 +59,7 @@ pub fn initial_node_state(
         labels: default_labels(name, &info, node_labels),
         allocatable,
         ready: false,
+        heartbeat_recoveries: 0,
     }
 }
 

@@ -6,6 +6,12 @@
 //! least every `--node-status-report-frequency`. The patch is a two-way
 //! strategic merge patch against the status last sent, as upstream sends:
 //! only what changed, with the conditions' order.
+//!
+//! After an outage (the lease thread counts a heartbeat recovery) the Node
+//! is read once and the next patch is computed against the server's status,
+//! as upstream compares with the Node it reads: while the node was away the
+//! node lifecycle controller may have set its conditions to Unknown, and
+//! only the node sets them back.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -84,6 +90,7 @@ impl NodeStatusController {
                 sent_at: None,
                 ready: None,
                 pressure: BTreeMap::new(),
+                recoveries_seen: 0,
             };
             n.run(stop_rx)
         })?;
@@ -110,6 +117,8 @@ struct NodeStatus {
     ready: Option<bool>,
     /// Pressure conditions last reported, for their events.
     pressure: BTreeMap<&'static str, bool>,
+    /// `NodeState::heartbeat_recoveries` when the Node was last read.
+    recoveries_seen: u64,
 }
 
 fn node_path(name: &str) -> String {
@@ -145,6 +154,7 @@ impl NodeStatus {
                     }
                 }
             }
+            self.resync_after_outage();
             if let Err(e) = self.update() {
                 warn!("node {}: status update failed: {e}", self.config.name);
                 if e.is_not_found() && self.config.register {
@@ -157,6 +167,37 @@ impl NodeStatus {
             if !sleep(&stop, self.config.update_frequency) {
                 return;
             }
+        }
+    }
+
+    /// Reads the Node once after the link to the apiserver came back, so
+    /// that the next patch undoes what others changed meanwhile.
+    fn resync_after_outage(&mut self) {
+        let recoveries = self.state.read().heartbeat_recoveries;
+        if recoveries == self.recoveries_seen {
+            return;
+        }
+        match self.client.get(&node_path(&self.config.name)) {
+            Ok(node) => {
+                self.recoveries_seen = recoveries;
+                self.remember(&node);
+                if let Some(status) = node.get("status") {
+                    if self
+                        .sent
+                        .as_ref()
+                        .is_some_and(|sent| !same_ignoring_heartbeats(sent, status))
+                    {
+                        info!(
+                            "node {}: its status changed in the API server during the outage; \
+                             reporting the current one",
+                            self.config.name
+                        );
+                    }
+                    self.sent = Some(status.clone());
+                }
+            }
+            // Tried again at the next update.
+            Err(e) => warn!("node {}: reading it after an outage: {e}", self.config.name),
         }
     }
 

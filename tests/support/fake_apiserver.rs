@@ -21,8 +21,10 @@
 //!
 //! What tests control: tokens and kubeconfigs, objects through handles that act
 //! as the admin, every request recorded, and faults: the listener down, a
-//! black hole, watches cut mid-stream, history compaction, and scripted error
-//! answers.
+//! black hole (connections accepted, nothing ever answered on them, even
+//! after it ends), watches cut mid-stream, history compaction, scripted error
+//! answers, raw bytes injected into open watch streams, and the node
+//! lifecycle controller's "Kubelet stopped posting node status".
 //!
 //! Known simplifications: `managedFields` are approximated from the fields a
 //! request sent (no schema), objects other than Status, events and list
@@ -223,6 +225,22 @@ enum Res {
     ConfigMaps,
     /// Only its `token` subresource (TokenRequest) is served.
     ServiceAccounts,
+}
+
+/// The resource of a plural name; panics on one the fake does not serve.
+fn res_named(resource: &str) -> Res {
+    [
+        Res::Pods,
+        Res::Nodes,
+        Res::Leases,
+        Res::Events,
+        Res::Secrets,
+        Res::ConfigMaps,
+        Res::ServiceAccounts,
+    ]
+    .into_iter()
+    .find(|r| r.resource() == resource)
+    .unwrap_or_else(|| panic!("the fake apiserver serves no resource {resource:?}"))
 }
 
 impl Res {
@@ -1560,11 +1578,19 @@ struct Shared {
     black_hole: AtomicBool,
     /// Bumped by drop_watches: open watches with an older value cut their connection.
     watch_gen: AtomicU64,
+    /// Raw bytes for open watches, by resource, numbered in order.
+    injected: Mutex<Vec<Injection>>,
+    next_injection: AtomicU64,
+    /// Watches streaming now, by resource.
+    open_watches: Mutex<HashMap<Res, usize>>,
     conns: Mutex<HashMap<u64, TcpStream>>,
     next_conn: AtomicU64,
     threads: Mutex<Vec<JoinOnDrop<()>>>,
     tls: Option<Arc<rustls::ServerConfig>>,
 }
+
+/// Raw bytes for the watches of one resource, with their number.
+type Injection = (u64, Res, Arc<Vec<u8>>);
 
 struct Acceptor {
     quit: Arc<AtomicBool>,
@@ -1667,6 +1693,9 @@ impl FakeApiServer {
             stop: AtomicBool::new(false),
             black_hole: AtomicBool::new(false),
             watch_gen: AtomicU64::new(0),
+            injected: Mutex::new(Vec::new()),
+            next_injection: AtomicU64::new(1),
+            open_watches: Mutex::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(0),
             threads: Mutex::new(Vec::new()),
@@ -1995,9 +2024,16 @@ impl FakeApiServer {
         }
     }
 
-    /// A black hole accepts connections and reads requests but never answers;
-    /// open watches stall (no events, no bookmarks). Turning it off closes
-    /// the connections that were held.
+    /// A black hole (an apiserver gone silent behind a partition): new
+    /// connections are accepted but nothing is answered on them, not even a
+    /// TLS handshake; a request read on any connection gets no answer; open
+    /// watches send nothing more, not bookmarks nor the end of the stream.
+    /// Turning it off serves new connections and connections that were idle
+    /// throughout, but every connection that had a request or a watch in the
+    /// hole stays silent for good, as if the server had forgotten it (a
+    /// restart or a lost NAT entry behind the partition), until the client
+    /// closes it: only a client timeout gets out of it. Requests read in the
+    /// hole are recorded with status 0.
     pub fn set_black_hole(&self, on: bool) {
         self.shared.black_hole.store(on, Ordering::SeqCst);
         self.shared.changed.notify_all();
@@ -2007,6 +2043,69 @@ impl FakeApiServer {
     pub fn drop_watches(&self) {
         self.shared.watch_gen.fetch_add(1, Ordering::SeqCst);
         self.shared.changed.notify_all();
+    }
+
+    /// Writes `raw` as it is (no newline added) into every watch of
+    /// `resource` ("pods", "nodes", "leases", ...) open now, after the events
+    /// it has already sent; returns how many watches there were. Watches
+    /// opened later do not get it.
+    pub fn inject_watch(&self, resource: &str, raw: &[u8]) -> usize {
+        let res = res_named(resource);
+        let open = self.open_watches(resource);
+        let raw = Arc::new(raw.to_vec());
+        // Under the state lock, as watches take injections and events
+        // together: bytes injected before a write are sent before its event.
+        let _guard = self.shared.state.lock();
+        let id = self.shared.next_injection.fetch_add(1, Ordering::SeqCst);
+        self.shared.injected.lock().push((id, res, raw));
+        self.shared.changed.notify_all();
+        open
+    }
+
+    /// How many watches of `resource` are streaming now.
+    pub fn open_watches(&self, resource: &str) -> usize {
+        let res = res_named(resource);
+        self.shared
+            .open_watches
+            .lock()
+            .get(&res)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// What the node lifecycle controller writes when a node's heartbeats
+    /// stopped for its grace period: the Ready and pressure conditions
+    /// become Unknown ("Kubelet stopped posting node status."), their
+    /// heartbeat times kept. Only the conditions (the controller also
+    /// taints the node); false if the Node does not exist.
+    pub fn mark_node_unknown(&self, name: &str) -> bool {
+        self.locked(|st| {
+            let key = (Res::Nodes, String::new(), name.to_string());
+            let Some(mut node) = st.objects.get(&key).cloned() else {
+                return false;
+            };
+            let now = now_secs();
+            let kinds = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"];
+            let conditions = obj_mut_list(&mut node["status"], "conditions");
+            for kind in kinds {
+                let at = conditions.iter().position(|c| c["type"] == kind);
+                let c = match at {
+                    Some(i) => &mut conditions[i],
+                    None => {
+                        conditions.push(json!({"type": kind, "lastHeartbeatTime": now}));
+                        conditions.last_mut().expect("just pushed")
+                    }
+                };
+                if c["status"] != "Unknown" {
+                    c["lastTransitionTime"] = json!(now);
+                }
+                c["status"] = json!("Unknown");
+                c["reason"] = json!("NodeStatusUnknown");
+                c["message"] = json!("Kubelet stopped posting node status.");
+            }
+            st.write(key, EventType::Modified, node);
+            true
+        })
     }
 
     /// Forgets all history: watches from older RVs get the 410 ERROR event and
@@ -2166,7 +2265,36 @@ fn spawn_conn(shared: &Arc<Shared>, stream: TcpStream) {
     }
 }
 
+/// Keeps a connection that is in the black hole: nothing is ever written on
+/// it; what the client sends is read and dropped, so that its closing is
+/// seen and the thread ends. Returns when the client closed the connection
+/// or the server stops.
+fn hold_silent(shared: &Shared, tcp: &TcpStream) {
+    let _ = tcp.set_read_timeout(Some(POLL * 5));
+    let mut buf = [0u8; 4096];
+    let mut r = tcp;
+    while !shared.stop.load(Ordering::SeqCst) {
+        match r.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
 fn serve_conn(shared: &Arc<Shared>, tcp: TcpStream) {
+    if shared.tls.is_some() && shared.black_hole.load(Ordering::SeqCst) {
+        // Not even the TLS handshake is answered.
+        hold_silent(shared, &tcp);
+        let _ = tcp.shutdown(Shutdown::Both);
+        return;
+    }
     let conn = match &shared.tls {
         None => Conn::Plain(tcp),
         Some(cfg) => match rustls::ServerConnection::new(cfg.clone()) {
@@ -2185,9 +2313,8 @@ fn serve_conn(shared: &Arc<Shared>, tcp: TcpStream) {
         };
         if shared.black_hole.load(Ordering::SeqCst) {
             record(&mut shared.state.lock(), &req, "", 0);
-            while shared.black_hole.load(Ordering::SeqCst) && !shared.stop.load(Ordering::SeqCst) {
-                std::thread::sleep(POLL);
-            }
+            // Never answered, even after the black hole ends.
+            hold_silent(shared, reader.get_ref().tcp());
             break;
         }
         if !handle(shared, &mut reader, req) {
@@ -4038,8 +4165,47 @@ fn convert(e: &Event, f: &Filter) -> Option<String> {
     Some(event_line(kind, &encode(&obj)))
 }
 
+/// Counts a watch as open while it lives.
+struct OpenWatch<'a> {
+    shared: &'a Shared,
+    res: Res,
+}
+
+impl<'a> OpenWatch<'a> {
+    fn new(shared: &'a Shared, res: Res) -> OpenWatch<'a> {
+        *shared.open_watches.lock().entry(res).or_insert(0) += 1;
+        OpenWatch { shared, res }
+    }
+}
+
+impl Drop for OpenWatch<'_> {
+    fn drop(&mut self) {
+        if let Some(n) = self.shared.open_watches.lock().get_mut(&self.res) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// Injected bytes for `res` numbered above `after`, and the last number seen.
+fn injections(shared: &Shared, res: Res, after: u64) -> (Vec<Arc<Vec<u8>>>, u64) {
+    let list = shared.injected.lock();
+    let last = list.last().map_or(after, |(id, _, _)| (*id).max(after));
+    let raw = list
+        .iter()
+        .filter(|(id, r, _)| *id > after && *r == res)
+        .map(|(_, _, b)| b.clone())
+        .collect();
+    (raw, last)
+}
+
 /// Streams a watch; false when the connection must close.
 fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -> bool {
+    let _open = OpenWatch::new(shared, plan.res);
+    // Only bytes injected from now on are for this watch.
+    let mut injected_seen = {
+        let _guard = shared.state.lock();
+        shared.next_injection.load(Ordering::SeqCst) - 1
+    };
     let head = format!(
         "HTTP/1.1 200 OK\r\nCache-Control: no-cache, private\r\nContent-Type: application/json\r\nDate: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
         http_date()
@@ -4091,10 +4257,12 @@ fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -> bool {
             return cut(out);
         }
         if shared.black_hole.load(Ordering::SeqCst) {
-            // Stalled: nothing is sent, not even the end of the stream.
-            std::thread::sleep(POLL);
-            continue;
+            // Nothing more is sent, not even the end of the stream, and not
+            // after the black hole ends either.
+            hold_silent(shared, out.tcp());
+            return cut(out);
         }
+
         let now = Instant::now();
         if now >= deadline {
             return out
@@ -4126,6 +4294,8 @@ fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -> bool {
                 .and_then(|_| out.write_all(b"0\r\n\r\n"))
                 .is_ok();
         }
+        let (raw, seen) = injections(shared, plan.res, injected_seen);
+        injected_seen = seen;
         let lines: Vec<String> = st
             .log
             .iter()
@@ -4135,6 +4305,11 @@ fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -> bool {
         pos = pos.max(st.rv);
         let cache_rv = st.type_rv(plan.res);
         drop(st);
+        for bytes in raw {
+            if write_chunk(out, &bytes).is_err() {
+                return false;
+            }
+        }
         for line in lines {
             if write_chunk(out, line.as_bytes()).is_err() {
                 return false;
