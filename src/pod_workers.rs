@@ -22,6 +22,13 @@
 //! After each sync the worker asks for its next resync through the work
 //! queue: after `sync-frequency` on success, after the remaining back-off
 //! for a crash-looping container, and after 10 s for other errors.
+//!
+//! The workers keep one figure for the sync loop's shutdown line: the
+//! longest a pod's update waited, from the moment the sync loop handed it
+//! over (the oldest of the updates it coalesced) until its worker started
+//! to act on it (SyncPod, after the fresh status it waits for, or the
+//! termination). Busy workers, a name held by an older UID, and slow
+//! relists all show up in it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -139,7 +146,8 @@ impl FullNames {
 
 /// The one-slot mailbox between the sync loop and a worker.
 struct Mailbox {
-    pending: Mutex<Option<PodWork>>,
+    /// The latest work, and when the slot last went from empty to full.
+    pending: Mutex<Option<(PodWork, Instant)>>,
     closed: Mutex<bool>,
     /// Capacity 1: a full channel means the worker is already woken, and
     /// the new work simply replaced the pending one.
@@ -150,21 +158,23 @@ impl Mailbox {
     fn put(&self, work: PodWork) {
         {
             let mut p = self.pending.lock();
-            // A kill is never replaced by a sync.
-            if p.as_ref()
-                .is_some_and(|w| w.update_type == UpdateType::Kill)
-                && work.update_type != UpdateType::Kill
-            {
-                return;
+            match p.as_mut() {
+                // A kill is never replaced by a sync.
+                Some((w, _))
+                    if w.update_type == UpdateType::Kill
+                        && work.update_type != UpdateType::Kill => {}
+                // Replaced: the wait started with the first pending update.
+                Some((w, _)) => *w = work,
+                None => *p = Some((work, Instant::now())),
             }
-            *p = Some(work);
         }
         match self.wake.try_send(()) {
             Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
         }
     }
 
-    fn take(&self) -> Option<PodWork> {
+    /// The pending work and when it was first handed over.
+    fn take(&self) -> Option<(PodWork, Instant)> {
         self.pending.lock().take()
     }
 
@@ -172,7 +182,7 @@ impl Mailbox {
         self.pending
             .lock()
             .as_ref()
-            .is_some_and(|w| w.update_type == UpdateType::Kill)
+            .is_some_and(|(w, _)| w.update_type == UpdateType::Kill)
     }
 
     fn close(&self) {
@@ -182,6 +192,28 @@ impl Mailbox {
 
     fn is_closed(&self) -> bool {
         *self.closed.lock()
+    }
+}
+
+/// The longest a pod's update waited for its worker to act on it.
+#[derive(Debug, Default)]
+pub struct WaitStats {
+    longest: Mutex<Option<(Duration, String)>>,
+}
+
+impl WaitStats {
+    /// Notes that pod `full_name`'s update waited `waited`; allocates only
+    /// for a new longest wait.
+    pub fn record(&self, full_name: &str, waited: Duration) {
+        let mut l = self.longest.lock();
+        if l.as_ref().is_none_or(|(d, _)| waited > *d) {
+            *l = Some((waited, full_name.to_string()));
+        }
+    }
+
+    /// The longest wait so far and the pod's full name.
+    pub fn longest(&self) -> Option<(Duration, String)> {
+        self.longest.lock().clone()
     }
 }
 
@@ -204,6 +236,8 @@ pub struct Shared {
     volumes: Arc<VolumeManager>,
     /// Where each pod's containers go after every sync, for its probes.
     prober: ProberHandle,
+    /// The longest wait of an update for its worker.
+    waits: WaitStats,
 }
 
 struct Worker {
@@ -244,6 +278,7 @@ impl PodWorkers {
                 )),
                 runtime,
                 prober: ProberHandle::disabled(),
+                waits: WaitStats::default(),
             }),
             workers: HashMap::new(),
         }
@@ -341,6 +376,11 @@ impl PodWorkers {
         );
     }
 
+    /// The longest an update waited for its worker, and the pod's full name.
+    pub fn longest_wait(&self) -> Option<(Duration, String)> {
+        self.shared.waits.longest()
+    }
+
     pub fn is_known(&self, uid: &str) -> bool {
         self.workers.contains_key(uid)
     }
@@ -414,11 +454,14 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
         if wake.recv().is_err() || mailbox.is_closed() {
             break;
         }
-        let Some(work) = mailbox.take() else { continue };
+        let Some((work, handed_over)) = mailbox.take() else {
+            continue;
+        };
         let full_name = pod_full_name(&work.pod);
         last_pod = Some(work.pod.clone());
 
         if work.update_type == UpdateType::Kill {
+            shared.waits.record(&full_name, handed_over.elapsed());
             shared.prober.remove_pod(&work.pod);
             if !terminate(&shared, &mailbox, &work, &uid, &full_name) {
                 break;
@@ -464,6 +507,7 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             shared.queue.enqueue(&uid, ERROR_BACKOFF);
             continue;
         }
+        shared.waits.record(&full_name, handed_over.elapsed());
         debug!("pod {full_name}: sync ({:?})", work.update_type);
         // Volumes first: no container starts without them (upstream's
         // WaitForAttachAndMount).
@@ -803,6 +847,73 @@ mod tests {
     }
 
     #[test]
+    fn a_coalesced_update_waits_from_the_first_hand_over() {
+        let mb = Mailbox {
+            pending: Mutex::new(None),
+            closed: Mutex::new(false),
+            wake: crossbeam_channel::bounded(1).0,
+        };
+        let work = |t| PodWork {
+            pod: pod("u", "a"),
+            update_type: t,
+            grace_period: None,
+        };
+        let before = Instant::now();
+        mb.put(work(UpdateType::Create));
+        std::thread::sleep(Duration::from_millis(20));
+        mb.put(work(UpdateType::Update));
+        let (w, since) = mb.take().unwrap();
+        assert_eq!(w.update_type, UpdateType::Update);
+        assert!(since >= before && since < before + Duration::from_millis(15));
+        // Once taken, the next update starts a new wait.
+        mb.put(work(UpdateType::Sync));
+        assert!(mb.take().unwrap().1 >= before + Duration::from_millis(20));
+    }
+
+    #[test]
+    fn wait_stats_keep_the_longest_wait_and_its_pod() {
+        let w = WaitStats::default();
+        assert_eq!(w.longest(), None);
+        w.record("default/a", Duration::from_millis(5));
+        w.record("default/b", Duration::from_millis(9));
+        w.record("default/c", Duration::from_millis(7));
+        assert_eq!(
+            w.longest(),
+            Some((Duration::from_millis(9), "default/b".to_string()))
+        );
+    }
+
+    #[test]
+    fn a_worker_records_how_long_its_update_waited() {
+        let mut r = rig();
+        assert_eq!(r.workers.longest_wait(), None);
+        let p = pod("u5", "web");
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
+        let (first, name) = r.workers.longest_wait().expect("a wait recorded");
+        assert_eq!(name, pod_full_name(&p));
+        // The next sync waits for a relist newer than the first sync, which
+        // comes 300 ms later: that wait is the worker's to count.
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Sync,
+            grace_period: None,
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        r.cache.update_time(Instant::now(), Arc::new(vec![]));
+        wait_for("a longer wait recorded", || {
+            r.workers
+                .longest_wait()
+                .is_some_and(|(d, _)| d >= Duration::from_millis(300) && d > first)
+        });
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
     fn latest_update_wins() {
         let mb = Mailbox {
             pending: Mutex::new(None),
@@ -816,7 +927,7 @@ mod tests {
                 grace_period: None,
             });
         }
-        assert_eq!(mb.take().unwrap().update_type, UpdateType::Sync);
+        assert_eq!(mb.take().unwrap().0.update_type, UpdateType::Sync);
         mb.put(PodWork {
             pod: pod("u", "a"),
             update_type: UpdateType::Kill,
@@ -827,6 +938,6 @@ mod tests {
             update_type: UpdateType::Update,
             grace_period: None,
         });
-        assert_eq!(mb.take().unwrap().update_type, UpdateType::Kill);
+        assert_eq!(mb.take().unwrap().0.update_type, UpdateType::Kill);
     }
 }
