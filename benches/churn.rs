@@ -18,6 +18,7 @@
 //!
 //!   cargo bench --bench churn -- [--pods 250] [--rate 20] [--secs 180]
 //!       [--settle 60] [--seed 1] [--converge-within 300] [--keep-log PATH]
+//!       [--v 2]
 //!
 //! `TINYLET_E2E_BIN` picks another tinylet binary (default: the one cargo
 //! built with the bench, in release). Without `--bench` on the command line
@@ -42,6 +43,8 @@ const RSS_SLACK_KIB: u64 = 2048;
 struct Options {
     plan: Plan,
     keep_log: Option<String>,
+    /// tinylet's `--v`.
+    verbosity: String,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -54,6 +57,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         converge_within: Duration::from_secs(300),
     };
     let mut keep_log = None;
+    let mut verbosity = "2".to_string();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |name: &str| -> Result<String, String> {
@@ -78,13 +82,18 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 plan.converge_within = Duration::from_secs(number(a, value(a)?)?)
             }
             "--keep-log" => keep_log = Some(value(a)?),
+            "--v" => verbosity = number(a, value(a)?)?.to_string(),
             other => return Err(format!("unknown option {other:?}")),
         }
     }
     if plan.pods == 0 || !(plan.rate > 0.0) {
         return Err("--pods and --rate must be above zero".into());
     }
-    Ok(Options { plan, keep_log })
+    Ok(Options {
+        plan,
+        keep_log,
+        verbosity,
+    })
 }
 
 fn main() -> ExitCode {
@@ -104,7 +113,7 @@ fn main() -> ExitCode {
     let mut tl = Tinylet::start_with(
         &ctd,
         "churn-node",
-        &[&["--v", "2"], churn::TINYLET_FLAGS].concat(),
+        &[&["--v", o.verbosity.as_str()], churn::TINYLET_FLAGS].concat(),
     );
     let r = churn::run(&ctd, &mut tl, &o.plan);
     if let Some(path) = &o.keep_log {

@@ -332,6 +332,7 @@ impl Relister {
         );
 
         let mut all_events = Vec::new();
+        let mut inspected = 0usize;
         for uid in &uids {
             let old = self.records.get(uid);
             let new = current.get(uid);
@@ -342,6 +343,7 @@ impl Relister {
                 self.reinspect.remove(uid);
                 self.cache.delete(uid);
             } else if changed {
+                inspected += 1;
                 let (name, namespace) = new
                     .or(old)
                     .map(|p| (p.name.clone(), p.namespace.clone()))
@@ -373,6 +375,14 @@ impl Relister {
             }
         }
         self.cache.update_time(started, Arc::new(pods));
+        let took = started.elapsed();
+        if took > RELIST_PERIOD {
+            // Workers waiting for a fresh status waited this long.
+            debug!(
+                "relist took {} ms ({inspected} pods inspected)",
+                took.as_millis()
+            );
+        }
 
         for e in all_events {
             debug!("pleg: {e:?}");

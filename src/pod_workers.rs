@@ -5,7 +5,8 @@
 //! desired state through a one-slot mailbox: a new update for a busy worker
 //! replaces the pending one (latest wins), so a worker never replays stale
 //! specs. The worker reads the pod's runtime status from the PLEG cache,
-//! newer than its own last sync, and runs SyncPod.
+//! newer than its own last sync, and runs SyncPod with the latest update,
+//! including one that arrived while it waited for that status.
 //!
 //! A pod's life on its worker:
 //!
@@ -176,6 +177,17 @@ impl Mailbox {
     /// The pending work and when it was first handed over.
     fn take(&self) -> Option<(PodWork, Instant)> {
         self.pending.lock().take()
+    }
+
+    /// The pending work unless it is a kill (which stays for the next turn).
+    fn take_update(&self) -> Option<PodWork> {
+        let mut p = self.pending.lock();
+        if p.as_ref()
+            .is_some_and(|(w, _)| w.update_type != UpdateType::Kill)
+        {
+            return p.take().map(|(w, _)| w);
+        }
+        None
     }
 
     fn kill_pending(&self) -> bool {
@@ -501,6 +513,9 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             }
             Wait::Closed => break,
         };
+        // Updates that came while the worker waited supersede its work:
+        // the sync acts on the latest spec, not on one already replaced.
+        let work = mailbox.take_update().unwrap_or(work);
         if let Some(e) = err {
             warn!("pod {full_name}: status unknown ({e}), will retry");
             last_sync = Some(Instant::now());
@@ -910,6 +925,58 @@ mod tests {
                 .longest_wait()
                 .is_some_and(|(d, _)| d >= Duration::from_millis(300) && d > first)
         });
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn an_update_that_comes_during_the_status_wait_is_the_one_synced() {
+        use crate::runtime::labels::{container_hash, CONTAINER_HASH};
+        let mut r = rig();
+        let spec = |cmd: &str| {
+            let mut p = test_pod("u6", "web");
+            if let Some(s) = p.spec.as_mut() {
+                s.containers[0].command = Some(vec![cmd.to_string()]);
+            }
+            Arc::new(p)
+        };
+        r.workers.update_pod(PodWork {
+            pod: spec("a"),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
+        // The worker waits for a relist newer than its first sync...
+        r.workers.update_pod(PodWork {
+            pod: spec("b"),
+            update_type: UpdateType::Update,
+            grace_period: None,
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        // ... while the spec changes again.
+        let latest = spec("c");
+        r.workers.update_pod(PodWork {
+            pod: latest.clone(),
+            update_type: UpdateType::Update,
+            grace_period: None,
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        r.cache.update_time(Instant::now(), Arc::new(vec![]));
+        wait_for("container replaced", || r.fake.count("StartContainer") == 2);
+        std::thread::sleep(Duration::from_millis(200));
+        // Replaced once, by the latest spec; the one in between never ran.
+        assert_eq!(r.fake.count("StartContainer"), 2);
+        let want = format!(
+            "{:x}",
+            container_hash(&latest.spec.as_ref().unwrap().containers[0])
+        );
+        let id = r.fake.container_id("app").unwrap();
+        let c = r
+            .fake
+            .containers()
+            .into_iter()
+            .find(|c| c.id == id)
+            .unwrap();
+        assert_eq!(c.annotations.get(CONTAINER_HASH), Some(&want));
         r.workers.shutdown(Duration::from_secs(2));
     }
 
