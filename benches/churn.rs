@@ -86,7 +86,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             other => return Err(format!("unknown option {other:?}")),
         }
     }
-    if plan.pods == 0 || !(plan.rate > 0.0) {
+    if plan.pods == 0 || plan.rate.is_nan() || plan.rate <= 0.0 {
         return Err("--pods and --rate must be above zero".into());
     }
     Ok(Options {
