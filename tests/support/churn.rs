@@ -519,8 +519,9 @@ fn converge(
 
 /// Flags for the tinylet a churn runs: image GC off, so that pods never
 /// depend on how full the shared disk happens to be (a pass above the
-/// threshold would remove the unused test image before the first pod).
-pub const TINYLET_FLAGS: &[&str] = &["--image-gc-high-threshold", "100"];
+/// threshold would remove the unused test image before the first pod), and
+/// room for more than the default 110 pods, which admission enforces.
+pub const TINYLET_FLAGS: &[&str] = &["--image-gc-high-threshold", "100", "--max-pods", "1000"];
 
 /// Runs the plan against a tinylet freshly started on `ctd` (with
 /// `TINYLET_FLAGS`) with an empty manifest dir; stops it with SIGTERM at
