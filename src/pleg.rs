@@ -442,6 +442,7 @@ impl Relister {
         );
 
         let mut all_events = Vec::new();
+        let mut inspected = 0usize;
         for uid in &uids {
             let old = self.records.get(uid);
             let new = current.get(uid);
@@ -452,6 +453,7 @@ impl Relister {
                 self.reinspect.remove(uid);
                 self.cache.delete(uid);
             } else if changed {
+                inspected += 1;
                 let (name, namespace) = new
                     .or(old)
                     .map(|p| (p.name.clone(), p.namespace.clone()))
@@ -483,6 +485,14 @@ impl Relister {
             }
         }
         self.cache.update_time(started, Arc::new(pods));
+        let took = started.elapsed();
+        if took > RELIST_PERIOD {
+            // Workers waiting for a fresh status waited this long.
+            debug!(
+                "relist took {} ms ({inspected} pods inspected)",
+                took.as_millis()
+            );
+        }
 
         for e in all_events {
             debug!("pleg: {e:?}");

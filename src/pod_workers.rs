@@ -5,7 +5,8 @@
 //! desired state through a one-slot mailbox: a new update for a busy worker
 //! replaces the pending one (latest wins), so a worker never replays stale
 //! specs. The worker reads the pod's runtime status from the PLEG cache,
-//! newer than its own last sync, and runs SyncPod.
+//! newer than its own last sync, and runs SyncPod with the latest update,
+//! including one that arrived while it waited for that status.
 //!
 //! A pod's life on its worker:
 //!
@@ -22,6 +23,13 @@
 //! After each sync the worker asks for its next resync through the work
 //! queue: after `sync-frequency` on success, after the remaining back-off
 //! for a crash-looping container, and after 10 s for other errors.
+//!
+//! The workers keep one figure for the sync loop's shutdown line: the
+//! longest a pod's update waited, from the moment the sync loop handed it
+//! over (the oldest of the updates it coalesced) until its worker started
+//! to act on it (SyncPod, after the fresh status it waits for, or the
+//! termination). Busy workers, a name held by an older UID, and slow
+//! relists all show up in it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -139,7 +147,8 @@ impl FullNames {
 
 /// The one-slot mailbox between the sync loop and a worker.
 struct Mailbox {
-    pending: Mutex<Option<PodWork>>,
+    /// The latest work, and when the slot last went from empty to full.
+    pending: Mutex<Option<(PodWork, Instant)>>,
     closed: Mutex<bool>,
     /// Capacity 1: a full channel means the worker is already woken, and
     /// the new work simply replaced the pending one.
@@ -150,29 +159,42 @@ impl Mailbox {
     fn put(&self, work: PodWork) {
         {
             let mut p = self.pending.lock();
-            // A kill is never replaced by a sync.
-            if p.as_ref()
-                .is_some_and(|w| w.update_type == UpdateType::Kill)
-                && work.update_type != UpdateType::Kill
-            {
-                return;
+            match p.as_mut() {
+                // A kill is never replaced by a sync.
+                Some((w, _))
+                    if w.update_type == UpdateType::Kill
+                        && work.update_type != UpdateType::Kill => {}
+                // Replaced: the wait started with the first pending update.
+                Some((w, _)) => *w = work,
+                None => *p = Some((work, Instant::now())),
             }
-            *p = Some(work);
         }
         match self.wake.try_send(()) {
             Ok(()) | Err(TrySendError::Full(())) | Err(TrySendError::Disconnected(())) => {}
         }
     }
 
-    fn take(&self) -> Option<PodWork> {
+    /// The pending work and when it was first handed over.
+    fn take(&self) -> Option<(PodWork, Instant)> {
         self.pending.lock().take()
+    }
+
+    /// The pending work unless it is a kill (which stays for the next turn).
+    fn take_update(&self) -> Option<PodWork> {
+        let mut p = self.pending.lock();
+        if p.as_ref()
+            .is_some_and(|(w, _)| w.update_type != UpdateType::Kill)
+        {
+            return p.take().map(|(w, _)| w);
+        }
+        None
     }
 
     fn kill_pending(&self) -> bool {
         self.pending
             .lock()
             .as_ref()
-            .is_some_and(|w| w.update_type == UpdateType::Kill)
+            .is_some_and(|(w, _)| w.update_type == UpdateType::Kill)
     }
 
     fn close(&self) {
@@ -182,6 +204,28 @@ impl Mailbox {
 
     fn is_closed(&self) -> bool {
         *self.closed.lock()
+    }
+}
+
+/// The longest a pod's update waited for its worker to act on it.
+#[derive(Debug, Default)]
+pub struct WaitStats {
+    longest: Mutex<Option<(Duration, String)>>,
+}
+
+impl WaitStats {
+    /// Notes that pod `full_name`'s update waited `waited`; allocates only
+    /// for a new longest wait.
+    pub fn record(&self, full_name: &str, waited: Duration) {
+        let mut l = self.longest.lock();
+        if l.as_ref().is_none_or(|(d, _)| waited > *d) {
+            *l = Some((waited, full_name.to_string()));
+        }
+    }
+
+    /// The longest wait so far and the pod's full name.
+    pub fn longest(&self) -> Option<(Duration, String)> {
+        self.longest.lock().clone()
     }
 }
 
@@ -204,6 +248,8 @@ pub struct Shared {
     volumes: Arc<VolumeManager>,
     /// Where each pod's containers go after every sync, for its probes.
     prober: ProberHandle,
+    /// The longest wait of an update for its worker.
+    waits: WaitStats,
 }
 
 struct Worker {
@@ -244,6 +290,7 @@ impl PodWorkers {
                 )),
                 runtime,
                 prober: ProberHandle::disabled(),
+                waits: WaitStats::default(),
             }),
             workers: HashMap::new(),
         }
@@ -341,6 +388,11 @@ impl PodWorkers {
         );
     }
 
+    /// The longest an update waited for its worker, and the pod's full name.
+    pub fn longest_wait(&self) -> Option<(Duration, String)> {
+        self.shared.waits.longest()
+    }
+
     pub fn is_known(&self, uid: &str) -> bool {
         self.workers.contains_key(uid)
     }
@@ -414,11 +466,14 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
         if wake.recv().is_err() || mailbox.is_closed() {
             break;
         }
-        let Some(work) = mailbox.take() else { continue };
+        let Some((work, handed_over)) = mailbox.take() else {
+            continue;
+        };
         let full_name = pod_full_name(&work.pod);
         last_pod = Some(work.pod.clone());
 
         if work.update_type == UpdateType::Kill {
+            shared.waits.record(&full_name, handed_over.elapsed());
             shared.prober.remove_pod(&work.pod);
             if !terminate(&shared, &mailbox, &work, &uid, &full_name) {
                 break;
@@ -458,12 +513,16 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             }
             Wait::Closed => break,
         };
+        // Updates that came while the worker waited supersede its work:
+        // the sync acts on the latest spec, not on one already replaced.
+        let work = mailbox.take_update().unwrap_or(work);
         if let Some(e) = err {
             warn!("pod {full_name}: status unknown ({e}), will retry");
             last_sync = Some(Instant::now());
             shared.queue.enqueue(&uid, ERROR_BACKOFF);
             continue;
         }
+        shared.waits.record(&full_name, handed_over.elapsed());
         debug!("pod {full_name}: sync ({:?})", work.update_type);
         crate::fault::point("sync-begin", &full_name);
         // Volumes first: no container starts without them (upstream's
@@ -807,6 +866,125 @@ mod tests {
     }
 
     #[test]
+    fn a_coalesced_update_waits_from_the_first_hand_over() {
+        let mb = Mailbox {
+            pending: Mutex::new(None),
+            closed: Mutex::new(false),
+            wake: crossbeam_channel::bounded(1).0,
+        };
+        let work = |t| PodWork {
+            pod: pod("u", "a"),
+            update_type: t,
+            grace_period: None,
+        };
+        let before = Instant::now();
+        mb.put(work(UpdateType::Create));
+        std::thread::sleep(Duration::from_millis(20));
+        mb.put(work(UpdateType::Update));
+        let (w, since) = mb.take().unwrap();
+        assert_eq!(w.update_type, UpdateType::Update);
+        assert!(since >= before && since < before + Duration::from_millis(15));
+        // Once taken, the next update starts a new wait.
+        mb.put(work(UpdateType::Sync));
+        assert!(mb.take().unwrap().1 >= before + Duration::from_millis(20));
+    }
+
+    #[test]
+    fn wait_stats_keep_the_longest_wait_and_its_pod() {
+        let w = WaitStats::default();
+        assert_eq!(w.longest(), None);
+        w.record("default/a", Duration::from_millis(5));
+        w.record("default/b", Duration::from_millis(9));
+        w.record("default/c", Duration::from_millis(7));
+        assert_eq!(
+            w.longest(),
+            Some((Duration::from_millis(9), "default/b".to_string()))
+        );
+    }
+
+    #[test]
+    fn a_worker_records_how_long_its_update_waited() {
+        let mut r = rig();
+        assert_eq!(r.workers.longest_wait(), None);
+        let p = pod("u5", "web");
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
+        let (first, name) = r.workers.longest_wait().expect("a wait recorded");
+        assert_eq!(name, pod_full_name(&p));
+        // The next sync waits for a relist newer than the first sync, which
+        // comes 300 ms later: that wait is the worker's to count.
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Sync,
+            grace_period: None,
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        r.cache.update_time(Instant::now(), Arc::new(vec![]));
+        wait_for("a longer wait recorded", || {
+            r.workers
+                .longest_wait()
+                .is_some_and(|(d, _)| d >= Duration::from_millis(300) && d > first)
+        });
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn an_update_that_comes_during_the_status_wait_is_the_one_synced() {
+        use crate::runtime::labels::{container_hash, CONTAINER_HASH};
+        let mut r = rig();
+        let spec = |cmd: &str| {
+            let mut p = test_pod("u6", "web");
+            if let Some(s) = p.spec.as_mut() {
+                s.containers[0].command = Some(vec![cmd.to_string()]);
+            }
+            Arc::new(p)
+        };
+        r.workers.update_pod(PodWork {
+            pod: spec("a"),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
+        // The worker waits for a relist newer than its first sync...
+        r.workers.update_pod(PodWork {
+            pod: spec("b"),
+            update_type: UpdateType::Update,
+            grace_period: None,
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        // ... while the spec changes again.
+        let latest = spec("c");
+        r.workers.update_pod(PodWork {
+            pod: latest.clone(),
+            update_type: UpdateType::Update,
+            grace_period: None,
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        r.cache.update_time(Instant::now(), Arc::new(vec![]));
+        wait_for("container replaced", || r.fake.count("StartContainer") == 2);
+        std::thread::sleep(Duration::from_millis(200));
+        // Replaced once, by the latest spec; the one in between never ran.
+        assert_eq!(r.fake.count("StartContainer"), 2);
+        let want = format!(
+            "{:x}",
+            container_hash(&latest.spec.as_ref().unwrap().containers[0])
+        );
+        let id = r.fake.container_id("app").unwrap();
+        let c = r
+            .fake
+            .containers()
+            .into_iter()
+            .find(|c| c.id == id)
+            .unwrap();
+        assert_eq!(c.annotations.get(CONTAINER_HASH), Some(&want));
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
     fn latest_update_wins() {
         let mb = Mailbox {
             pending: Mutex::new(None),
@@ -820,7 +998,7 @@ mod tests {
                 grace_period: None,
             });
         }
-        assert_eq!(mb.take().unwrap().update_type, UpdateType::Sync);
+        assert_eq!(mb.take().unwrap().0.update_type, UpdateType::Sync);
         mb.put(PodWork {
             pod: pod("u", "a"),
             update_type: UpdateType::Kill,
@@ -831,6 +1009,6 @@ mod tests {
             update_type: UpdateType::Update,
             grace_period: None,
         });
-        assert_eq!(mb.take().unwrap().update_type, UpdateType::Kill);
+        assert_eq!(mb.take().unwrap().0.update_type, UpdateType::Kill);
     }
 }

@@ -8,6 +8,7 @@ mod agent;
 mod cluster;
 mod config_sources;
 mod e2e;
+mod e2e_churn;
 mod e2e_cluster;
 mod e2e_disk;
 mod e2e_images;

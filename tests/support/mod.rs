@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 
 pub mod agent;
+pub mod churn;
 pub mod containerd;
 pub mod fake_apiserver;
 pub mod fake_cri;
