@@ -14,8 +14,10 @@
 #    the installed unit.
 # 2. The installed /usr/bin/tinylet runs as the unit runs it (its ExecStart
 #    with the installed /etc/tinylet/config.yaml, under the unit's
-#    capability bounding set and no_new_privs) plus one flag only: the
-#    endpoint of a private containerd (containerd-private.sh). A pod
+#    capability bounding set and no_new_privs) plus two flags only: the
+#    endpoint of a private containerd (containerd-private.sh), and image GC
+#    off (the test image can't be pulled, and GC would remove it on a disk
+#    over 85% full). A pod
 #    manifest dropped into /etc/kubernetes/manifests must start; its
 #    container writes into a memory-backed emptyDir, which must be a tmpfs
 #    tinylet mounted on the host, under /var/lib/tinylet, holding the file.
@@ -271,10 +273,12 @@ spec:
 EOF
 mv "$manifest.tmp" "$manifest"
 
-say "running /usr/bin/tinylet --config /etc/tinylet/config.yaml --container-runtime-endpoint unix://$sock (bounding set without ${bounding// /,}, no_new_privs)"
+say "running /usr/bin/tinylet --config /etc/tinylet/config.yaml --container-runtime-endpoint unix://$sock --image-gc-high-threshold 100 (bounding set without ${bounding// /,}, no_new_privs)"
+# Image GC off as well: on a machine whose disk is over 85% full it would
+# remove the imported test image, which cannot be pulled.
 setpriv --no-new-privs --bounding-set "$drop" \
     /usr/bin/tinylet --config /etc/tinylet/config.yaml \
-    --container-runtime-endpoint "unix://$sock" >"$log" 2>&1 &
+    --container-runtime-endpoint "unix://$sock" --image-gc-high-threshold 100 >"$log" 2>&1 &
 tinylet_pid=$!
 
 filter="labels.\"io.kubernetes.container.name\"==$POD,labels.\"io.cri-containerd.kind\"==container"

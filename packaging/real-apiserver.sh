@@ -72,11 +72,14 @@ within() {
     done
 }
 
+# Image GC is off: on a machine whose disk is over 85% full it would remove
+# the imported test image, which cannot be pulled.
 start_tinylet() {
     "$TINYLET_BIN" --v "${TINYLET_V:-0}" --kubeconfig "$KCP/node-edge-1.kubeconfig" --hostname-override edge-1 \
         --container-runtime-endpoint "unix://$ctd/containerd.sock" \
         --pod-manifest-path "$work/manifests" --root-dir "$work/root" \
-        --pod-logs-dir "$work/logs" --node-status-update-frequency 2s >>"$work/tinylet.log" 2>&1 &
+        --pod-logs-dir "$work/logs" --node-status-update-frequency 2s \
+        --image-gc-high-threshold 100 >>"$work/tinylet.log" 2>&1 &
     tinylet_pid=$!
 }
 

@@ -110,6 +110,10 @@ fn uid_hash(uid: &str) -> u64 {
     h.finish()
 }
 
+/// PATCHes one status change may take: the first, and one against the
+/// server's answer when that still differs.
+const STATUS_ROUNDS: u32 = 2;
+
 /// Deleted UIDs remembered; older ones fall off (their late reports are
 /// rare and only cost a 404).
 const MAX_DELETED: usize = 256;
@@ -584,22 +588,50 @@ impl Worker {
                     return true;
                 }
                 let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/status");
-                let patch = status_patch(&target_uid, old.as_deref(), &status);
-                crate::fault::point("status-patch", format_args!("{namespace}/{name}"));
-                match self.client.patch(&path, PatchKind::Strategic, &patch) {
-                    Ok(_) => {
-                        debug!("pod {namespace}/{name}: status sent (version {version})");
-                        self.succeeded(&uid, |e| e.sent = e.sent.max(version));
-                        true
+                let mut old = old;
+                for round in 1..=STATUS_ROUNDS {
+                    let patch = status_patch(&target_uid, old.as_deref(), &status);
+                    crate::fault::point("status-patch", format_args!("{namespace}/{name}"));
+                    match self.client.patch(&path, PatchKind::Strategic, &patch) {
+                        Ok(mut answer) => {
+                            // The answer is the object as the server now has
+                            // it. A patch made against a stale view (the
+                            // source's copy after a restart, or none for a
+                            // mirror pod) can leave fields tinylet owns as
+                            // they were: patch again against the answer, as
+                            // upstream patches against a fresh GET.
+                            let server = answer
+                                .get_mut("status")
+                                .map(Value::take)
+                                .and_then(|v| serde_json::from_value::<PodStatus>(v).ok());
+                            if let Some(server) = server.filter(|s| !status_equal(s, &status)) {
+                                if round < STATUS_ROUNDS {
+                                    debug!("pod {namespace}/{name}: the server's status still differs; patching against it");
+                                    old = Some(Box::new(server));
+                                    continue;
+                                }
+                                warn!("pod {namespace}/{name}: the server's status still differs after {STATUS_ROUNDS} patches");
+                            }
+                            debug!("pod {namespace}/{name}: status sent (version {version})");
+                            self.succeeded(&uid, |e| e.sent = e.sent.max(version));
+                            return true;
+                        }
+                        Err(e) if e.is_not_found() || e.code() == Some(422) || e.is_conflict() => {
+                            // The object is gone or is another pod by now.
+                            debug!("pod {namespace}/{name}: status not sent: {e}");
+                            self.succeeded(&uid, |e| e.sent = e.sent.max(version));
+                            return true;
+                        }
+                        Err(e) => {
+                            return self.failed(
+                                &uid,
+                                &format!("pod {namespace}/{name}: status"),
+                                &e,
+                            )
+                        }
                     }
-                    Err(e) if e.is_not_found() || e.code() == Some(422) || e.is_conflict() => {
-                        // The object is gone or is another pod by now.
-                        debug!("pod {namespace}/{name}: status not sent: {e}");
-                        self.succeeded(&uid, |e| e.sent = e.sent.max(version));
-                        true
-                    }
-                    Err(e) => self.failed(&uid, &format!("pod {namespace}/{name}: status"), &e),
                 }
+                true
             }
             Job::CreateMirror { uid, pod } => {
                 let full_name = pod_full_name(&pod);
