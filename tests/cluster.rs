@@ -584,6 +584,42 @@ fn static_pod_gets_a_mirror_pod_that_is_kept_and_removed_with_it() {
         .wait("the static pod is torn down", || cri.sandboxes().is_empty());
 }
 
+/// A status field the server has but tinylet does not want (left there by
+/// an earlier writer) goes at the next status change: the mirror pod's
+/// patch has nothing to diff against, so tinylet patches again against the
+/// PATCH answer.
+#[test]
+fn a_status_field_left_on_the_server_is_patched_away() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    write_manifest(&c.agent.manifests(), "web.yaml", &static_pod("web"));
+    c.wait_running("web-edge-1");
+    c.wait_pod("web-edge-1", "the mirror pod is Running", |p| {
+        phase(p) == "Running"
+    });
+    assert!(c.api.update_pod("default", "web-edge-1", |p| {
+        p["status"]["message"] = json!("left by an earlier writer");
+        p["status"]["reason"] = json!("Stale");
+    }));
+
+    // A status change: the container exits and is started again.
+    let id = c.cri.containers_named("app")[0].id.clone();
+    c.cri.exit_container(&id, 1);
+    let pod = c.wait_pod("web-edge-1", "restarted, without the stale fields", |p| {
+        p["status"]["containerStatuses"][0]["restartCount"] == 1
+            && p["status"].get("message").is_none()
+            && p["status"].get("reason").is_none()
+    });
+    assert_eq!(phase(&pod), "Running", "{pod:#}");
+    assert!(
+        c.agent
+            .log()
+            .contains("the server's status still differs; patching against it"),
+        "{}",
+        c.agent.log()
+    );
+}
+
 #[test]
 fn kubelet_events_are_posted_for_the_node_and_pods() {
     let mut c = Cluster::start(&[]);

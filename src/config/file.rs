@@ -571,6 +571,15 @@ impl Lister {
                         errors.insert(file, "not a regular file".to_string());
                         continue;
                     }
+                    // Removed since the directory was read: its event follows.
+                    // (A dangling symlink is still there: its error shows.)
+                    Err(e)
+                        if e.kind() == io::ErrorKind::NotFound
+                            && fs::symlink_metadata(&file).is_err() =>
+                    {
+                        log::debug!("config: {} went while listing", file.display());
+                        continue;
+                    }
                     Err(e) => {
                         errors.insert(file, format!("cannot stat: {e}"));
                         continue;
@@ -578,6 +587,9 @@ impl Lister {
                 }
                 match self.read_cached(&file) {
                     Ok(pod) => pods.push(pod),
+                    Err(_) if fs::symlink_metadata(&file).is_err() => {
+                        log::debug!("config: {} went while reading it", file.display());
+                    }
                     Err(reason) => {
                         errors.insert(file, reason);
                     }
