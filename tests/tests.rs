@@ -16,5 +16,6 @@ mod e2e_read_only;
 mod e2e_spec;
 mod fake_apiserver;
 mod fake_cri;
+mod fuzz_regressions;
 mod http_source;
 mod tidy;

@@ -46,6 +46,44 @@ struct Payload {
 
 impl Client {
     pub fn new(config: &KubeConfig, options: ClientOptions) -> Result<Client, String> {
+        let agent_config = Self::agent_config(config, &options)?;
+        let agent = ureq::Agent::new_with_config(agent_config);
+        Ok(Self::with_agent(config, options, agent))
+    }
+
+    /// A client whose connections come from `connector` (addresses from
+    /// `resolver`) instead of TCP and TLS: an in-memory transport for tests
+    /// and fuzzing. Everything above the transport is as in [`Client::new`].
+    pub fn with_connector(
+        config: &KubeConfig,
+        options: ClientOptions,
+        connector: impl ureq::unversioned::transport::Connector,
+        resolver: impl ureq::unversioned::resolver::Resolver,
+    ) -> Result<Client, String> {
+        let agent_config = Self::agent_config(config, &options)?;
+        let agent = ureq::Agent::with_parts(agent_config, connector, resolver);
+        Ok(Self::with_agent(config, options, agent))
+    }
+
+    fn with_agent(config: &KubeConfig, options: ClientOptions, agent: ureq::Agent) -> Client {
+        Client {
+            inner: Arc::new(Inner {
+                agent,
+                server: config.server.trim_end_matches('/').to_string(),
+                limiter: TokenBucket::new(options.qps, options.burst, Instant::now()),
+                options,
+                token: Mutex::new(config.token.clone()),
+                token_file: config.token_file.clone(),
+            }),
+        }
+    }
+
+    /// The agent's settings: TLS from the kubeconfig, no redirects, statuses
+    /// as answers.
+    fn agent_config(
+        config: &KubeConfig,
+        options: &ClientOptions,
+    ) -> Result<ureq::config::Config, String> {
         let file = config.file.display();
         let mut tls = TlsConfig::builder();
         if let Some(pem) = &config.ca_pem {
@@ -70,16 +108,7 @@ impl Client {
             .accept("application/json")
             .timeout_connect(Some(options.timeout))
             .build();
-        Ok(Client {
-            inner: Arc::new(Inner {
-                agent: ureq::Agent::new_with_config(agent_config),
-                server: config.server.trim_end_matches('/').to_string(),
-                limiter: TokenBucket::new(options.qps, options.burst, Instant::now()),
-                options,
-                token: Mutex::new(config.token.clone()),
-                token_file: config.token_file.clone(),
-            }),
-        })
+        Ok(agent_config)
     }
 
     /// `https://host:port` of the apiserver.

@@ -374,26 +374,10 @@ where
     }
 
     /// Decodes one object; one that does not decode is logged and skipped.
-    /// `metadata.managedFields` is dropped first: nothing on a node reads it,
-    /// and it is often the largest part of an object (upstream informers
-    /// strip it with a transform for the same reason).
-    fn decode(&self, path: &str, mut obj: Value) -> Option<(String, Arc<T>)> {
-        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
-        }
-        let key = key_of_value(&obj);
-        match serde_json::from_value::<T>(obj) {
-            Ok(t) => {
-                let meta = t.metadata();
-                let key = match &meta.namespace {
-                    Some(ns) if !ns.is_empty() => {
-                        format!("{ns}/{}", meta.name.as_deref().unwrap_or(""))
-                    }
-                    _ => meta.name.clone().unwrap_or_default(),
-                };
-                Some((key, Arc::new(t)))
-            }
-            Err(e) => {
+    fn decode(&self, path: &str, obj: Value) -> Option<(String, Arc<T>)> {
+        match decode_object::<T>(obj) {
+            Ok((key, t)) => Some((key, Arc::new(t))),
+            Err((key, e)) => {
                 log::error!(
                     "reflector {}: GET {path}: skipping {key:?}: cannot decode it: {e}",
                     self.name
@@ -412,14 +396,45 @@ where
     }
 }
 
-/// A LIST answer's parts.
-struct ListAnswer {
-    items: Vec<Value>,
-    resource_version: String,
-    continue_token: Option<String>,
+/// Decodes one listed or watched object as the reflector stores it, with
+/// its `namespace/name` key. `metadata.managedFields` is dropped first:
+/// nothing on a node reads it, and it is often the largest part of an
+/// object (upstream informers strip it with a transform for the same
+/// reason). The error comes with the key read from the raw object.
+pub fn decode_object<T>(mut obj: Value) -> Result<(String, T), (String, serde_json::Error)>
+where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta> + serde::de::DeserializeOwned,
+{
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    let key = key_of_value(&obj);
+    match serde_json::from_value::<T>(obj) {
+        Ok(t) => {
+            let meta = t.metadata();
+            let key = match &meta.namespace {
+                Some(ns) if !ns.is_empty() => {
+                    format!("{ns}/{}", meta.name.as_deref().unwrap_or(""))
+                }
+                _ => meta.name.clone().unwrap_or_default(),
+            };
+            Ok((key, t))
+        }
+        Err(e) => Err((key, e)),
+    }
 }
 
-fn check_list(path: &str, mut v: Value) -> Result<ListAnswer, ApiError> {
+/// A LIST answer's parts.
+#[derive(Debug)]
+pub struct ListAnswer {
+    pub items: Vec<Value>,
+    pub resource_version: String,
+    /// The token of the next page, if there is one.
+    pub continue_token: Option<String>,
+}
+
+/// Takes a LIST answer of `path` apart, as the reflector reads it.
+pub fn check_list(path: &str, mut v: Value) -> Result<ListAnswer, ApiError> {
     let bad = |m: &str| ApiError {
         verb: "GET",
         path: path.to_string(),
