@@ -11,7 +11,8 @@
 # Environment: CARGO_TARGET_DIR (default /var/cache/tinylet/target-fuzzing),
 # FUZZ_CORPUS (the grown corpus, default /var/cache/tinylet/fuzz-corpus),
 # FUZZ_ARTIFACTS (crash files, default /var/cache/tinylet/fuzz-artifacts),
-# FUZZ_TARGETS (a space-separated subset of the targets).
+# FUZZ_TARGETS (a space-separated subset of the targets), FUZZ_LOGS (keep
+# libFuzzer's output there, one file per target).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -38,8 +39,13 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/tinylet/target-fuzzing}
 corpus_root=${FUZZ_CORPUS:-/var/cache/tinylet/fuzz-corpus}
 artifacts_root=${FUZZ_ARTIFACTS:-/var/cache/tinylet/fuzz-artifacts}
 fuzz_dir=tests/fuzz
-logs=$(mktemp -d)
-trap 'rm -rf "$logs"' EXIT
+if [ -n "${FUZZ_LOGS:-}" ]; then
+    logs=$FUZZ_LOGS
+    mkdir -p "$logs"
+else
+    logs=$(mktemp -d)
+    trap 'rm -rf "$logs"' EXIT
+fi
 
 if [ -n "${FUZZ_TARGETS:-}" ]; then
     read -r -a targets <<<"$FUZZ_TARGETS"
@@ -48,7 +54,7 @@ else
 fi
 
 echo "fuzz.sh: building ${targets[*]} (target dir $CARGO_TARGET_DIR)" >&2
-cargo +nightly fuzz build --fuzz-dir "$fuzz_dir"
+cargo +nightly fuzz build -O --fuzz-dir "$fuzz_dir" --target-dir "$CARGO_TARGET_DIR"
 
 rows=()
 failed=0
@@ -64,7 +70,8 @@ for target in "${targets[@]}"; do
     # committed seeds are read only. stdin is closed: a kubeconfig naming
     # /dev/stdin must not wait for a terminal.
     status=0
-    cargo +nightly fuzz run --fuzz-dir "$fuzz_dir" "$target" \
+    cargo +nightly fuzz run -O --fuzz-dir "$fuzz_dir" --target-dir "$CARGO_TARGET_DIR" \
+        "$target" \
         "$corpus" "$fuzz_dir/corpus/$target" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
         -print_final_stats=1 -artifact_prefix="$artifacts/" \

@@ -25,8 +25,11 @@ use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, LazyBuffers, NextTimeout, Transport,
 };
 
+/// A fuzz target's function: any input, never a panic.
+pub type Harness = fn(&[u8]);
+
 /// The fuzz targets, by name (the directories of `corpus/` and `regressions/`).
-pub const TARGETS: [(&str, fn(&[u8])); 4] = [
+pub const TARGETS: [(&str, Harness); 4] = [
     ("manifest", manifest),
     ("kubeconfig", kubeconfig),
     ("watch_stream", watch_stream),
