@@ -21,6 +21,7 @@ mod e2e_runtime_outage;
 mod e2e_spec;
 mod fake_apiserver;
 mod fake_cri;
+mod fuzz_regressions;
 mod hostile_watch;
 mod http_source;
 mod tidy;

@@ -673,11 +673,17 @@ fn read_manifest(file: &Path, node_name: &str) -> Result<Pod, String> {
     if bytes.len() as u64 > MAX_MANIFEST_SIZE {
         return Err(too_large(bytes.len() as u64));
     }
-    let mut pod = decode_pod(&bytes).map_err(|e| format!("cannot decode: {e}"))?;
-    let source_ref = file.to_string_lossy();
-    apply_static_defaults(&mut pod, &source_ref, node_name, FILE_SOURCE)
-        .map_err(|e| e.to_string())?;
+    let pod = parse_manifest(&bytes, &file.to_string_lossy(), node_name)?;
     crate::fault::point("manifest-read", file.display());
+    Ok(pod)
+}
+
+/// Decodes, defaults and validates the bytes of the manifest file `file` as
+/// the file source does (one pod, YAML or JSON). The error says what is
+/// wrong, without the file name (the caller logs it with the file).
+pub fn parse_manifest(bytes: &[u8], file: &str, node_name: &str) -> Result<Pod, String> {
+    let mut pod = decode_pod(bytes).map_err(|e| format!("cannot decode: {e}"))?;
+    apply_static_defaults(&mut pod, file, node_name, FILE_SOURCE).map_err(|e| e.to_string())?;
     Ok(pod)
 }
 

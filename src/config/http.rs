@@ -267,23 +267,8 @@ impl Poller {
             })
     }
 
-    /// Decodes the body and applies the static-pod defaults to every pod;
-    /// any failure refuses the whole body.
     fn parse(&self, body: &[u8]) -> Result<Vec<Pod>, String> {
-        let mut pods =
-            decode_pod_or_list(body).map_err(|e| format!("{}: cannot decode: {e}", self.url))?;
-        let single = pods.len() == 1;
-        for (i, pod) in pods.iter_mut().enumerate() {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            apply_static_defaults(pod, &self.url, &self.node_name, HTTP_SOURCE).map_err(|e| {
-                if single {
-                    format!("{}: {e}", self.url)
-                } else {
-                    format!("{}: items[{i}] (pod {name:?}): {e}", self.url)
-                }
-            })?;
-        }
-        Ok(pods)
+        parse_manifests(body, &self.url, &self.node_name)
     }
 
     /// Sends a SET unless it equals the last one sent.
@@ -306,6 +291,25 @@ impl Poller {
         self.last_sent = Some(pods);
         Ok(())
     }
+}
+
+/// Decodes a body served at the manifest URL `url` (one pod or a `PodList`)
+/// and applies the static-pod defaults to every pod, as the HTTP source does;
+/// any failure refuses the whole body, and the error names the URL.
+pub fn parse_manifests(body: &[u8], url: &str, node_name: &str) -> Result<Vec<Pod>, String> {
+    let mut pods = decode_pod_or_list(body).map_err(|e| format!("{url}: cannot decode: {e}"))?;
+    let single = pods.len() == 1;
+    for (i, pod) in pods.iter_mut().enumerate() {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        apply_static_defaults(pod, url, node_name, HTTP_SOURCE).map_err(|e| {
+            if single {
+                format!("{url}: {e}")
+            } else {
+                format!("{url}: items[{i}] (pod {name:?}): {e}")
+            }
+        })?;
+    }
+    Ok(pods)
 }
 
 #[cfg(test)]

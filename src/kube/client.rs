@@ -42,7 +42,8 @@ struct Inner {
     /// one when every connection is closed; the lock is held only to clone
     /// or swap it, never across I/O.
     agent: Mutex<ureq::Agent>,
-    agent_config: ureq::config::Config,
+    /// Makes a fresh agent (with the same settings and transport).
+    new_agent: Box<dyn Fn() -> ureq::Agent + Send + Sync>,
     server: String,
     limiter: TokenBucket,
     /// The bearer token; replaced when `token_file` is re-read after a 401.
@@ -58,6 +59,52 @@ struct Payload {
 
 impl Client {
     pub fn new(config: &KubeConfig, options: ClientOptions) -> Result<Client, String> {
+        let agent_config = Self::agent_config(config, &options)?;
+        let new_agent = move || ureq::Agent::new_with_config(agent_config.clone());
+        Ok(Self::with_agent(config, options, Box::new(new_agent)))
+    }
+
+    /// A client whose connections come from `connector` (addresses from
+    /// `resolver`) instead of TCP and TLS: an in-memory transport for tests
+    /// and fuzzing. Everything above the transport is as in [`Client::new`].
+    pub fn with_connector(
+        config: &KubeConfig,
+        options: ClientOptions,
+        connector: impl ureq::unversioned::transport::Connector + Clone + Sync,
+        resolver: impl ureq::unversioned::resolver::Resolver + Clone + Sync,
+    ) -> Result<Client, String> {
+        let agent_config = Self::agent_config(config, &options)?;
+        let new_agent = move || {
+            ureq::Agent::with_parts(agent_config.clone(), connector.clone(), resolver.clone())
+        };
+        Ok(Self::with_agent(config, options, Box::new(new_agent)))
+    }
+
+    fn with_agent(
+        config: &KubeConfig,
+        options: ClientOptions,
+        new_agent: Box<dyn Fn() -> ureq::Agent + Send + Sync>,
+    ) -> Client {
+        Client {
+            timeout: options.timeout,
+            throttled: true,
+            inner: Arc::new(Inner {
+                agent: Mutex::new(new_agent()),
+                new_agent,
+                server: config.server.trim_end_matches('/').to_string(),
+                limiter: TokenBucket::new(options.qps, options.burst, Instant::now()),
+                token: Mutex::new(config.token.clone()),
+                token_file: config.token_file.clone(),
+            }),
+        }
+    }
+
+    /// The agent's settings: TLS from the kubeconfig, no redirects, statuses
+    /// as answers.
+    fn agent_config(
+        config: &KubeConfig,
+        options: &ClientOptions,
+    ) -> Result<ureq::config::Config, String> {
         let file = config.file.display();
         let mut tls = TlsConfig::builder();
         if let Some(pem) = &config.ca_pem {
@@ -82,18 +129,7 @@ impl Client {
             .accept("application/json")
             .timeout_connect(Some(options.timeout))
             .build();
-        Ok(Client {
-            timeout: options.timeout,
-            throttled: true,
-            inner: Arc::new(Inner {
-                agent: Mutex::new(ureq::Agent::new_with_config(agent_config.clone())),
-                agent_config,
-                server: config.server.trim_end_matches('/').to_string(),
-                limiter: TokenBucket::new(options.qps, options.burst, Instant::now()),
-                token: Mutex::new(config.token.clone()),
-                token_file: config.token_file.clone(),
-            }),
-        })
+        Ok(agent_config)
     }
 
     /// A clone for heartbeats (node lease, node status), as upstream's
@@ -114,7 +150,7 @@ impl Client {
     /// failing, as a watch on a connection that went silent would otherwise
     /// wait for its read deadline (minutes).
     pub fn close_all_connections(&self) {
-        let fresh = ureq::Agent::new_with_config(self.inner.agent_config.clone());
+        let fresh = (self.inner.new_agent)();
         let old = std::mem::replace(&mut *self.inner.agent.lock(), fresh);
         // Shuts down the old pool's sockets, idle and in use.
         old.shutdown();

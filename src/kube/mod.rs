@@ -22,8 +22,8 @@ mod testserver;
 
 pub use client::Client;
 pub use kubeconfig::load_kubeconfig;
-pub use reflector::Reflector;
-pub use watch::WatchStream;
+pub use reflector::{check_list, decode_object, ListAnswer, Reflector};
+pub use watch::{WatchStream, MAX_EVENT};
 
 /// A kubeconfig resolved for one context: where the apiserver is and how to
 /// authenticate. Paths inside the file are resolved against its directory.

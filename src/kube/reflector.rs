@@ -415,25 +415,14 @@ where
             );
             return None;
         }
-        // Only to name the field when decoding fails.
-        let copy = obj.clone();
-        match serde_json::from_value::<T>(obj) {
-            Ok(t) => {
-                let meta = t.metadata();
-                let key = match &meta.namespace {
-                    Some(ns) if !ns.is_empty() => {
-                        format!("{ns}/{}", meta.name.as_deref().unwrap_or(""))
-                    }
-                    _ => meta.name.clone().unwrap_or_default(),
-                };
-                Some((key, Arc::new(t)))
-            }
+        match decode_value::<T>(&obj) {
+            Ok((key, t)) => Some((key, Arc::new(t))),
             Err(e) => {
                 log::error!(
                     "reflector {}: GET {path}: skipping {key:?}: cannot decode it as a {}: {}",
                     self.name,
                     T::KIND,
-                    decode_error_with_field::<T>(&copy, &e.to_string())
+                    decode_error_with_field::<T>(&obj, &e.to_string())
                 );
                 None
             }
@@ -474,14 +463,47 @@ where
     }
 }
 
-/// A LIST answer's parts.
-struct ListAnswer {
-    items: Vec<Value>,
-    resource_version: String,
-    continue_token: Option<String>,
+/// Decodes one listed or watched object as the reflector stores it, with
+/// its `namespace/name` key. `metadata.managedFields` is dropped first:
+/// nothing on a node reads it, and it is often the largest part of an
+/// object (upstream informers strip it with a transform for the same
+/// reason). The error comes with the key read from the raw object.
+pub fn decode_object<T>(mut obj: Value) -> Result<(String, T), (String, serde_json::Error)>
+where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta> + serde::de::DeserializeOwned,
+{
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    decode_value(&obj).map_err(|e| (key_of_value(&obj), e))
 }
 
-fn check_list(path: &str, mut v: Value) -> Result<ListAnswer, ApiError> {
+/// Decodes `obj` (read in place, so that it is still there to name the
+/// field when decoding fails) and gives its `namespace/name` key.
+fn decode_value<T>(obj: &Value) -> Result<(String, T), serde_json::Error>
+where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta> + serde::de::DeserializeOwned,
+{
+    let t = T::deserialize(obj)?;
+    let meta = t.metadata();
+    let key = match &meta.namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{}", meta.name.as_deref().unwrap_or("")),
+        _ => meta.name.clone().unwrap_or_default(),
+    };
+    Ok((key, t))
+}
+
+/// A LIST answer's parts.
+#[derive(Debug)]
+pub struct ListAnswer {
+    pub items: Vec<Value>,
+    pub resource_version: String,
+    /// The token of the next page, if there is one.
+    pub continue_token: Option<String>,
+}
+
+/// Takes a LIST answer of `path` apart, as the reflector reads it.
+pub fn check_list(path: &str, mut v: Value) -> Result<ListAnswer, ApiError> {
     let bad = |m: &str| ApiError {
         verb: "GET",
         path: path.to_string(),

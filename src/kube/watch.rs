@@ -12,7 +12,7 @@ use super::client::status_from_value;
 use super::{ApiError, ErrorKind, WatchEvent};
 
 /// The longest event we accept (a pod is a few KiB, a big ConfigMap 1 MiB).
-pub(crate) const MAX_EVENT: usize = 16 * 1024 * 1024;
+pub const MAX_EVENT: usize = 16 * 1024 * 1024;
 
 /// A line buffer that is this large after an event is dropped rather than
 /// kept for the rest of the stream.
@@ -39,7 +39,10 @@ enum Line {
 }
 
 impl WatchStream {
-    pub(crate) fn new(
+    /// Events from the body `reader` of the watch request `path` to
+    /// `server` (both for error messages); no line may be longer than
+    /// `max_line` bytes ([`MAX_EVENT`] for the client's watches).
+    pub fn new(
         reader: Box<dyn Read + Send>,
         path: &str,
         server: String,

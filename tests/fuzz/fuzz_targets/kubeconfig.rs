@@ -1,0 +1,8 @@
+//! Fuzz target `kubeconfig`: see `harness::kubeconfig` for what it covers.
+#![no_main]
+
+#[allow(dead_code)]
+#[path = "../harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| harness::kubeconfig(data));
