@@ -70,8 +70,8 @@ impl Client {
     pub fn with_connector(
         config: &KubeConfig,
         options: ClientOptions,
-        connector: impl ureq::unversioned::transport::Connector + Clone + Sync,
-        resolver: impl ureq::unversioned::resolver::Resolver + Clone + Sync,
+        connector: impl ureq::unversioned::transport::Connector + Clone,
+        resolver: impl ureq::unversioned::resolver::Resolver + Clone,
     ) -> Result<Client, String> {
         let agent_config = Self::agent_config(config, &options)?;
         let new_agent = move || {
