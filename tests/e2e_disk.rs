@@ -18,16 +18,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::e2e::{yaml_pod, LONG_RUNNING, NODE, SETTLE};
+use crate::e2e_cluster::api_pod;
 use crate::support::containerd::{
     holds_for, remove_manifest, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet,
-    BUSYBOX_IMAGE, POD_UID_LABEL,
+    POD_UID_LABEL,
 };
 use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
 
-const NS: &str = "default";
 /// Image GC off: on a build machine whose disk is over 85% full it would
 /// remove the test images, which cannot be pulled again.
 const NO_IMAGE_GC: [&str; 2] = ["--image-gc-high-threshold", "100"];
@@ -107,25 +107,6 @@ fn fill(path: &Path) -> u64 {
         }
     }
     written
-}
-
-fn api_pod(name: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "nodeName": NODE,
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [{
-                "name": "app",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", LONG_RUNNING],
-            }],
-        },
-    })
 }
 
 /// A static pod with a downwardAPI volume (a file tinylet writes under the

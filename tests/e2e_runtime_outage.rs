@@ -13,12 +13,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-
 use crate::e2e::{yaml_pod, LONG_RUNNING, NODE, SETTLE};
+use crate::e2e_cluster::api_pod;
 use crate::support::containerd::{
     cpu_time, holds_for, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet,
-    BUSYBOX_IMAGE, CONTAINER_NAME_LABEL, POD_UID_LABEL,
+    CONTAINER_NAME_LABEL, POD_UID_LABEL,
 };
 use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
 
@@ -38,25 +37,6 @@ const MAX_OUTAGE_RELISTS: usize = 15;
 /// Most CPU time tinylet may use over `OUTAGE` (idle it uses a few tens of
 /// ms): far above that, but a spinning thread would use the whole 30 s.
 const MAX_OUTAGE_CPU: Duration = Duration::from_secs(3);
-
-fn api_pod(name: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "nodeName": NODE,
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [{
-                "name": "app",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", LONG_RUNNING],
-            }],
-        },
-    })
-}
 
 /// The node's Ready condition: (status, message).
 fn node_ready(fake: &FakeApiServer) -> Option<(String, String)> {
