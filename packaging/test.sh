@@ -24,6 +24,12 @@ timeout --foreground 45m cargo test --lib --bins --tests --no-fail-fast
 # The benchmark is a program, not a test; make sure it still compiles.
 cargo check --benches --profile dev
 
+# Coverage-guided fuzzing of the decoders of outside input, 30 s a target
+# (the nightly build keeps its own target dir; cold it rebuilds gRPC's C
+# core, ~10 minutes). A crash fails the run; RELIABILITY.md has the longer
+# runs' figures.
+timeout --foreground 45m bash packaging/fuzz.sh 30
+
 # The release: both static binaries, both .debs and SHA256SUMS in dist/
 # (cold, the two builds take ~20 minutes; the target dirs are kept).
 timeout --foreground 40m bash packaging/release.sh
