@@ -8,7 +8,8 @@
 #
 #   packaging/fuzz.sh [seconds-per-target]
 #
-# Environment: CARGO_TARGET_DIR (default /var/cache/tinylet/target-fuzzing),
+# Environment: FUZZ_TARGET_DIR (default /var/cache/tinylet/target-fuzzing;
+# not CARGO_TARGET_DIR, which the stable builds that call this script set),
 # FUZZ_CORPUS (the grown corpus, default /var/cache/tinylet/fuzz-corpus),
 # FUZZ_ARTIFACTS (crash files, default /var/cache/tinylet/fuzz-artifacts),
 # FUZZ_TARGETS (a space-separated subset of the targets), FUZZ_LOGS (keep
@@ -35,7 +36,7 @@ fi
 
 # The gRPC C core under the library takes minutes to build: keep the
 # target dir across runs, apart from the stable builds' one.
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/tinylet/target-fuzzing}
+target_dir=${FUZZ_TARGET_DIR:-/var/cache/tinylet/target-fuzzing}
 corpus_root=${FUZZ_CORPUS:-/var/cache/tinylet/fuzz-corpus}
 artifacts_root=${FUZZ_ARTIFACTS:-/var/cache/tinylet/fuzz-artifacts}
 fuzz_dir=tests/fuzz
@@ -53,8 +54,8 @@ else
     mapfile -t targets < <(cargo +nightly fuzz list --fuzz-dir "$fuzz_dir")
 fi
 
-echo "fuzz.sh: building ${targets[*]} (target dir $CARGO_TARGET_DIR)" >&2
-cargo +nightly fuzz build -O --fuzz-dir "$fuzz_dir" --target-dir "$CARGO_TARGET_DIR"
+echo "fuzz.sh: building ${targets[*]} (target dir $target_dir)" >&2
+cargo +nightly fuzz build -O --fuzz-dir "$fuzz_dir" --target-dir "$target_dir"
 
 rows=()
 failed=0
@@ -70,7 +71,7 @@ for target in "${targets[@]}"; do
     # committed seeds are read only. stdin is closed: a kubeconfig naming
     # /dev/stdin must not wait for a terminal.
     status=0
-    cargo +nightly fuzz run -O --fuzz-dir "$fuzz_dir" --target-dir "$CARGO_TARGET_DIR" \
+    cargo +nightly fuzz run -O --fuzz-dir "$fuzz_dir" --target-dir "$target_dir" \
         "$target" \
         "$corpus" "$fuzz_dir/corpus/$target" -- \
         -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
