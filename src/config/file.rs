@@ -46,6 +46,10 @@ pub const DEFAULT_FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
 /// Manifests larger than this are refused.
 pub const MAX_MANIFEST_SIZE: u64 = 10 * 1024 * 1024;
 
+/// A manifest over this size has the allocator's free memory handed back
+/// after the list that read it (as has any manifest that failed).
+const GIVE_BACK_SIZE: u64 = 1024 * 1024;
+
 /// After a change event and its list, list again if further events came
 /// and then none for this long...
 const SETTLE_QUIET: Duration = Duration::from_millis(15);
@@ -130,6 +134,7 @@ impl FileSource {
             cache: HashMap::new(),
             reported: BTreeMap::new(),
             last_sent: None,
+            give_back_due: false,
         };
         let handle = spawn_with_stack("config-file", LISTER_STACK, move || lister.run())?;
         Ok(FileSource {
@@ -331,6 +336,10 @@ struct Lister {
     last_sent: Option<Vec<Pod>>,
     /// Each manifest's last outcome, valid while its file is unchanged.
     cache: HashMap<PathBuf, (FileStamp, Result<Box<Pod>, String>)>,
+    /// Set when this list read a big or a bad manifest: decoding it may have
+    /// used far more memory than it kept (an alias bomb, a 10 MiB file),
+    /// which goes back to the system once the list ends.
+    give_back_due: bool,
 }
 
 /// What identifies one version of a file without reading it.
@@ -632,6 +641,9 @@ impl Lister {
             }
         }
         self.reported = errors;
+        if std::mem::take(&mut self.give_back_due) {
+            crate::malloc::give_back();
+        }
         Some(pods)
     }
 }
@@ -647,6 +659,7 @@ impl Lister {
             }
         }
         let outcome = read_manifest(file, &self.node_name);
+        self.give_back_due |= outcome.is_err() || stamp.is_some_and(|s| s.size > GIVE_BACK_SIZE);
         if let Some(stamp) = stamp {
             // Boxed: the table's slots stay small however big a Pod is.
             let kept = outcome.clone().map(Box::new);
