@@ -33,6 +33,7 @@ pub use api::ApiObjects;
 pub mod mount;
 mod ownership;
 pub mod payload;
+pub mod subpath;
 pub mod writer;
 
 pub use payload::{Fetched, Keys, Token};
@@ -93,6 +94,15 @@ pub fn host_dir(volumes_dir: &Path, v: &Volume) -> Result<(PathBuf, bool), Strin
         }
     };
     Ok((volumes_dir.join(plugin).join(&v.name), read_only))
+}
+
+/// Whether tinylet writes `v`'s files itself (with the `..data` layout,
+/// read-only to containers): secret, configMap, downwardAPI, projected.
+pub fn written_by_tinylet(v: &Volume) -> bool {
+    v.secret.is_some()
+        || v.config_map.is_some()
+        || v.downward_api.is_some()
+        || v.projected.is_some()
 }
 
 /// The volumes directory of the pod `uid`.

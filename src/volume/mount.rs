@@ -93,18 +93,21 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Unmounts everything mounted at or below `dir` (deepest first). A mount
-/// still busy is detached lazily, so the directory can be removed.
+/// Unmounts everything mounted at or below `dir` (deepest first), never
+/// following a symlink at a mount point. A mount still busy is detached
+/// lazily, so the directory can be removed.
 pub fn unmount_below(dir: &Path) -> io::Result<()> {
     for m in mounts_below(dir)? {
         let target = cstr(&m)?;
         // SAFETY: `target` is a valid NUL-terminated path.
-        let rc = unsafe { libc::umount2(target.as_ptr(), 0) };
+        let rc = unsafe { libc::umount2(target.as_ptr(), libc::UMOUNT_NOFOLLOW) };
         if rc != 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EBUSY) {
                 // SAFETY: as above.
-                let rc = unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+                let rc = unsafe {
+                    libc::umount2(target.as_ptr(), libc::UMOUNT_NOFOLLOW | libc::MNT_DETACH)
+                };
                 if rc != 0 {
                     return Err(io::Error::last_os_error());
                 }
