@@ -948,24 +948,101 @@ fn mounts(pod: &Pod, container: &Container, volumes_dir: &Path) -> Result<Vec<ap
         let (host_path, read_only) = crate::volume::host_dir(volumes_dir, v)?;
         let mut m = api::Mount::new();
         m.container_path = vm.mount_path.clone();
-        m.host_path = match vm.sub_path.as_deref() {
-            Some(sub) if !sub.is_empty() => {
-                if Path::new(sub)
-                    .components()
-                    .any(|c| !matches!(c, std::path::Component::Normal(_)))
-                {
-                    return Err(format!(
-                        "container {:?}: volumeMounts {:?}: subPath {sub:?} must be a relative path without '..'",
-                        container.name, vm.name
-                    ));
-                }
-                host_path.join(sub).to_string_lossy().into_owned()
-            }
-            _ => host_path.to_string_lossy().into_owned(),
+        let sub = vm.sub_path.as_deref().filter(|s| !s.is_empty());
+        let expr = vm.sub_path_expr.as_deref().filter(|s| !s.is_empty());
+        m.host_path = match (sub, expr) {
+            (Some(_), Some(_)) => return Err(format!(
+                "container {:?}: volumeMounts {:?}: subPathExpr and subPath are mutually exclusive",
+                container.name, vm.name
+            )),
+            // Left for `sub_paths` and the safe bind mount made at the
+            // container's start: a step forgotten fails at the runtime
+            // instead of mounting the whole volume.
+            (Some(_), None) | (None, Some(_)) => String::new(),
+            (None, None) => host_path.to_string_lossy().into_owned(),
         };
         // Volumes tinylet writes (secret, configMap, ...) are always read-only.
         m.readonly = read_only || vm.read_only.unwrap_or(false);
         out.push(m);
+    }
+    Ok(out)
+}
+
+/// Whether any of `container`'s volumeMounts has a subPath or subPathExpr
+/// (no syscalls: pods without one pay nothing more).
+pub fn has_sub_paths(container: &Container) -> bool {
+    container.volume_mounts.iter().flatten().any(|vm| {
+        vm.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+            || vm.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
+    })
+}
+
+/// The subPaths of `container`'s volumeMounts, `subPathExpr` expanded from
+/// the container's environment `envs` (upstream: a reference to a variable
+/// that is missing or empty is an error), each checked to be a relative
+/// path without `..`. The index is the mount's place in volumeMounts, which
+/// is also its place in the CRI config's mounts.
+pub fn sub_paths(
+    pod: &Pod,
+    container: &Container,
+    volumes_dir: &Path,
+    envs: &[api::KeyValue],
+) -> Result<Vec<crate::volume::subpath::SubPath>, String> {
+    let volumes = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or(&[]);
+    let mut out = Vec::new();
+    for (index, vm) in container.volume_mounts.iter().flatten().enumerate() {
+        let at = |m: String| {
+            format!(
+                "container {:?}: volumeMounts {:?}: {m}",
+                container.name, vm.name
+            )
+        };
+        let sub = vm.sub_path.as_deref().filter(|s| !s.is_empty());
+        let expr = vm.sub_path_expr.as_deref().filter(|s| !s.is_empty());
+        let (field, path) = match (sub, expr) {
+            (Some(_), Some(_)) => {
+                return Err(at("subPathExpr and subPath are mutually exclusive".into()))
+            }
+            (Some(s), None) => ("subPath", s.to_string()),
+            (None, Some(e)) => {
+                let missing = std::cell::RefCell::new(Vec::new());
+                let expanded = expand(e, |name| match envs.iter().find(|kv| kv.key == name) {
+                    Some(kv) if !kv.value.is_empty() => Some(kv.value.as_str()),
+                    _ => {
+                        missing.borrow_mut().push(name.to_string());
+                        Some("")
+                    }
+                });
+                let mut missing = missing.into_inner();
+                if !missing.is_empty() {
+                    missing.sort();
+                    missing.dedup();
+                    return Err(at(format!(
+                        "subPathExpr {e:?}: missing value for {}",
+                        missing.join(", ")
+                    )));
+                }
+                ("subPathExpr", expanded)
+            }
+            (None, None) => continue,
+        };
+        crate::volume::subpath::check_relative(&path)
+            .map_err(|why| at(format!("{field} {path:?} {why}")))?;
+        let Some(v) = volumes.iter().find(|v| v.name == vm.name) else {
+            return Err(at("no volume of that name in spec.volumes".into()));
+        };
+        let (volume_root, _) = crate::volume::host_dir(volumes_dir, v)?;
+        out.push(crate::volume::subpath::SubPath {
+            volume_root,
+            path,
+            volume: v.name.clone(),
+            index,
+            writer_links: crate::volume::written_by_tinylet(v),
+        });
     }
     Ok(out)
 }
@@ -1063,6 +1140,74 @@ mod tests {
             .iter()
             .map(|kv| (kv.key.clone(), kv.value.clone()))
             .collect()
+    }
+
+    #[test]
+    fn sub_path_expr_expands_from_the_container_env_and_bad_sub_paths_are_named() {
+        let with_mounts = |mounts: serde_json::Value| {
+            pod_from(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "u1"},
+                "spec": {"volumes": [
+                    {"name": "data", "emptyDir": {}},
+                    {"name": "info", "downwardAPI": {"items": []}}
+                ], "containers": [
+                    {"name": "app", "image": "busybox", "volumeMounts": mounts,
+                     "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                             {"name": "EMPTY", "value": ""}]}
+                ]}
+            }))
+        };
+        let s = settings();
+        let run = |pod: &Pod| {
+            let c = &pod.spec.as_ref().unwrap().containers[0];
+            let cfg = container_config(pod, c, 0, "img", Path::new("/tmp/v"), &inputs(&s))?;
+            sub_paths(pod, c, Path::new("/tmp/v"), &cfg.envs).map(|subs| (cfg, subs))
+        };
+        let pod = with_mounts(serde_json::json!([
+            {"name": "data", "mountPath": "/all"},
+            {"name": "data", "mountPath": "/mine", "subPathExpr": "logs/$(POD_NAME)/$$x"},
+            {"name": "info", "mountPath": "/etc/labels", "subPath": "labels"}
+        ]));
+        let (cfg, subs) = run(&pod).unwrap();
+        assert_eq!(
+            cfg.mounts[0].host_path,
+            "/tmp/v/kubernetes.io~empty-dir/data"
+        );
+        assert_eq!(
+            cfg.mounts[1].host_path, "",
+            "filled in by the safe bind mount"
+        );
+        assert_eq!(
+            subs.iter()
+                .map(|s| (s.index, s.path.as_str(), s.writer_links))
+                .collect::<Vec<_>>(),
+            [(1, "logs/web/$x", false), (2, "labels", true)]
+        );
+        assert_eq!(
+            subs[0].volume_root,
+            Path::new("/tmp/v/kubernetes.io~empty-dir/data")
+        );
+
+        for (mount, want) in [
+            (
+                serde_json::json!({"name": "data", "mountPath": "/m", "subPathExpr": "$(NOPE)/$(EMPTY)"}),
+                "container \"app\": volumeMounts \"data\": subPathExpr \"$(NOPE)/$(EMPTY)\": missing value for EMPTY, NOPE",
+            ),
+            (
+                serde_json::json!({"name": "data", "mountPath": "/m", "subPath": "a", "subPathExpr": "b"}),
+                "container \"app\": volumeMounts \"data\": subPathExpr and subPath are mutually exclusive",
+            ),
+            (
+                serde_json::json!({"name": "data", "mountPath": "/m", "subPath": "a/../../b"}),
+                "container \"app\": volumeMounts \"data\": subPath \"a/../../b\" must be a relative path without '..'",
+            ),
+            (
+                serde_json::json!({"name": "data", "mountPath": "/m", "subPathExpr": "/$(POD_NAME)"}),
+                "container \"app\": volumeMounts \"data\": subPathExpr \"/web\" must not be an absolute path",
+            ),
+        ] {
+            assert_eq!(run(&with_mounts(serde_json::json!([mount]))).unwrap_err(), want);
+        }
     }
 
     #[test]

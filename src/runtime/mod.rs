@@ -189,8 +189,13 @@ pub struct RuntimeManager {
     stale_dirs: Mutex<Vec<PathBuf>>,
 }
 
-/// Deletes a directory tree; one that is gone already is fine.
+/// Deletes a directory tree; one that is gone already is fine. What is
+/// mounted below it (a subPath's bind mount shows a volume's or a host
+/// path's files) is unmounted first, so nothing is deleted through a mount.
 fn remove_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.exists() {
+        crate::volume::mount::unmount_below(dir)?;
+    }
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
@@ -705,6 +710,12 @@ impl RuntimeManager {
             .container_inputs(pod, c, status, sandbox_id)
             .and_then(|inputs| {
                 config::container_config(pod, c, restart_count, &image_ref, &volumes_dir, &inputs)
+            })
+            .and_then(|mut cfg| {
+                if config::has_sub_paths(c) {
+                    self.prepare_sub_paths(pod, c, &volumes_dir, &mut cfg)?;
+                }
+                Ok(cfg)
             }) {
             Ok(cfg) => cfg,
             Err(e) => {
@@ -717,8 +728,9 @@ impl RuntimeManager {
                 return Err(SyncError::Failed(format!("pod {who}: {e}")));
             }
         };
-        // emptyDir volumes (and their subPaths) are created here; the volume
-        // manager has filled the other kinds already.
+        // emptyDir volumes are created here (their subPaths were made by
+        // the safe walk above); the volume manager has filled the other
+        // kinds already.
         let empty_dirs = volumes_dir.join("kubernetes.io~empty-dir");
         for m in &cfg.mounts {
             if Path::new(&m.host_path).starts_with(&empty_dirs) {
@@ -793,6 +805,49 @@ impl RuntimeManager {
             }
         }
         self.set_reason(pod, &c.name, None);
+        Ok(())
+    }
+
+    /// Resolves `c`'s subPaths safely and bind-mounts each at
+    /// `<root-dir>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>`,
+    /// which becomes the CRI mount's host path. A subPath that would leave
+    /// its volume (a symlink, `..`, an absolute path) is an error naming
+    /// the container, the mount and the subPath.
+    fn prepare_sub_paths(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        volumes_dir: &Path,
+        cfg: &mut api::ContainerConfig,
+    ) -> Result<(), String> {
+        let subs = config::sub_paths(pod, c, volumes_dir, &cfg.envs)?;
+        let base = crate::volume::subpath::pod_subpaths_dir(&config::pod_dir(
+            &self.root_dir,
+            pod_uid(pod),
+        ));
+        for sp in subs {
+            let at = |m: String| {
+                format!(
+                    "container {:?}: volumeMounts {:?}: subPath {:?}: {m}",
+                    c.name, sp.volume, sp.path
+                )
+            };
+            // The names become directories: one plain name each.
+            for name in [sp.volume.as_str(), c.name.as_str()] {
+                if crate::volume::subpath::check_relative(name).is_err() || name.contains('/') {
+                    return Err(at(format!("{name:?} cannot name a directory")));
+                }
+            }
+            let target = base
+                .join(&sp.volume)
+                .join(&c.name)
+                .join(sp.index.to_string());
+            let host_path = crate::volume::subpath::prepare(&sp, &target).map_err(at)?;
+            let Some(m) = cfg.mounts.get_mut(sp.index) else {
+                return Err(at("no such mount".into()));
+            };
+            m.host_path = host_path.to_string_lossy().into_owned();
+        }
         Ok(())
     }
 
