@@ -18,6 +18,7 @@ mod e2e_outage;
 mod e2e_probes;
 mod e2e_read_only;
 mod e2e_runtime_outage;
+mod e2e_security;
 mod e2e_spec;
 mod fake_apiserver;
 mod fake_cri;

@@ -1,0 +1,280 @@
+//! End-to-end tests of what a hostile pod author must not reach, on a
+//! real, private containerd: a symlink planted in an emptyDir and mounted
+//! by subPath (refused with CreateContainerConfigError, nothing of the
+//! host exposed or created, the pod's other containers run), a symlink
+//! swapped in a loop while containers mounting it start, `subPathExpr`
+//! expanded from the downward API, subPath of a downwardAPI volume (the
+//! `..data` layout), and the subPath bind mounts gone with the pod.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
+use crate::support::containerd::{
+    holds_for, wait_until, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
+};
+use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+fn container(name: &str, script: &str, mounts: Value) -> Value {
+    json!({
+        "name": name,
+        "image": BUSYBOX_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", script],
+        "volumeMounts": mounts,
+    })
+}
+
+fn api_pod(name: &str, spec: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {
+            "nodeName": NODE,
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+        },
+    });
+    if let (Some(s), Value::Object(extra)) = (pod["spec"].as_object_mut(), spec) {
+        s.extend(extra);
+    }
+    pod
+}
+
+/// The status of container `name` in `pod`.
+fn container_status(pod: &Value, name: &str) -> Value {
+    pod.pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .and_then(|l| l.iter().find(|c| str_at(c, "/name") == name))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Mount points at or below `dir` in this (the host's) mount namespace.
+fn mounts_below(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let dir = dir.display().to_string();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| p.starts_with(&dir))
+        .map(str::to_string)
+        .collect()
+}
+
+fn start(ctd: &PrivateContainerd, fake: &FakeApiServer) -> Tinylet {
+    let kubeconfig = fake.write_kubeconfig(
+        ctd.dir(),
+        &format!("system:node:{NODE}"),
+        KubeconfigAuth::token(),
+    );
+    let kubeconfig = kubeconfig.display().to_string();
+    Tinylet::start_with(ctd, NODE, &["--kubeconfig", &kubeconfig])
+}
+
+/// An init container plants `ln -s / /data/x`; a container mounting
+/// `subPath: x` is refused with CreateContainerConfigError naming the mount
+/// and never created (the host's `/` is not exposed), `subPath:
+/// x/etc/tinylet-probe` creates nothing on the host, and the bystander
+/// mounting another volume runs. `subPathExpr: $(POD_NAME)` lands in a
+/// per-pod directory of a shared hostPath, and subPath of a downwardAPI
+/// volume's file reads the file. Deleting the pods leaves no mount.
+#[test]
+fn sub_paths_stay_inside_their_volume() {
+    let probe = Path::new("/etc/tinylet-probe");
+    let _ = std::fs::remove_dir(probe);
+    let fake = FakeApiServer::start();
+    let ctd = PrivateContainerd::start();
+    let kubelet = start(&ctd, &fake);
+    // Where the host's `/` would let the refused container write.
+    let exposed = ctd.dir().join("exposed-by-subpath");
+    let exposed_in_container =
+        Path::new("/mnt").join(exposed.strip_prefix("/").unwrap_or(&exposed));
+
+    fake.create_pod(api_pod(
+        "plant",
+        json!({
+            "restartPolicy": "Always",
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "other", "emptyDir": {}}],
+            "initContainers": [container("plant", "ln -s / /data/x", json!([{"name": "data", "mountPath": "/data"}]))],
+            "containers": [
+                container(
+                    "app",
+                    &format!("touch {}; {LONG_RUNNING}", exposed_in_container.display()),
+                    json!([{"name": "data", "mountPath": "/mnt", "subPath": "x"}]),
+                ),
+                container(
+                    "probe",
+                    LONG_RUNNING,
+                    json!([{"name": "data", "mountPath": "/mnt", "subPath": "x/etc/tinylet-probe"}]),
+                ),
+                container("bystander", LONG_RUNNING, json!([{"name": "other", "mountPath": "/other"}])),
+            ],
+        }),
+    ));
+    let shared = ctd.dir().join("shared");
+    std::fs::create_dir_all(&shared).unwrap_or_else(|e| panic!("{}: {e}", shared.display()));
+    let mut expr = container(
+        "app",
+        &format!("echo hi > /out/file; {LONG_RUNNING}"),
+        json!([{"name": "shared", "mountPath": "/out", "subPathExpr": "$(POD_NAME)"}]),
+    );
+    expr["env"] =
+        json!([{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]);
+    fake.create_pod(api_pod(
+        "expr",
+        json!({
+            "volumes": [{"name": "shared", "hostPath": {"path": shared.display().to_string()}}],
+            "containers": [expr],
+        }),
+    ));
+    fake.create_pod(api_pod(
+        "downward",
+        json!({
+            "volumes": [{"name": "info", "downwardAPI": {"items": [
+                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+            ]}}],
+            "containers": [container(
+                "app",
+                LONG_RUNNING,
+                json!([{"name": "info", "mountPath": "/etc/podlabels", "subPath": "labels"}]),
+            )],
+        }),
+    ));
+
+    wait_until(SETTLE, "the bystander runs", || {
+        ctd.pod_running("plant", &["bystander"])
+    });
+    for name in ["app", "probe"] {
+        wait_until(
+            SETTLE,
+            &format!("plant/{name} reports CreateContainerConfigError"),
+            || {
+                fake.pod("default", "plant").is_some_and(|p| {
+                    str_at(&container_status(&p, name), "/state/waiting/reason")
+                        == "CreateContainerConfigError"
+                })
+            },
+        );
+    }
+    let pod = fake.pod("default", "plant").unwrap_or_default();
+    let message = container_status(&pod, "app");
+    let message = str_at(&message, "/state/waiting/message");
+    assert!(
+        message.contains("container \"app\"")
+            && message.contains("volumeMounts \"data\"")
+            && message.contains("subPath \"x\"")
+            && message.contains("symlink"),
+        "{message}"
+    );
+    assert!(
+        ctd.container_ids_named("plant", "app").is_empty(),
+        "app was created"
+    );
+    assert!(
+        ctd.container_ids_named("plant", "probe").is_empty(),
+        "probe was created"
+    );
+    assert!(!exposed.exists(), "the host's / was mounted into app");
+    assert!(!probe.exists(), "{} was made on the host", probe.display());
+
+    wait_until(SETTLE, "pod expr runs", || {
+        ctd.pod_running("expr", &["app"])
+    });
+    wait_until(SETTLE, "expr's file lands in its own directory", || {
+        shared.join("expr").join("file").is_file()
+    });
+    assert!(
+        !shared.join("file").exists(),
+        "the whole hostPath was mounted"
+    );
+
+    wait_until(SETTLE, "pod downward runs", || {
+        ctd.pod_running("downward", &["app"])
+    });
+    let app = ctd.container_ids_named("downward", "app")[0].clone();
+    let labels = ctd
+        .exec(&app, &["cat", "/etc/podlabels"])
+        .unwrap_or_else(|e| panic!("cat /etc/podlabels: {e}"));
+    assert_eq!(labels.trim(), "app=\"downward\"");
+
+    let root = kubelet.root_dir();
+    assert!(
+        !mounts_below(&root.join("pods")).is_empty(),
+        "the subPaths are bind mounts under the root dir"
+    );
+    for name in ["plant", "expr", "downward"] {
+        fake.delete_pod("default", name, Some(0));
+    }
+    for name in ["plant", "expr", "downward"] {
+        wait_until(SETTLE, &format!("pod {name} is gone"), || {
+            ctd.pod_gone(name) && fake.pod("default", name).is_none()
+        });
+    }
+    wait_until(SETTLE, "no mount is left under the root dir", || {
+        mounts_below(&root).is_empty()
+    });
+    assert!(
+        shared.join("expr").join("file").is_file(),
+        "the hostPath's files stay"
+    );
+    assert!(!probe.exists());
+}
+
+/// A container swaps a symlink to a host directory and a directory at
+/// `s` in a loop while other containers mounting `subPath: s` start and
+/// restart: what they write never reaches the host directory.
+#[test]
+fn a_symlink_swapped_in_a_loop_never_redirects_a_sub_path() {
+    let fake = FakeApiServer::start();
+    let ctd = PrivateContainerd::start();
+    let _kubelet = start(&ctd, &fake);
+    let host = ctd.dir().join("race-host");
+    std::fs::create_dir_all(&host).unwrap_or_else(|e| panic!("{}: {e}", host.display()));
+    let swap = format!(
+        "while :; do rm -rf /data/s; ln -s {} /data/s; rm -f /data/s; mkdir /data/s; done",
+        host.display()
+    );
+    let mut containers = vec![container(
+        "swapper",
+        &swap,
+        json!([{"name": "data", "mountPath": "/data"}]),
+    )];
+    for i in 0..6 {
+        containers.push(container(
+            &format!("victim{i}"),
+            "touch /m/marker-$HOSTNAME-$$; sleep 1; exit 0",
+            json!([{"name": "data", "mountPath": "/m", "subPath": "s"}]),
+        ));
+    }
+    fake.create_pod(api_pod(
+        "race",
+        json!({
+            "restartPolicy": "Always",
+            "volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": containers,
+        }),
+    ));
+    wait_until(SETTLE, "the swapper runs", || {
+        ctd.pod_running("race", &["swapper"])
+    });
+    let empty = || {
+        std::fs::read_dir(&host)
+            .map(|d| d.count() == 0)
+            .unwrap_or(false)
+    };
+    holds_for(
+        Duration::from_secs(15),
+        "nothing written through subPath s reaches the host directory",
+        empty,
+    );
+    fake.delete_pod("default", "race", Some(0));
+    wait_until(SETTLE, "pod race is gone", || ctd.pod_gone("race"));
+    assert!(empty(), "a marker reached the host directory");
+}
