@@ -951,10 +951,12 @@ fn mounts(pod: &Pod, container: &Container, volumes_dir: &Path) -> Result<Vec<ap
         let sub = vm.sub_path.as_deref().filter(|s| !s.is_empty());
         let expr = vm.sub_path_expr.as_deref().filter(|s| !s.is_empty());
         m.host_path = match (sub, expr) {
-            (Some(_), Some(_)) => return Err(format!(
+            (Some(_), Some(_)) => {
+                return Err(format!(
                 "container {:?}: volumeMounts {:?}: subPathExpr and subPath are mutually exclusive",
                 container.name, vm.name
-            )),
+            ))
+            }
             // Left for `sub_paths` and the safe bind mount made at the
             // container's start: a step forgotten fails at the runtime
             // instead of mounting the whole volume.
