@@ -78,35 +78,37 @@ fn start(ctd: &PrivateContainerd, fake: &FakeApiServer) -> Tinylet {
     Tinylet::start_with(ctd, NODE, &["--kubeconfig", &kubeconfig])
 }
 
-/// An init container plants `ln -s / /data/x`; a container mounting
-/// `subPath: x` is refused with CreateContainerConfigError naming the mount
-/// and never created (the host's `/` is not exposed), `subPath:
-/// x/etc/tinylet-probe` creates nothing on the host, and the bystander
+/// An init container plants `ln -s <host dir> /data/x`; a container
+/// mounting `subPath: x` is refused with CreateContainerConfigError naming
+/// the mount and never created (the host directory is not exposed),
+/// `subPath: x/etc/tinylet-probe` creates nothing on the host, and the
+/// bystander
 /// mounting another volume runs. `subPathExpr: $(POD_NAME)` lands in a
 /// per-pod directory of a shared hostPath, and subPath of a downwardAPI
 /// volume's file reads the file. Deleting the pods leaves no mount.
 #[test]
 fn sub_paths_stay_inside_their_volume() {
-    let probe = Path::new("/etc/tinylet-probe");
-    let _ = std::fs::remove_dir(probe);
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
     let kubelet = start(&ctd, &fake);
-    // Where the host's `/` would let the refused container write.
-    let exposed = ctd.dir().join("exposed-by-subpath");
-    let exposed_in_container =
-        Path::new("/mnt").join(exposed.strip_prefix("/").unwrap_or(&exposed));
+    // The host directory the planted link points at: the test's own, never
+    // the host's `/`, so that a broken check exposes nothing that matters.
+    let outside = ctd.dir().join("outside");
+    std::fs::create_dir_all(&outside).unwrap_or_else(|e| panic!("{}: {e}", outside.display()));
+    let exposed = outside.join("exposed-by-subpath");
+    let probe = outside.join("etc/tinylet-probe");
+    let plant = format!("ln -s {} /data/x", outside.display());
 
     fake.create_pod(api_pod(
         "plant",
         json!({
             "restartPolicy": "Always",
             "volumes": [{"name": "data", "emptyDir": {}}, {"name": "other", "emptyDir": {}}],
-            "initContainers": [container("plant", "ln -s / /data/x", json!([{"name": "data", "mountPath": "/data"}]))],
+            "initContainers": [container("plant", &plant, json!([{"name": "data", "mountPath": "/data"}]))],
             "containers": [
                 container(
                     "app",
-                    &format!("touch {}; {LONG_RUNNING}", exposed_in_container.display()),
+                    &format!("touch /mnt/exposed-by-subpath; {LONG_RUNNING}"),
                     json!([{"name": "data", "mountPath": "/mnt", "subPath": "x"}]),
                 ),
                 container(
@@ -181,7 +183,7 @@ fn sub_paths_stay_inside_their_volume() {
         ctd.container_ids_named("plant", "probe").is_empty(),
         "probe was created"
     );
-    assert!(!exposed.exists(), "the host's / was mounted into app");
+    assert!(!exposed.exists(), "the host directory was mounted into app");
     assert!(!probe.exists(), "{} was made on the host", probe.display());
 
     wait_until(SETTLE, "pod expr runs", || {
@@ -273,6 +275,13 @@ fn a_symlink_swapped_in_a_loop_never_redirects_a_sub_path() {
         Duration::from_secs(15),
         "nothing written through subPath s reaches the host directory",
         empty,
+    );
+    // The race was run: some victims got a directory and started.
+    assert!(
+        (0..6).any(|i| !ctd
+            .container_ids_named("race", &format!("victim{i}"))
+            .is_empty()),
+        "no victim ever started"
     );
     fake.delete_pod("default", "race", Some(0));
     wait_until(SETTLE, "pod race is gone", || ctd.pod_gone("race"));

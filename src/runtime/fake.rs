@@ -388,6 +388,7 @@ impl RuntimeService for FakeRuntime {
         st.image = config.image.clone();
         st.labels = config.labels.clone();
         st.annotations = config.annotations.clone();
+        st.mounts = config.mounts.clone();
         s.containers.push((sandbox_id.to_string(), st));
         Ok(id)
     }

@@ -1500,6 +1500,112 @@ mod tests {
     }
 
     #[test]
+    fn a_sub_path_through_a_planted_symlink_fails_its_container_alone() {
+        let r = rig();
+        // What a planted link would expose: a directory outside the volume
+        // (not `/`, so that nothing of the host is at stake if this fails).
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        let root = r.rm.root_dir().to_path_buf();
+        let data = config::pod_dir(&root, "u1").join("volumes/kubernetes.io~empty-dir/data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::os::unix::fs::symlink(outside.path(), data.join("x")).unwrap();
+        let mut pod = test_pod("u1", "web");
+        let mounted = |name: &str, sub: Option<&str>| Container {
+            volume_mounts: Some(vec![k8s_openapi::api::core::v1::VolumeMount {
+                name: "data".into(),
+                mount_path: "/data".into(),
+                sub_path: sub.map(Into::into),
+                ..Default::default()
+            }]),
+            ..container(name)
+        };
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+                name: "data".into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            }]);
+            spec.containers = vec![
+                mounted("app", Some("x")),
+                mounted("ok", Some("sub/dir")),
+                mounted("plain", None),
+            ];
+        }
+        let e = r.sync(&pod).unwrap_err();
+        assert!(e.to_string().contains("subPath \"x\""), "{e}");
+        let reasons = r.rm.waiting_reasons("u1");
+        let (reason, message) = reasons.get("app").cloned().unwrap_or_default();
+        assert_eq!(reason, "CreateContainerConfigError");
+        assert!(
+            message.starts_with(
+                "container \"app\": volumeMounts \"data\": subPath \"x\": x is a symlink"
+            ),
+            "{message}"
+        );
+        assert!(!r.running("app"));
+        assert!(r.running("ok") && r.running("plain"));
+        let host_path = |name: &str| {
+            r.fake
+                .containers()
+                .iter()
+                .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
+                .map(|c| c.mounts[0].host_path.clone())
+                .unwrap_or_default()
+        };
+        let target = config::pod_dir(&root, "u1").join("volume-subpaths/data/ok/0");
+        assert_eq!(host_path("ok"), target.to_string_lossy());
+        assert_eq!(host_path("plain"), data.to_string_lossy());
+        assert!(data.join("sub/dir").is_dir(), "made inside the volume");
+        std::fs::write(data.join("sub/dir/f"), "in").unwrap();
+        assert_eq!(std::fs::read_to_string(target.join("f")).unwrap(), "in");
+
+        // Removing the pod unmounts before deleting: only the pod's own
+        // files go, never what a mount shows.
+        r.fake
+            .exit_container(&r.fake.container_id("ok").unwrap(), 0);
+        r.fake
+            .exit_container(&r.fake.container_id("plain").unwrap(), 0);
+        r.rm.remove_pod("u1", &r.status(&pod)).unwrap();
+        assert!(!config::pod_dir(&root, "u1").exists());
+        assert!(crate::volume::mount::mounts_below(&root)
+            .unwrap()
+            .is_empty());
+        assert!(outside.path().join("secret").exists());
+    }
+
+    #[test]
+    fn a_removed_pod_dir_is_unmounted_before_it_is_deleted() {
+        let r = rig();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), "k").unwrap();
+        let pod_dir = config::pod_dir(r.rm.root_dir(), "u2");
+        let target = pod_dir.join("volume-subpaths/v/app/0");
+        std::fs::create_dir_all(&target).unwrap();
+        let sp = crate::volume::subpath::SubPath {
+            volume_root: outside.path().to_path_buf(),
+            path: "d".into(),
+            volume: "v".into(),
+            index: 0,
+            writer_links: false,
+        };
+        std::fs::create_dir(outside.path().join("d")).unwrap();
+        std::fs::write(outside.path().join("d/keep"), "k").unwrap();
+        crate::volume::subpath::prepare(&sp, &target).unwrap();
+        assert!(target.join("keep").exists());
+        // A pod whose volumes were not torn down (the unmount failed).
+        r.rm.remove_pod("u2", &PodStatus::default()).unwrap();
+        assert!(!pod_dir.exists());
+        assert!(
+            outside.path().join("d/keep").exists(),
+            "deleted through the mount"
+        );
+        assert!(crate::volume::mount::mounts_below(r.rm.root_dir())
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
     fn crash_back_off_doubles_to_five_minutes_and_resets_after_ten_minutes_of_running() {
         let r = rig();
         let pod = test_pod("u1", "web");

@@ -333,29 +333,52 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn volume() -> (tempfile::TempDir, PathBuf) {
-        let t = tempfile::tempdir().unwrap();
+    /// A temp dir with a volume `vol` and a directory `outside` that
+    /// planted links point at (never the host's `/`: if the refusal ever
+    /// broke, only the test's own files would be exposed). Whatever is
+    /// still mounted below it is unmounted before it is deleted, so its
+    /// removal never reaches through a mount.
+    struct Scratch(tempfile::TempDir);
+
+    impl Scratch {
+        fn path(&self) -> &Path {
+            self.0.path()
+        }
+        fn outside(&self) -> PathBuf {
+            self.0.path().join("outside")
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = crate::volume::mount::unmount_below(self.0.path());
+        }
+    }
+
+    fn volume() -> (Scratch, PathBuf) {
+        let t = Scratch(tempfile::tempdir().unwrap());
         let root = t.path().join("vol");
         std::fs::create_dir(&root).unwrap();
+        std::fs::create_dir(t.outside()).unwrap();
         (t, root)
     }
 
     #[test]
-    fn a_symlink_to_the_host_root_is_refused() {
-        let (_t, root) = volume();
-        symlink("/", root.join("x")).unwrap();
+    fn a_symlink_out_of_the_volume_is_refused() {
+        let (t, root) = volume();
+        symlink(t.outside(), root.join("x")).unwrap();
         let e = open_beneath(&root, "x").unwrap_err();
         assert!(e.contains("x is a symlink"), "{e}");
         let e = open_beneath(&root, "x/etc/tinylet-probe").unwrap_err();
         assert!(e.contains("x is a symlink"), "{e}");
-        assert!(!Path::new("/etc/tinylet-probe").exists());
+        assert!(!t.outside().join("etc").exists());
     }
 
     #[test]
     fn a_symlink_in_the_middle_is_refused_even_to_inside_the_volume() {
         let (t, root) = volume();
         std::fs::create_dir_all(root.join("a/real")).unwrap();
-        symlink(t.path(), root.join("a/out")).unwrap();
+        symlink(t.outside(), root.join("a/out")).unwrap();
         symlink("real", root.join("a/in")).unwrap();
         for sub in ["a/out/vol", "a/in", "a/in/deeper"] {
             let e = open_beneath(&root, sub).unwrap_err();
@@ -470,7 +493,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "two");
         // A symlink there now: refused, and nothing new mounted.
         std::fs::remove_file(root.join("d")).unwrap();
-        symlink("/", root.join("d")).unwrap();
+        symlink(t.outside(), root.join("d")).unwrap();
         assert!(prepare(&sp, &target).is_err());
         crate::volume::mount::unmount_below(t.path()).unwrap();
         assert!(crate::volume::mount::mounts_below(t.path())
