@@ -1058,6 +1058,9 @@ impl RuntimeManager {
                         .name(format!("kill/{:.12}", k.id))
                         .stack_size(crate::thread::DEFAULT_STACK)
                         .spawn_scoped(s, move || {
+                            // Even a stop that panics lets the containers
+                            // waiting for its turn go on.
+                            let _turn = TurnDone(ordering, k.name);
                             self.kill_container(pod, k, grace_override, pod_ip, Some(ordering))
                         })
                 })
@@ -1066,7 +1069,10 @@ impl RuntimeManager {
                 .into_iter()
                 .zip(&kills)
                 .map(|(h, k)| match h {
-                    Ok(h) => h.join().unwrap_or(Ok(())),
+                    // A stop that panicked did not stop its container: the
+                    // panic goes on to the pod's worker, which contains it
+                    // and stops the pod again.
+                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
                     // No thread to spare: stop it from this one, without
                     // waiting for a turn that may depend on other threads.
                     Err(_) => {
@@ -1275,6 +1281,15 @@ impl TerminationOrdering {
     fn terminated(&self, name: &str) {
         self.running.lock().remove(name);
         self.stopped.notify_all();
+    }
+}
+
+/// Marks a container's stop as done when dropped, also by a panic.
+struct TurnDone<'a>(&'a TerminationOrdering, &'a str);
+
+impl Drop for TurnDone<'_> {
+    fn drop(&mut self) {
+        self.0.terminated(self.1);
     }
 }
 
