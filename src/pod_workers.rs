@@ -32,6 +32,7 @@
 //! relists all show up in it.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,9 @@ use crate::volume::VolumeManager;
 
 /// Delay before retrying a pod whose sync failed (upstream backOffPeriod).
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
+/// The first wait before a termination that panicked is tried again; it
+/// doubles with each panic in a row, up to [`ERROR_BACKOFF`].
+const KILL_PANIC_RETRY: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpdateType {
@@ -80,9 +84,14 @@ pub struct WorkQueue {
 
 impl WorkQueue {
     pub fn enqueue(&self, uid: &str, after: Duration) {
-        self.due
-            .lock()
-            .insert(uid.to_string(), Instant::now() + after);
+        let now = Instant::now();
+        // An interval from the outside (a back-off, the resync period) that
+        // does not fit is as good as never; a year stands for it.
+        let due = now
+            .checked_add(after)
+            .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
+            .unwrap_or(now);
+        self.due.lock().insert(uid.to_string(), due);
     }
 
     /// The pods whose resync is due now, removed from the queue.
@@ -458,10 +467,29 @@ impl Drop for PodWorkers {
     }
 }
 
+/// What a worker keeps between its turns.
+#[derive(Default)]
+struct WorkerState {
+    last_sync: Option<Instant>,
+    /// The full name this worker holds in [`FullNames`].
+    claimed: Option<String>,
+    last_pod: Option<Arc<Pod>>,
+    /// Panics in a row while terminating: each retry waits longer.
+    kill_panics: u32,
+}
+
+/// How a worker goes on after one turn.
+enum Turn {
+    /// Wait for the next wake-up.
+    Next,
+    /// Stop (tinylet shuts down); the pod stays as it is.
+    Stop,
+    /// The pod is gone: its worker has reported and ends.
+    Finished,
+}
+
 fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, uid: String) {
-    let mut last_sync: Option<Instant> = None;
-    let mut claimed: Option<String> = None;
-    let mut last_pod: Option<Arc<Pod>> = None;
+    let mut state = WorkerState::default();
     loop {
         if wake.recv().is_err() || mailbox.is_closed() {
             break;
@@ -470,100 +498,166 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             continue;
         };
         let full_name = pod_full_name(&work.pod);
-        last_pod = Some(work.pod.clone());
-
-        if work.update_type == UpdateType::Kill {
-            shared.waits.record(&full_name, handed_over.elapsed());
-            shared.prober.remove_pod(&work.pod);
-            if !terminate(&shared, &mailbox, &work, &uid, &full_name) {
-                break;
-            }
-            shared
-                .reporter
-                .pod_finished(&work.pod, deleted_from_api(&work.pod));
-            if let Some(name) = claimed.take() {
-                shared.full_names.release(&name, &uid);
-            }
-            shared.cache.delete(&uid);
-            let _ = shared.done.send(uid.clone());
-            return;
-        }
-
-        if claimed.is_none() {
-            if !shared.full_names.claim(&full_name, &uid, &mailbox) {
-                // Killed (or shut down) before it ever started: put the kill back.
-                if mailbox.is_closed() {
-                    break;
+        state.last_pod = Some(work.pod.clone());
+        // A panic (a bug, or input nothing checked) must not end the
+        // worker: the pod would never be synced, killed or deleted again.
+        // Locks are parking_lot's, released on unwind and never poisoned.
+        let turn = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            worker_turn(
+                &shared,
+                &mailbox,
+                &mut state,
+                &work,
+                handed_over,
+                &uid,
+                &full_name,
+            )
+        }));
+        match turn {
+            Ok(Turn::Next) => {}
+            Ok(Turn::Stop) => break,
+            Ok(Turn::Finished) => return,
+            Err(payload) => {
+                let what = panic_message(payload.as_ref());
+                state.last_sync = Some(Instant::now());
+                if work.update_type == UpdateType::Kill {
+                    // Stop again, without the grace period (and so without
+                    // the preStop hooks) that may be what panicked.
+                    state.kill_panics = state.kill_panics.saturating_add(1);
+                    let delay = KILL_PANIC_RETRY
+                        .saturating_mul(1 << state.kill_panics.min(5))
+                        .min(ERROR_BACKOFF);
+                    error!(
+                        "pod {full_name}: worker panicked while terminating: {what}; \
+                         stopping it again without grace in {}s",
+                        delay.as_secs_f32()
+                    );
+                    std::thread::sleep(delay);
+                    mailbox.put(PodWork {
+                        grace_period: Some(0),
+                        ..work
+                    });
+                } else {
+                    error!("pod {full_name}: worker panicked while syncing: {what}; will retry");
+                    shared.queue.enqueue(&uid, ERROR_BACKOFF);
                 }
-                let _ = mailbox.wake.try_send(());
-                continue;
-            }
-            claimed = Some(full_name.clone());
-        }
-
-        // A kill that arrives meanwhile must not wait for the next relist.
-        let (status, err) = match shared
-            .cache
-            .wait_newer_than(&uid, last_sync, &|| mailbox.kill_pending())
-        {
-            Wait::Fresh(s) => s,
-            Wait::Aborted => {
-                let _ = mailbox.wake.try_send(());
-                continue;
-            }
-            Wait::Closed => break,
-        };
-        // Updates that came while the worker waited supersede its work:
-        // the sync acts on the latest spec, not on one already replaced.
-        let work = mailbox.take_update().unwrap_or(work);
-        if let Some(e) = err {
-            warn!("pod {full_name}: status unknown ({e}), will retry");
-            last_sync = Some(Instant::now());
-            shared.queue.enqueue(&uid, ERROR_BACKOFF);
-            continue;
-        }
-        shared.waits.record(&full_name, handed_over.elapsed());
-        debug!("pod {full_name}: sync ({:?})", work.update_type);
-        crate::fault::point("sync-begin", &full_name);
-        // Volumes first: no container starts without them (upstream's
-        // WaitForAttachAndMount).
-        if let Err(e) = shared.volumes.setup(&work.pod) {
-            warn!("pod {full_name}: {e}; will retry");
-            last_sync = Some(Instant::now());
-            report_status(&shared, &work.pod, &status);
-            shared.queue.enqueue(&uid, ERROR_BACKOFF);
-            continue;
-        }
-        crate::fault::point("volumes-set-up", &full_name);
-        let result = shared.runtime.sync_pod(&work.pod, &status);
-        last_sync = Some(Instant::now());
-        // The status seen at the start of this sync, with the reasons it found.
-        report_status(&shared, &work.pod, &status);
-        shared
-            .prober
-            .update_pod(&work.pod, &status, shared.host_ip.as_deref());
-        match result {
-            Ok(()) => {
-                shared.runtime.prune_dead(&status);
-                shared.queue.enqueue(&uid, shared.resync_interval);
-            }
-            Err(SyncError::BackOff(msg, left)) => {
-                info!("{msg}: next try in {}s", left.as_secs().max(1));
-                shared.queue.enqueue(&uid, left);
-            }
-            Err(e) => {
-                warn!("sync failed: {e}");
-                shared.queue.enqueue(&uid, ERROR_BACKOFF);
             }
         }
     }
-    if let Some(name) = claimed {
+    if let Some(name) = state.claimed {
         shared.full_names.release(&name, &uid);
     }
     debug!(
         "pod {}: worker stopped",
-        last_pod.map(|p| pod_full_name(&p)).unwrap_or(uid)
+        state.last_pod.map(|p| pod_full_name(&p)).unwrap_or(uid)
     );
+}
+
+/// The message a panic carried (`panic!` gives a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
+/// One piece of work on the pod: terminate it, or sync it once.
+fn worker_turn(
+    shared: &Shared,
+    mailbox: &Mailbox,
+    state: &mut WorkerState,
+    work: &PodWork,
+    handed_over: Instant,
+    uid: &str,
+    full_name: &str,
+) -> Turn {
+    if work.update_type == UpdateType::Kill {
+        shared.waits.record(full_name, handed_over.elapsed());
+        shared.prober.remove_pod(&work.pod);
+        if !terminate(shared, mailbox, work, uid, full_name) {
+            return Turn::Stop;
+        }
+        shared
+            .reporter
+            .pod_finished(&work.pod, deleted_from_api(&work.pod));
+        if let Some(name) = state.claimed.take() {
+            shared.full_names.release(&name, uid);
+        }
+        shared.cache.delete(uid);
+        let _ = shared.done.send(uid.to_string());
+        return Turn::Finished;
+    }
+
+    if state.claimed.is_none() {
+        if !shared.full_names.claim(full_name, uid, mailbox) {
+            // Killed (or shut down) before it ever started: put the kill back.
+            if mailbox.is_closed() {
+                return Turn::Stop;
+            }
+            let _ = mailbox.wake.try_send(());
+            return Turn::Next;
+        }
+        state.claimed = Some(full_name.to_string());
+    }
+
+    // A kill that arrives meanwhile must not wait for the next relist.
+    let (status, err) = match shared
+        .cache
+        .wait_newer_than(uid, state.last_sync, &|| mailbox.kill_pending())
+    {
+        Wait::Fresh(s) => s,
+        Wait::Aborted => {
+            let _ = mailbox.wake.try_send(());
+            return Turn::Next;
+        }
+        Wait::Closed => return Turn::Stop,
+    };
+    // Updates that came while the worker waited supersede its work:
+    // the sync acts on the latest spec, not on one already replaced.
+    let taken = mailbox.take_update();
+    let work = taken.as_ref().unwrap_or(work);
+    if let Some(e) = err {
+        warn!("pod {full_name}: status unknown ({e}), will retry");
+        state.last_sync = Some(Instant::now());
+        shared.queue.enqueue(uid, ERROR_BACKOFF);
+        return Turn::Next;
+    }
+    shared.waits.record(full_name, handed_over.elapsed());
+    debug!("pod {full_name}: sync ({:?})", work.update_type);
+    crate::fault::point("sync-begin", full_name);
+    // Volumes first: no container starts without them (upstream's
+    // WaitForAttachAndMount).
+    if let Err(e) = shared.volumes.setup(&work.pod) {
+        warn!("pod {full_name}: {e}; will retry");
+        state.last_sync = Some(Instant::now());
+        report_status(shared, &work.pod, &status);
+        shared.queue.enqueue(uid, ERROR_BACKOFF);
+        return Turn::Next;
+    }
+    crate::fault::point("volumes-set-up", full_name);
+    let result = shared.runtime.sync_pod(&work.pod, &status);
+    state.last_sync = Some(Instant::now());
+    // The status seen at the start of this sync, with the reasons it found.
+    report_status(shared, &work.pod, &status);
+    shared
+        .prober
+        .update_pod(&work.pod, &status, shared.host_ip.as_deref());
+    match result {
+        Ok(()) => {
+            shared.runtime.prune_dead(&status);
+            shared.queue.enqueue(uid, shared.resync_interval);
+        }
+        Err(SyncError::BackOff(msg, left)) => {
+            info!("{msg}: next try in {}s", left.as_secs().max(1));
+            shared.queue.enqueue(uid, left);
+        }
+        Err(e) => {
+            warn!("sync failed: {e}");
+            shared.queue.enqueue(uid, ERROR_BACKOFF);
+        }
+    }
+    Turn::Next
 }
 
 /// An API pod that is being deleted gracefully: once its containers are
@@ -724,6 +818,50 @@ mod tests {
         assert!(r.fake.containers().is_empty());
         assert_eq!(r.fake.count("RunPodSandbox"), 1);
         assert!(r.workers.is_empty());
+    }
+
+    #[test]
+    fn a_worker_that_panics_keeps_serving_its_pod_and_still_removes_it() {
+        let mut r = rig();
+        let p = pod("u9", "web");
+        // The first sync panics in the runtime, with the fake's lock held.
+        r.fake.panic_next("CreateContainer", 1);
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait_for("the panicking sync", || {
+            r.fake.count("CreateContainer") == 1 && r.queue.take_ready(far_future()).len() == 1
+        });
+        // The same worker syncs the pod again (the lock the panic held is
+        // free) and starts its container.
+        r.cache.update_time(Instant::now(), Arc::new(vec![]));
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Sync,
+            grace_period: None,
+        });
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
+
+        // Stopping the container panics too: the kill is tried again
+        // without grace, and the pod is removed all the same.
+        r.fake.panic_next("StopContainer", 1);
+        r.workers.update_pod(PodWork {
+            pod: p,
+            update_type: UpdateType::Kill,
+            grace_period: Some(30),
+        });
+        assert_eq!(r.done.recv_timeout(Duration::from_secs(5)).unwrap(), "u9");
+        r.workers.forget("u9");
+        assert_eq!(r.fake.count("StopContainer"), 2);
+        assert!(r.fake.sandboxes().is_empty());
+        assert!(r.fake.containers().is_empty());
+        assert!(r.workers.is_empty());
+    }
+
+    fn far_future() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
     }
 
     #[test]

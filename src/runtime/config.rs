@@ -1049,7 +1049,20 @@ pub fn sub_paths(
     Ok(out)
 }
 
-/// CPU and memory limits as cgroup settings (the kubelet's conversion).
+/// The fewest and most CPU shares a container gets (the kernel's bounds,
+/// which upstream's milliCPUToShares clamps to).
+const MIN_SHARES: i64 = 2;
+const MAX_SHARES: i64 = 262_144;
+/// The CFS period (µs) and the smallest quota upstream sets (1 ms).
+const CPU_PERIOD: i64 = 100_000;
+const MIN_QUOTA: i64 = 1000;
+/// The largest CFS quota the kernel takes (µs, 2^44 - 1): a bigger CPU
+/// limit is as good as none. Upstream's int64 product wraps for limits
+/// this large; here it saturates and is cut to what the kernel accepts.
+const MAX_QUOTA: i64 = (1 << 44) - 1;
+
+/// CPU and memory limits as cgroup settings (the kubelet's conversion),
+/// saturating and clamped, whatever the quantities.
 fn resources(container: &Container) -> Result<api::LinuxContainerResources, String> {
     let mut r = api::LinuxContainerResources::new();
     let res = container.resources.as_ref();
@@ -1070,13 +1083,16 @@ fn resources(container: &Container) -> Result<api::LinuxContainerResources, Stri
                 .ok_or_else(|| format!("{}: bad quantity {q:?}", field("requests", "cpu")))
         })
         .transpose()?;
-    // Shares: 1024 per core, at least 2 (the kernel's minimum).
-    r.cpu_shares = cpu_request.map(|m| (m * 1024 / 1000).max(2)).unwrap_or(2);
+    // Shares: 1024 per core, within the kernel's [2, 262144] as upstream's
+    // milliCPUToShares clamps them.
+    r.cpu_shares = cpu_request
+        .map(|m| (m.saturating_mul(1024) / 1000).clamp(MIN_SHARES, MAX_SHARES))
+        .unwrap_or(MIN_SHARES);
     if let Some(q) = get("limits", "cpu") {
         let m = parse_millis(&q)
             .ok_or_else(|| format!("{}: bad quantity {q:?}", field("limits", "cpu")))?;
-        r.cpu_period = 100_000;
-        r.cpu_quota = (m * 100_000 / 1000).max(1000);
+        r.cpu_period = CPU_PERIOD;
+        r.cpu_quota = (m.saturating_mul(CPU_PERIOD) / 1000).clamp(MIN_QUOTA, MAX_QUOTA);
     }
     if let Some(q) = get("limits", "memory") {
         r.memory_limit_in_bytes = parse_bytes(&q)
@@ -1210,6 +1226,50 @@ mod tests {
         ] {
             assert_eq!(run(&with_mounts(serde_json::json!([mount]))).unwrap_err(), want);
         }
+    }
+
+    #[test]
+    fn huge_cpu_and_memory_limits_are_clamped_not_overflowed() {
+        let c = |requests: serde_json::Value, limits: serde_json::Value| -> Container {
+            serde_json::from_value(serde_json::json!({
+                "name": "app", "image": "busybox",
+                "resources": {"requests": requests, "limits": limits}
+            }))
+            .unwrap()
+        };
+        // Multiplying these by 1024 or 100000 overflowed an i64.
+        for huge in ["9223372036854775807", "1E", "99999999999999999999999999"] {
+            let r = resources(&c(
+                serde_json::json!({"cpu": huge}),
+                serde_json::json!({"cpu": huge, "memory": huge}),
+            ))
+            .unwrap();
+            assert_eq!(r.cpu_shares, MAX_SHARES, "{huge}");
+            assert_eq!(r.cpu_period, 100_000, "{huge}");
+            assert_eq!(r.cpu_quota, (1 << 44) - 1, "{huge}");
+            assert!(
+                r.memory_limit_in_bytes >= 1_000_000_000_000_000_000,
+                "{huge}"
+            );
+        }
+        // The usual conversions and their lower bounds.
+        let r = resources(&c(
+            serde_json::json!({"cpu": "1m"}),
+            serde_json::json!({"cpu": "1m"}),
+        ))
+        .unwrap();
+        assert_eq!((r.cpu_shares, r.cpu_quota), (2, 1000));
+        let r = resources(&c(
+            serde_json::json!({"cpu": "1500m"}),
+            serde_json::json!({"cpu": "2"}),
+        ))
+        .unwrap();
+        assert_eq!((r.cpu_shares, r.cpu_quota), (1536, 200_000));
+        let r = resources(&c(serde_json::json!({"cpu": "300"}), serde_json::json!({}))).unwrap();
+        assert_eq!(
+            r.cpu_shares, 262_144,
+            "256 cores and more: the kernel's maximum"
+        );
     }
 
     #[test]

@@ -10,6 +10,10 @@ pub fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> Stri
     let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
     let mut checkpoint = 0;
     let mut cursor = 0;
+    // Set once a search found no ')' up to the end: later searches would
+    // find none either, and skipping them keeps a value full of `$(`
+    // linear rather than quadratic.
+    let mut no_close_left = false;
     while cursor < bytes.len() {
         if bytes[cursor] == b'$' && cursor + 1 < bytes.len() {
             out.extend_from_slice(&bytes[checkpoint..cursor]);
@@ -20,7 +24,10 @@ pub fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> Stri
                     out.push(b'$');
                     1
                 }
-                b'(' => match rest.iter().position(|&b| b == b')') {
+                b'(' => match (!no_close_left)
+                    .then(|| rest.iter().position(|&b| b == b')'))
+                    .flatten()
+                {
                     Some(close) => {
                         let name = &input[cursor + 2..cursor + 1 + close];
                         match lookup(name) {
@@ -31,6 +38,7 @@ pub fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> Stri
                     }
                     // No closing parenthesis: kept as written.
                     None => {
+                        no_close_left = true;
                         out.extend_from_slice(b"$(");
                         1
                     }
@@ -120,5 +128,15 @@ mod tests {
             expand("$(VAR_A $(VAR_B))", |n| v.get(n).copied()),
             "$(VAR_A $(VAR_B))"
         );
+    }
+
+    #[test]
+    fn unclosed_references_stay_linear() {
+        // Each "$(" without a ')' after it used to scan to the end again:
+        // a value of them took quadratic time. The test only needs to end.
+        let input = "$(".repeat(1 << 19);
+        assert_eq!(expand(&input, |_| Some("x")), input);
+        let input = format!("{}$(A)", "$(".repeat(1 << 10));
+        assert_eq!(expand(&input, |_| None), input);
     }
 }

@@ -1,6 +1,6 @@
 //! An in-process fake of the CRI services for unit tests: keeps sandboxes,
 //! containers and images in memory with the runtime's semantics, records
-//! every call, and can fail the next calls of a method.
+//! every call, and can fail (or panic in) the next calls of a method.
 
 use std::collections::HashMap;
 
@@ -82,6 +82,8 @@ struct State {
     images: Vec<String>,
     calls: Vec<String>,
     fail: HashMap<String, usize>,
+    /// Methods whose next calls panic, and how many.
+    panic: HashMap<String, usize>,
     /// StopContainer calls: (container name, timeout).
     stops: Vec<(String, i64)>,
     /// ExecSync calls: (container name, command).
@@ -198,6 +200,12 @@ impl FakeRuntime {
         self.state.lock().fail.insert(method.into(), n);
     }
 
+    /// The next `n` calls of `method` panic (with the fake's lock held, as
+    /// a bug in a real call could), for tests of panic containment.
+    pub fn panic_next(&self, method: &str, n: usize) {
+        self.state.lock().panic.insert(method.into(), n);
+    }
+
     /// Scripts what `ExecSync` of a command starting with `cmd0` answers.
     pub fn script_exec(&self, cmd0: &str, answer: ExecAnswer) {
         self.state.lock().scripted.insert(cmd0.into(), answer);
@@ -237,6 +245,10 @@ impl FakeRuntime {
         let mut s = self.state.lock();
         s.calls.push(method.to_string());
         s.clock += 1_000_000;
+        if let Some(n) = s.panic.get_mut(method).filter(|n| **n > 0) {
+            *n -= 1;
+            panic!("injected panic in {method}");
+        }
         if let Some(n) = s.fail.get_mut(method) {
             if *n > 0 {
                 *n -= 1;

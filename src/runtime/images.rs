@@ -331,71 +331,132 @@ fn split_host_port(hostport: &str) -> Option<(&str, &str)> {
     }
 }
 
-/// Shell-style matching of one host label (`*`, `?`, `[a-z]`, `[^a]`,
-/// `\x`); a malformed pattern matches nothing.
-fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    match pattern.first() {
-        None => text.is_empty(),
-        Some(b'*') => (0..=text.len()).any(|i| glob_match(&pattern[1..], &text[i..])),
-        Some(b'?') => !text.is_empty() && glob_match(&pattern[1..], &text[1..]),
-        Some(b'[') => {
-            let Some((&c, text_rest)) = text.split_first() else {
-                return false;
-            };
-            let mut i = 1;
-            let negate = pattern.get(i) == Some(&b'^');
-            if negate {
-                i += 1;
-            }
-            let mut matched = false;
-            let mut first = true;
-            loop {
-                let Some(&p) = pattern.get(i) else {
-                    return false; // no closing ']'
-                };
-                if p == b']' && !first {
-                    i += 1;
-                    break;
-                }
-                first = false;
-                let lo = if p == b'\\' {
-                    i += 1;
-                    match pattern.get(i) {
-                        Some(&e) => e,
-                        None => return false,
-                    }
-                } else {
-                    p
-                };
-                i += 1;
-                let hi = if pattern.get(i) == Some(&b'-') && pattern.get(i + 1) != Some(&b']') {
-                    let h = match pattern.get(i + 1) {
-                        Some(&b'\\') => {
-                            i += 1;
-                            pattern.get(i + 1).copied()
-                        }
-                        h => h.copied(),
-                    };
-                    let Some(h) = h else {
-                        return false;
-                    };
-                    i += 2;
-                    h
-                } else {
-                    lo
-                };
-                if lo <= c && c <= hi {
-                    matched = true;
-                }
-            }
-            matched != negate && glob_match(&pattern[i..], text_rest)
+/// One element of a parsed host-label pattern.
+#[derive(Debug, PartialEq)]
+enum GlobToken {
+    /// `*`: any run of characters other than `/`.
+    Star,
+    /// `?`: any one character other than `/`.
+    Any,
+    /// A character, given as is or escaped with `\`.
+    Char(char),
+    /// `[...]` or `[^...]`: inclusive ranges (a lone character is lo == hi).
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+}
+
+/// Parses a pattern with Go's `filepath.Match` syntax; None when it is
+/// malformed (an unclosed or empty class, a `-` or `]` where a class
+/// character belongs, a trailing `\`), which Go reports as ErrBadPattern.
+fn parse_glob(pattern: &str) -> Option<Vec<GlobToken>> {
+    /// A class character, `\` escapes included: Go's `getEsc`, which also
+    /// wants something after it (the class's `]` at least).
+    fn class_char(chars: &[char], i: &mut usize) -> Option<char> {
+        let mut c = *chars.get(*i)?;
+        if c == '-' || c == ']' {
+            return None;
         }
-        Some(b'\\') => match (pattern.get(1), text.first()) {
-            (Some(p), Some(t)) if p == t => glob_match(&pattern[2..], &text[1..]),
-            _ => false,
-        },
-        Some(p) => text.first() == Some(p) && glob_match(&pattern[1..], &text[1..]),
+        if c == '\\' {
+            *i += 1;
+            c = *chars.get(*i)?;
+        }
+        *i += 1;
+        (*i < chars.len()).then_some(c)
     }
+    let chars: Vec<char> = pattern.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while let Some(&c) = chars.get(i) {
+        i += 1;
+        let token = match c {
+            '*' => GlobToken::Star,
+            '?' => GlobToken::Any,
+            '\\' => {
+                let escaped = *chars.get(i)?;
+                i += 1;
+                GlobToken::Char(escaped)
+            }
+            '[' => {
+                let negated = chars.get(i) == Some(&'^');
+                if negated {
+                    i += 1;
+                }
+                let mut ranges = Vec::new();
+                loop {
+                    if chars.get(i) == Some(&']') && !ranges.is_empty() {
+                        i += 1;
+                        break;
+                    }
+                    let lo = class_char(&chars, &mut i)?;
+                    let hi = if chars.get(i) == Some(&'-') {
+                        i += 1;
+                        class_char(&chars, &mut i)?
+                    } else {
+                        lo
+                    };
+                    ranges.push((lo, hi));
+                }
+                GlobToken::Class { negated, ranges }
+            }
+            c => GlobToken::Char(c),
+        };
+        tokens.push(token);
+    }
+    Some(tokens)
+}
+
+/// Whether one (non-star) token takes the character `c`.
+fn glob_token_matches(token: &GlobToken, c: char) -> bool {
+    match token {
+        GlobToken::Star => false,
+        GlobToken::Any => c != '/',
+        GlobToken::Char(p) => *p == c,
+        GlobToken::Class { negated, ranges } => {
+            ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated
+        }
+    }
+}
+
+/// Matches one host label against a pattern with Go's `filepath.Match`
+/// semantics (upstream's `URLsMatch` uses it): `*`, `?`, `[a-z]`, `[^a]`,
+/// `\x`; a malformed pattern matches nothing. Iterative, with only the
+/// last `*` ever re-tried, so the time is at most pattern length times
+/// text length: a key of many `*`s cannot hold a pod's worker.
+fn glob_match(pattern: &str, text: &str) -> bool {
+    let Some(tokens) = parse_glob(pattern) else {
+        return false;
+    };
+    let text: Vec<char> = text.chars().collect();
+    let (mut p, mut t) = (0, 0);
+    // The last `*` seen and the text position it currently stops at.
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match tokens.get(p) {
+            Some(GlobToken::Star) => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(token) if glob_token_matches(token, text[t]) => {
+                p += 1;
+                t += 1;
+            }
+            _ => {
+                // Let the last `*` take one more character, if it may.
+                let Some((star_p, star_t)) = star else {
+                    return false;
+                };
+                if text[star_t] == '/' {
+                    return false;
+                }
+                star = Some((star_p, star_t + 1));
+                p = star_p + 1;
+                t = star_t + 1;
+            }
+        }
+    }
+    tokens[p..].iter().all(|token| *token == GlobToken::Star)
 }
 
 /// Whether the registry key `glob` (host labels may hold wildcards) covers
@@ -418,10 +479,7 @@ pub fn urls_match(glob: &str, target: &str) -> bool {
     g_port == t_port
         && g_parts.len() == t_parts.len()
         && t_path.starts_with(g_path)
-        && g_parts
-            .iter()
-            .zip(&t_parts)
-            .all(|(g, t)| glob_match(g.as_bytes(), t.as_bytes()))
+        && g_parts.iter().zip(&t_parts).all(|(g, t)| glob_match(g, t))
 }
 
 /// Whether `repo` is on Docker Hub (whose logins may be stored under
@@ -1292,6 +1350,57 @@ mod tests {
         assert!(urls_match("example.com/team", "example.com/team/app"));
         assert!(!urls_match("example.com/team", "example.com/other/app"));
         assert!(!urls_match("example.com", "example.org/a"));
+    }
+
+    #[test]
+    fn glob_follows_go_filepath_match() {
+        assert!(glob_match("", ""));
+        assert!(!glob_match("", "a"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a*", "abc"));
+        assert!(glob_match("a*c", "abbbc"));
+        assert!(glob_match("*c", "abc"));
+        assert!(!glob_match("a*c", "abcd"));
+        assert!(glob_match("a*b*c", "axxbyyc"));
+        assert!(glob_match("a*b?c", "axbbyc"));
+        assert!(!glob_match("a*", "a/b"), "a star stops at /");
+        assert!(!glob_match("a?b", "a/b"), "? does not take /");
+        assert!(glob_match("[a-c]x", "bx"));
+        assert!(glob_match("[^a-c]x", "dx"));
+        assert!(!glob_match("[^a-c]x", "ax"));
+        assert!(glob_match("[ab0-9]", "7"));
+        assert!(glob_match("[\\]]", "]"));
+        assert!(glob_match("[\\-]", "-"));
+        assert!(glob_match("\\*", "*"));
+        assert!(!glob_match("\\*", "a"));
+        assert!(glob_match("é?", "éa"), "? takes one character, not a byte");
+        // Patterns Go's filepath.Match calls malformed never match, even
+        // where the text would.
+        for bad in [
+            "[", "[]", "[]a]", "[^]", "[a-]", "[-a]", "a\\", "[a", "[a-\\", "*[",
+        ] {
+            assert!(parse_glob(bad).is_none(), "{bad:?} is malformed");
+            assert!(!glob_match(bad, "a"), "{bad:?}");
+            assert!(!glob_match(bad, ""), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn many_stars_against_a_long_host_finish() {
+        // A backtracking matcher takes exponential time on these; this one
+        // must simply return (no time is asserted).
+        let host = "a".repeat(250);
+        let stars = "*".repeat(20);
+        assert!(!glob_match(&format!("{stars}b"), &host));
+        assert!(!glob_match(&format!("{}b", "*a".repeat(20)), &host));
+        assert!(glob_match(&format!("{stars}a"), &host));
+        let key = format!("{stars}b.example.com");
+        let target = format!("{host}.example.com/app");
+        assert!(!urls_match(&key, &target));
+        let mut k = Keyring::default();
+        k.add(&key, cred("stars"));
+        k.add(&format!("{stars}.example.com"), cred("match"));
+        assert_eq!(users(k.lookup(&target)), ["match"]);
     }
 
     #[test]

@@ -58,6 +58,11 @@ use labels::{pod_full_name, pod_uid};
 /// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
 const MIN_GRACE_PERIOD_SECS: i64 = 2;
 const DEFAULT_GRACE_PERIOD_SECS: i64 = 30;
+/// The longest grace period tinylet waits: a longer one (the API allows up
+/// to `i64::MAX` seconds) is cut to a year, so deadlines computed from it
+/// never overflow and the runtime gets a timeout it can hold. Upstream
+/// passes the number on as is.
+pub const MAX_GRACE_PERIOD_SECS: i64 = 365 * 24 * 3600;
 /// How long a postStart httpGet may take (upstream sets none; the worker
 /// must not hang on a server that never answers).
 const POST_START_HTTP_TIMEOUT: Duration = Duration::from_secs(120);
@@ -699,7 +704,7 @@ impl RuntimeManager {
             }
             b.next(&key, exited, now);
         }
-        let restart_count = prev.map(|p| p.restart_count + 1).unwrap_or(0);
+        let restart_count = prev.map(|p| p.restart_count.saturating_add(1)).unwrap_or(0);
         let fail = |step: &str, e: &dyn std::fmt::Display| {
             SyncError::Failed(format!("pod {who}: container {:?}: {step}: {e}", c.name))
         };
@@ -1022,7 +1027,7 @@ impl RuntimeManager {
                 return 0;
             }
         };
-        let deadline = Instant::now() + limit;
+        let deadline = deadline_after(Instant::now(), limit);
         match rx.recv_deadline(deadline) {
             Ok(result) => {
                 drop(thread);
@@ -1108,6 +1113,9 @@ impl RuntimeManager {
                         .name(format!("kill/{:.12}", k.id))
                         .stack_size(crate::thread::DEFAULT_STACK)
                         .spawn_scoped(s, move || {
+                            // Even a stop that panics lets the containers
+                            // waiting for its turn go on.
+                            let _turn = TurnDone(ordering, k.name);
                             self.kill_container(pod, k, grace_override, pod_ip, Some(ordering))
                         })
                 })
@@ -1116,7 +1124,10 @@ impl RuntimeManager {
                 .into_iter()
                 .zip(&kills)
                 .map(|(h, k)| match h {
-                    Ok(h) => h.join().unwrap_or(Ok(())),
+                    // A stop that panicked did not stop its container: the
+                    // panic goes on to the pod's worker, which contains it
+                    // and stops the pod again.
+                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
                     // No thread to spare: stop it from this one, without
                     // waiting for a turn that may depend on other threads.
                     Err(_) => {
@@ -1312,7 +1323,7 @@ impl TerminationOrdering {
             return 0;
         };
         let start = Instant::now();
-        let deadline = start + Duration::from_secs(grace.unsigned_abs());
+        let deadline = deadline_after(start, Duration::from_secs(grace.unsigned_abs()));
         let mut running = self.running.lock();
         while waits.iter().any(|n| running.contains(n)) {
             if self.stopped.wait_until(&mut running, deadline).timed_out() {
@@ -1325,6 +1336,15 @@ impl TerminationOrdering {
     fn terminated(&self, name: &str) {
         self.running.lock().remove(name);
         self.stopped.notify_all();
+    }
+}
+
+/// Marks a container's stop as done when dropped, also by a panic.
+struct TurnDone<'a>(&'a TerminationOrdering, &'a str);
+
+impl Drop for TurnDone<'_> {
+    fn drop(&mut self) {
+        self.0.terminated(self.1);
     }
 }
 
@@ -1361,7 +1381,8 @@ fn backoff_key(pod: &Pod, c: &Container) -> String {
 /// The grace period a container's stop starts from: the kill's override,
 /// else the deletion's, else the pod's (30 s when unset, the API default).
 /// The preStop hook and the wait for a sidecar's turn come out of it; what
-/// is left, at least 2 s, goes to StopContainer.
+/// is left, at least 2 s, goes to StopContainer. A negative one is 0 and
+/// one over [`MAX_GRACE_PERIOD_SECS`] is cut to it.
 fn grace_period(pod: &Pod, over: Option<i64>) -> i64 {
     over.or(pod.metadata.deletion_grace_period_seconds)
         .or_else(|| {
@@ -1370,7 +1391,16 @@ fn grace_period(pod: &Pod, over: Option<i64>) -> i64 {
                 .and_then(|s| s.termination_grace_period_seconds)
         })
         .unwrap_or(DEFAULT_GRACE_PERIOD_SECS)
-        .max(0)
+        .clamp(0, MAX_GRACE_PERIOD_SECS)
+}
+
+/// `start + wait`, or `start` plus the longest grace period where that
+/// would not fit in an `Instant` (a wait of years ends with tinylet anyway).
+fn deadline_after(start: Instant, wait: Duration) -> Instant {
+    start
+        .checked_add(wait)
+        .or_else(|| start.checked_add(Duration::from_secs(MAX_GRACE_PERIOD_SECS.unsigned_abs())))
+        .unwrap_or(start)
 }
 
 pub use cri::DEFAULT_REQUEST_TIMEOUT;
@@ -1892,6 +1922,45 @@ mod tests {
         });
         r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
         assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
+    }
+
+    #[test]
+    fn a_huge_grace_period_is_cut_to_a_year_and_never_overflows() {
+        // terminationGracePeriodSeconds: i64::MAX with a preStop hook used
+        // to panic adding the grace period to an Instant.
+        let r = rig();
+        let pod = pre_stop_pod(i64::MAX);
+        r.sync(&pod).unwrap();
+        r.fake.set_exec(ExecBehaviour {
+            takes_secs: 1,
+            ..Default::default()
+        });
+        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
+        assert_eq!(
+            r.fake.stops(),
+            vec![("app".to_string(), MAX_GRACE_PERIOD_SECS - 1)]
+        );
+
+        // The same through the deletion's grace period and a kill's override.
+        let r = rig();
+        let mut pod = pre_stop_pod(10);
+        r.sync(&pod).unwrap();
+        pod.metadata.deletion_grace_period_seconds = Some(i64::MAX);
+        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
+        assert_eq!(
+            r.fake.stops(),
+            vec![("app".to_string(), MAX_GRACE_PERIOD_SECS)]
+        );
+        let r = rig();
+        let pod = pre_stop_pod(10);
+        r.sync(&pod).unwrap();
+        r.rm.kill_pod(&pod, &r.status(&pod), Some(i64::MIN))
+            .unwrap();
+        assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
+        let pod = pre_stop_pod(10);
+        assert_eq!(grace_period(&pod, Some(i64::MAX)), MAX_GRACE_PERIOD_SECS);
+        assert_eq!(grace_period(&pod, Some(-5)), 0);
+        assert!(deadline_after(Instant::now(), Duration::MAX) > Instant::now());
     }
 
     #[test]

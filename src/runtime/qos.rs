@@ -105,7 +105,9 @@ pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> 
         .and_then(|q| crate::quantity::parse_bytes(&q.0))
         .unwrap_or(0);
     let adj = if memory_capacity > 0 {
-        1000 - (1000 * i128::from(request) / i128::from(memory_capacity)) as i64
+        // i128 for the product; a request far over the capacity saturates.
+        let share = 1000 * i128::from(request) / i128::from(memory_capacity);
+        1000 - i64::try_from(share).unwrap_or(i64::MAX)
     } else {
         BEST_EFFORT_OOM_SCORE_ADJ
     };

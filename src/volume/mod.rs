@@ -531,10 +531,14 @@ fn create_dir(dir: &Path) -> Result<(), String> {
 /// When a token must be replaced: after 80% of its lifetime, at most 24 h
 /// after it was issued (upstream's token manager rule).
 pub fn refresh_time(token: &Token, expiration_seconds: i64) -> SystemTime {
-    let ttl = Duration::from_secs(expiration_seconds.max(0) as u64);
+    // Checked throughout: a manifest may ask for any number of seconds, and
+    // a lifetime beyond what SystemTime holds must not panic the worker.
+    let ttl = Duration::from_secs(expiration_seconds.max(0).unsigned_abs());
     let issued = token.expires.checked_sub(ttl).unwrap_or(token.expires);
-    let by_ttl = issued + ttl.mul_f64(0.8);
-    by_ttl.min(issued + MAX_TOKEN_AGE)
+    let by_ttl = issued
+        .checked_add(ttl.mul_f64(0.8))
+        .unwrap_or(token.expires);
+    by_ttl.min(issued.checked_add(MAX_TOKEN_AGE).unwrap_or(token.expires))
 }
 
 #[cfg(test)]

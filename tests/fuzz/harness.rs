@@ -20,6 +20,8 @@ use tinylet::kube::{
     check_list, decode_object, load_kubeconfig, Client, ClientOptions, KubeConfig, WatchEvent,
     WatchStream, MAX_EVENT,
 };
+use tinylet::runtime::images::{urls_match, Keyring, DOCKER_CFG_KEY, DOCKER_CONFIG_JSON_KEY};
+use tinylet::volume::Keys;
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, LazyBuffers, NextTimeout, Transport,
@@ -29,11 +31,12 @@ use ureq::unversioned::transport::{
 pub type Harness = fn(&[u8]);
 
 /// The fuzz targets, by name (the directories of `corpus/` and `regressions/`).
-pub const TARGETS: [(&str, Harness); 4] = [
+pub const TARGETS: [(&str, Harness); 5] = [
     ("manifest", manifest),
     ("kubeconfig", kubeconfig),
     ("watch_stream", watch_stream),
     ("http_response", http_response),
+    ("docker_config_glob", docker_config_glob),
 ];
 
 const NODE: &str = "edge-1";
@@ -341,5 +344,42 @@ pub fn http_response(data: &[u8]) {
     match client.watch(WATCH_PATH, Duration::from_secs(330)) {
         Ok(stream) => read_events(stream, response.len()),
         Err(e) => assert!(e.to_string().starts_with("GET /api/v1/pods?"), "{e}"),
+    }
+}
+
+/// `docker_config_glob`: the registry-key matching of image pull secrets.
+/// The first line is a docker config key (host labels may hold `*`, `?`,
+/// `[...]` and `\` escapes) and the second an image repository; they go
+/// through `urls_match`, which must answer in time linear-ish in their
+/// lengths whatever the pattern. The rest of the input is read as a
+/// `.dockerconfigjson` and as a `.dockercfg` secret value, and the keyring
+/// looked up for the repository.
+pub fn docker_config_glob(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut lines = text.splitn(3, '\n');
+    let key = lines.next().unwrap_or("");
+    let repo = lines.next().unwrap_or("");
+    let secret = lines.next().unwrap_or("");
+    let _ = urls_match(key, repo);
+    // A key without wildcards or a port matches itself, and a `*` in place
+    // of its first host label still does.
+    if !key.contains(['*', '?', '[', '\\', ':']) {
+        assert!(urls_match(key, key), "{key:?} does not match itself");
+        let first_label_end = key.find(['.', '/']).unwrap_or(key.len());
+        let starred = format!("*{}", &key[first_label_end..]);
+        assert!(
+            urls_match(&starred, key),
+            "{starred:?} does not match {key:?}"
+        );
+    }
+    for secret_key in [DOCKER_CONFIG_JSON_KEY, DOCKER_CFG_KEY] {
+        let mut keys = Keys::new();
+        keys.insert(secret_key.to_string(), secret.as_bytes().to_vec());
+        match Keyring::from_secrets(&[("ns/fuzz".to_string(), keys)]) {
+            Ok(keyring) => {
+                let _ = keyring.lookup(repo);
+            }
+            Err(e) => assert!(e.starts_with("secret ns/fuzz: "), "{e}"),
+        }
     }
 }
