@@ -428,3 +428,96 @@ fn image_gc_removes_unused_images_but_never_used_pinned_or_sandbox_ones() {
         "{err}"
     );
 }
+
+/// A static pod's YAML with `uid` (none when empty), and `volumes` (YAML
+/// flow list) mounted by its container.
+fn pod_with(name: &str, uid: &str, volumes: &str, mounts: &str) -> String {
+    let uid = if uid.is_empty() {
+        String::new()
+    } else {
+        format!("\n  uid: {uid:?}")
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}{uid}\nspec:\n  terminationGracePeriodSeconds: 0\n  volumes: {volumes}\n  containers:\n  - name: app\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"1000\"]\n    volumeMounts: {mounts}\n"
+    )
+}
+
+/// The UID the runtime's sandbox of `pod` carries.
+fn sandbox_uid(fake: &FakeCri, pod: &str) -> Option<String> {
+    fake.sandboxes()
+        .iter()
+        .find(|s| s.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(pod))
+        .and_then(|s| s.labels.get("io.kubernetes.pod.uid").cloned())
+}
+
+/// Under umask 000 the root dir and pod dirs are still 0750, a tmpfs
+/// volume (projected) and the atomic writer's directories 0755, the
+/// files the modes their spec gives, log directories 0755: never wider.
+#[test]
+fn modes_hold_whatever_the_umask() {
+    use std::os::unix::fs::MetadataExt;
+    let fake = FakeCri::start();
+    let mut agent = Agent::start_with_umask(&fake.endpoint(), &[], 0o000);
+    let volumes = "[{name: info, projected: {sources: [{downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}, {path: sub/ns, mode: 0400, fieldRef: {fieldPath: metadata.namespace}}]}}]}}, {name: plain, downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}}]";
+    let mounts = "[{name: info, mountPath: /info}, {name: plain, mountPath: /plain}]";
+    write_manifest(
+        &agent.manifests(),
+        "modes.yaml",
+        &pod_with("modes", "", volumes, mounts),
+    );
+    agent.wait("the pod runs", || {
+        running_containers(&fake, "modes-edge-1") == 1
+    });
+    let uid = sandbox_uid(&fake, "modes-edge-1").expect("the pod's UID");
+    let root = agent.root_dir();
+    let pod = root.join("pods").join(&uid);
+    let vols = pod.join("volumes");
+    let mode = |p: &std::path::Path| {
+        fs::symlink_metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .mode()
+            & 0o7777
+    };
+    let logs = root.parent().unwrap().join("logs");
+    let pod_logs = fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains(&uid))
+        .expect("the pod's log directory");
+    let expected = [
+        (root.clone(), 0o750),
+        (root.join("pods"), 0o750),
+        (pod.clone(), 0o750),
+        (vols.clone(), 0o750),
+        (vols.join("kubernetes.io~projected"), 0o750),
+        (vols.join("kubernetes.io~projected/info"), 0o755),
+        (vols.join("kubernetes.io~projected/info/..data/"), 0o755),
+        (vols.join("kubernetes.io~projected/info/..data/sub"), 0o755),
+        (vols.join("kubernetes.io~projected/info/..data/name"), 0o644),
+        (
+            vols.join("kubernetes.io~projected/info/..data/sub/ns"),
+            0o400,
+        ),
+        (vols.join("kubernetes.io~downward-api/plain"), 0o755),
+        (vols.join("kubernetes.io~downward-api/plain/..data/"), 0o755),
+        (
+            vols.join("kubernetes.io~downward-api/plain/..data/name"),
+            0o644,
+        ),
+        (pod.join("etc-hosts"), 0o644),
+        (pod.join("containers"), 0o750),
+        (pod.join("containers/app"), 0o750),
+        (pod_logs.clone(), 0o755),
+        (pod_logs.join("app"), 0o755),
+    ];
+    let wrong: Vec<String> = expected
+        .iter()
+        .filter(|(p, m)| mode(p) != *m)
+        .map(|(p, m)| format!("{}: {:o}, want {m:o}", p.display(), mode(p)))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert!(
+        tinylet::volume::mount::is_mount_point(&vols.join("kubernetes.io~projected/info")).unwrap(),
+        "the projected volume is a tmpfs"
+    );
+}

@@ -189,12 +189,21 @@ pub struct RuntimeManager {
     stale_dirs: Mutex<Vec<PathBuf>>,
 }
 
-/// Deletes a directory tree; one that is gone already is fine.
+/// Makes a log directory (and its missing parents) 0755 whatever the
+/// umask, as upstream's `MkdirAll(dir, 0755)` under the usual 022.
+fn create_log_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+}
+
+/// Deletes a pod's directory tree (one that is gone already is fine),
+/// following no symlink and crossing no mount point (`paths::remove_tree`).
 fn remove_dir(dir: &Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
+    crate::paths::remove_tree(dir)
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -533,8 +542,9 @@ impl RuntimeManager {
         // Step 4.
         if create_sandbox {
             self.report_dns_warnings(pod);
-            let log_dir = config::pod_log_dir(&self.logs_root, pod);
-            std::fs::create_dir_all(&log_dir)
+            let log_dir = config::pod_log_dir(&self.logs_root, pod)
+                .map_err(|e| fail("create log directory", &e))?;
+            create_log_dir(&log_dir)
                 .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
             let start = std::time::Instant::now();
             crate::fault::point("sandbox-create", &who);
@@ -700,7 +710,9 @@ impl RuntimeManager {
         };
 
         let image_ref = self.ensure_image(pod, c, sandbox_config)?;
-        let volumes_dir = config::pod_dir(&self.root_dir, pod_uid(pod)).join("volumes");
+        let volumes_dir = config::pod_dir(&self.root_dir, pod_uid(pod))
+            .map_err(|e| fail("volumes", &e))?
+            .join("volumes");
         let cfg = match self
             .container_inputs(pod, c, status, sandbox_id)
             .and_then(|inputs| {
@@ -726,8 +738,10 @@ impl RuntimeManager {
                     .map_err(|e| fail(&format!("create volume directory {}", m.host_path), &e))?;
             }
         }
-        let log_dir = config::pod_log_dir(&self.logs_root, pod).join(&c.name);
-        std::fs::create_dir_all(&log_dir)
+        let log_dir = config::pod_log_dir(&self.logs_root, pod)
+            .and_then(|d| crate::paths::join(&d, &c.name))
+            .map_err(|e| fail("create log directory", &e))?;
+        create_log_dir(&log_dir)
             .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
         let id = match self
             .runtime
@@ -1106,13 +1120,19 @@ impl RuntimeManager {
             }
         }
         crate::fault::point("sandboxes-removed", uid);
-        let dir = config::pod_dir(&self.root_dir, uid);
-        if let Err(e) = remove_dir(&dir) {
-            warn!(
-                "pod {uid}: cannot remove {}: {e}; trying again after later syncs",
-                dir.display()
-            );
-            self.stale_dirs.lock().push(dir);
+        // A UID that cannot name a directory (a runtime label nobody
+        // validated) has none: nothing outside the pods directory is touched.
+        match config::pod_dir(&self.root_dir, uid) {
+            Ok(dir) => {
+                if let Err(e) = remove_dir(&dir) {
+                    warn!(
+                        "pod {uid}: cannot remove {}: {e}; trying again after later syncs",
+                        dir.display()
+                    );
+                    self.stale_dirs.lock().push(dir);
+                }
+            }
+            Err(e) => warn!("pod {uid:?}: not removing its directory: {e}"),
         }
         if self.node.cgroups_per_qos {
             qos::remove_pod_cgroups(Path::new("/sys/fs/cgroup"), self.node.cgroup_driver, uid);
