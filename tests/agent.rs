@@ -450,6 +450,146 @@ fn sandbox_uid(fake: &FakeCri, pod: &str) -> Option<String> {
         .and_then(|s| s.labels.get("io.kubernetes.pod.uid").cloned())
 }
 
+/// Pod UIDs and volume names that would make paths outside the pod's own
+/// directories (`..` is the root dir itself, `/` the host's root, a volume
+/// named `/etc` the host's /etc) are refused file by file with the field
+/// named; removing their manifests afterwards touches nothing, and a
+/// bystander's emptyDir data, the root dir and the host directory named by
+/// a volume stay as they were. (The host directory is a stand-in in the
+/// test's temp dir: the same absolute-name attack as `/etc`, which is in
+/// the corpus too, but one whose damage a broken build would do to the
+/// test alone.)
+#[test]
+fn uids_and_volume_names_that_leave_their_directories_are_refused() {
+    let fake = FakeCri::start();
+    let mut agent = Agent::start(&fake.endpoint(), &[]);
+    let dir = agent.manifests();
+    let root = agent.root_dir();
+    let base = root.parent().expect("root has a parent").to_path_buf();
+    write_manifest(
+        &dir,
+        "bystander.yaml",
+        &pod_with(
+            "bystander",
+            "",
+            "[{name: data, emptyDir: {}}]",
+            "[{name: data, mountPath: /data}]",
+        ),
+    );
+    agent.wait("the bystander runs", || {
+        running_containers(&fake, "bystander-edge-1") == 1
+    });
+    let uid = sandbox_uid(&fake, "bystander-edge-1").expect("bystander's UID");
+    let data = root
+        .join("pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~empty-dir/data");
+    fs::write(data.join("keep"), "precious").expect("write into the bystander's emptyDir");
+
+    let host = base.join("host-etc");
+    fs::create_dir(&host).unwrap();
+    fs::write(host.join("passwd"), "root:x:0:0").unwrap();
+    std::os::unix::fs::symlink("passwd", host.join("link")).unwrap();
+    let host_name = host.display().to_string();
+
+    let downward = |name: &str| {
+        format!("[{{name: {name:?}, downwardAPI: {{items: [{{path: name, fieldRef: {{fieldPath: metadata.name}}}}]}}}}]")
+    };
+    let mount = |name: &str| format!("[{{name: {name:?}, mountPath: /v}}]");
+    let corpus: Vec<(&str, String, &str)> = vec![
+        (
+            "uid-dotdot.yaml",
+            pod_with("dotdot", "..", "[]", "[]"),
+            "metadata.uid",
+        ),
+        (
+            "uid-root.yaml",
+            pod_with("slash", "/", "[]", "[]"),
+            "metadata.uid",
+        ),
+        (
+            "uid-nested.yaml",
+            pod_with("nested", "a/b", "[]", "[]"),
+            "metadata.uid",
+        ),
+        (
+            "vol-etc.yaml",
+            pod_with("voletc", "", &downward("/etc"), &mount("/etc")),
+            "spec.volumes[0].name",
+        ),
+        (
+            "vol-host.yaml",
+            pod_with("volhost", "", &downward(&host_name), &mount(&host_name)),
+            "spec.volumes[0].name",
+        ),
+        (
+            "vol-up.yaml",
+            pod_with(
+                "volup",
+                "",
+                "[{name: ../x, emptyDir: {}}]",
+                "[{name: ../x, mountPath: /v}]",
+            ),
+            "spec.volumes[0].name",
+        ),
+        (
+            "vol-nested.yaml",
+            pod_with(
+                "volnested",
+                "",
+                "[{name: a/b, emptyDir: {}}]",
+                "[{name: a/b, mountPath: /v}]",
+            ),
+            "spec.volumes[0].name",
+        ),
+    ];
+    for (name, yaml, _) in &corpus {
+        write_manifest(&dir, name, yaml);
+    }
+    let log_path = agent.log_path();
+    agent.wait("every hostile file is named with the field", || {
+        let log = fs::read_to_string(&log_path).unwrap_or_default();
+        corpus.iter().all(|(name, _, field)| {
+            log.lines().any(|l| {
+                l.contains("skipping static pod manifest")
+                    && l.contains(&format!("/{name}: "))
+                    && l.contains(field)
+            })
+        })
+    });
+    // Gone again: a pod that had run would be torn down now.
+    for (name, _, _) in &corpus {
+        fs::remove_file(dir.join(name)).unwrap();
+    }
+    let end = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < end {
+        assert_eq!(running_containers(&fake, "bystander-edge-1"), 1);
+        assert_eq!(
+            fs::read_to_string(data.join("keep")).ok().as_deref(),
+            Some("precious"),
+            "the bystander's data\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        fake.count("RunPodSandbox"),
+        1,
+        "only the bystander runs: {:?}",
+        fake.calls()
+    );
+    assert!(root.join("pods").join(&uid).is_dir());
+    let mut left: Vec<String> = fs::read_dir(&host)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["link", "passwd"], "the host directory is untouched");
+    assert_eq!(fs::read_to_string(host.join("link")).unwrap(), "root:x:0:0");
+    assert!(agent.running());
+    assert!(!agent.log().contains("panicked"), "{}", agent.log());
+}
+
 /// Under umask 000 the root dir and pod dirs are still 0750, a tmpfs
 /// volume (projected) and the atomic writer's directories 0755, the
 /// files the modes their spec gives, log directories 0755: never wider.
