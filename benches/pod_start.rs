@@ -745,10 +745,10 @@ impl Floor {
                 .as_ref()
                 .and_then(|s| s.containers.first())
                 .ok_or_else(|| anyhow!("bench pod {name} without a container"))?;
-            let log_dir = pod_log_dir(&self.logs_root, &pod).join(CONTAINER);
+            let log_dir = pod_log_dir(&self.logs_root, &pod)?.join(CONTAINER);
             fs::create_dir_all(&log_dir)
                 .with_context(|| format!("creating {}", log_dir.display()))?;
-            let volumes = pod_dir(&self.root, &name).join("volumes");
+            let volumes = pod_dir(&self.root, &name)?.join("volumes");
             // tinylet's defaults: a QoS cgroup parent, no cluster DNS.
             let settings = NodeSettings {
                 cgroups_per_qos: true,
@@ -756,7 +756,7 @@ impl Floor {
             };
             // The same files tinylet mounts: a managed /etc/hosts and an
             // empty termination log.
-            let pod_files = pod_dir(&self.root, &name);
+            let pod_files = pod_dir(&self.root, &name)?;
             fs::create_dir_all(&pod_files)
                 .with_context(|| format!("creating {}", pod_files.display()))?;
             let (etc_hosts, termination_log) = (

@@ -23,12 +23,18 @@ use log::{debug, info, warn};
 
 use crate::admission::{admit, NodeInfo};
 use crate::config::storage::is_mirror_pod;
+use crate::config::validation::{addressable, validate_api_pod};
 use crate::config::{PodOperation, PodUpdate, API_SOURCE};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::pleg::{PodCache, PodLifecycleEvent, PodLifecycleEventType};
 use crate::pod_workers::{PodWork, PodWorkers, UpdateType, WorkQueue};
 use crate::runtime::labels::{pod_full_name, pod_uid};
 use crate::status::manager::{is_static_pod, MirrorPod, StatusReporter};
+
+/// The reason (status and event) of a pod refused for names that cannot
+/// become paths on this node; the event reason upstream gives a pod that
+/// fails validation.
+pub const FAILED_VALIDATION: &str = "FailedValidation";
 
 /// How often due resyncs are dispatched (upstream: 1 s).
 pub const SYNC_TICK: Duration = Duration::from_secs(1);
@@ -246,6 +252,49 @@ impl Kubelet {
         self
     }
 
+    /// Validation of the names that become paths and runtime labels
+    /// (`validate_api_pod`), for every pod before anything is made for it:
+    /// local pods passed it at their source already, API and restored pods
+    /// meet it here. An invalid pod never runs; like an admission refusal
+    /// it is reported Failed (reason FailedValidation, the fields named)
+    /// with a warning event, unless its name or namespace cannot address
+    /// it in the API, in which case the log line is all there is.
+    fn validate(&mut self, pod: &Arc<Pod>) -> bool {
+        let Err(e) = validate_api_pod(pod) else {
+            return true;
+        };
+        let uid = pod_uid(pod);
+        if !addressable(pod) {
+            warn!(
+                "pod {:?}/{:?} (uid {uid:?}): refused, and not reported as its name cannot address it: {e}",
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.name.as_deref().unwrap_or("")
+            );
+            self.rejected.insert(uid.to_string(), pod.clone());
+            return false;
+        }
+        warn!("pod {}: refused: {e}", pod_full_name(pod));
+        let message = format!("Error validating pod: {e}");
+        self.recorder.event(
+            &ObjectRef::pod(pod),
+            EventType::Warning,
+            FAILED_VALIDATION,
+            message.clone(),
+        );
+        let mut status = pod.status.clone().unwrap_or_default();
+        status.phase = Some("Failed".into());
+        status.reason = Some(FAILED_VALIDATION.into());
+        status.message = Some(message);
+        self.reporter.set_status(pod, status);
+        if pod.metadata.deletion_timestamp.is_some() {
+            // Never ran: its API object can go at once.
+            self.reporter.pod_finished(pod, true);
+        } else {
+            self.rejected.insert(uid.to_string(), pod.clone());
+        }
+        false
+    }
+
     /// Admission (upstream `canAdmitPod`): a refused pod is reported as
     /// Failed with the reason, gets a warning event, and never runs.
     fn admit(&mut self, pod: &Arc<Pod>) -> bool {
@@ -437,6 +486,9 @@ impl Kubelet {
                 for p in pods {
                     let p = Arc::new(p);
                     let uid = pod_uid(&p).to_string();
+                    if !self.validate(&p) {
+                        continue;
+                    }
                     if p.metadata.deletion_timestamp.is_some() {
                         // Being deleted already (tinylet restarted meanwhile).
                         self.pods.insert(uid, p.clone());
@@ -458,6 +510,11 @@ impl Kubelet {
                     if self.rejected.contains_key(pod_uid(&p)) {
                         continue;
                     }
+                    if let Err(e) = validate_api_pod(&p) {
+                        // The running pod keeps its last valid spec.
+                        warn!("pod {}: update refused: {e}", pod_full_name(&p));
+                        continue;
+                    }
                     self.pods.insert(pod_uid(&p).to_string(), p.clone());
                     self.dispatch(p, UpdateType::Update, None);
                 }
@@ -474,7 +531,9 @@ impl Kubelet {
                     let p = Arc::new(p);
                     if self.rejected.remove(pod_uid(&p)).is_some() {
                         // Never ran: its API object can go at once.
-                        self.reporter.pod_finished(&p, true);
+                        if addressable(&p) {
+                            self.reporter.pod_finished(&p, true);
+                        }
                         continue;
                     }
                     self.pods.insert(pod_uid(&p).to_string(), p.clone());
@@ -707,6 +766,36 @@ mod tests {
             op,
             source: "file".into(),
         })
+    }
+
+    #[test]
+    fn pods_whose_names_cannot_be_paths_never_start() {
+        let mut r = rig();
+        let mut bad_volume = pod("u2", "vol");
+        if let Some(spec) = bad_volume.spec.as_mut() {
+            spec.volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+                name: "a/b".into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            }]);
+        }
+        let bad = vec![pod("..", "dotdot"), bad_volume, pod("u3", "a/b")];
+        r.kubelet
+            .handle_event(update(PodOperation::Add, bad.clone()));
+        r.kubelet
+            .handle_event(update(PodOperation::Update, bad.clone()));
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
+        wait_for("the valid pod started", || {
+            r.fake.count("StartContainer") == 1
+        });
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+        assert!(r.kubelet.pods.contains_key("u1"));
+        assert_eq!(r.kubelet.pods.len(), 1);
+        // Their removal is a no-op: nothing was made for them.
+        r.kubelet.handle_event(update(PodOperation::Remove, bad));
+        assert_eq!(r.kubelet.pods.len(), 1);
+        assert!(r.kubelet.rejected.is_empty());
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod kubelet;
 pub mod malloc;
 pub mod node;
 pub mod options;
+pub mod paths;
 pub mod pleg;
 pub mod pod_workers;
 pub mod prober;

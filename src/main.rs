@@ -151,6 +151,22 @@ fn check_manifest_path(path: &Path) -> anyhow::Result<()> {
 fn check_root_dir(dir: &Path) -> anyhow::Result<()> {
     let shown = dir.display();
     std::fs::create_dir_all(dir).with_context(|| format!("--root-dir {shown}: cannot create"))?;
+    // Private to root, as upstream's setupDataDirs makes it, whatever the
+    // umask and whoever made it: pods' volumes, tokens among them, live
+    // below. A narrower mode an administrator chose is kept. (The root
+    // dir itself may be a symlink; it is followed here, as for any flag.)
+    let meta = std::fs::metadata(dir).with_context(|| format!("--root-dir {shown}"))?;
+    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777;
+    let private = tinylet::paths::PRIVATE_DIR_MODE;
+    if mode & !private & 0o777 != 0 {
+        std::fs::set_permissions(
+            dir,
+            std::os::unix::fs::PermissionsExt::from_mode(mode & (private | 0o7000)),
+        )
+        .with_context(|| format!("--root-dir {shown}: cannot make it mode {private:o}"))?;
+    }
+    tinylet::paths::ensure_dir(&dir.join("pods"), private)
+        .with_context(|| format!("--root-dir {shown}: cannot create its pods directory"))?;
     let probe = dir.join(format!(".tinylet-write-check-{}", std::process::id()));
     std::fs::OpenOptions::new()
         .write(true)

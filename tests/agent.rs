@@ -428,3 +428,236 @@ fn image_gc_removes_unused_images_but_never_used_pinned_or_sandbox_ones() {
         "{err}"
     );
 }
+
+/// A static pod's YAML with `uid` (none when empty), and `volumes` (YAML
+/// flow list) mounted by its container.
+fn pod_with(name: &str, uid: &str, volumes: &str, mounts: &str) -> String {
+    let uid = if uid.is_empty() {
+        String::new()
+    } else {
+        format!("\n  uid: {uid:?}")
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}{uid}\nspec:\n  terminationGracePeriodSeconds: 0\n  volumes: {volumes}\n  containers:\n  - name: app\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"1000\"]\n    volumeMounts: {mounts}\n"
+    )
+}
+
+/// The UID the runtime's sandbox of `pod` carries.
+fn sandbox_uid(fake: &FakeCri, pod: &str) -> Option<String> {
+    fake.sandboxes()
+        .iter()
+        .find(|s| s.labels.get("io.kubernetes.pod.name").map(String::as_str) == Some(pod))
+        .and_then(|s| s.labels.get("io.kubernetes.pod.uid").cloned())
+}
+
+/// Pod UIDs and volume names that would make paths outside the pod's own
+/// directories (`..` is the root dir itself, `/` the host's root, a volume
+/// named `/etc` the host's /etc) are refused file by file with the field
+/// named; removing their manifests afterwards touches nothing, and a
+/// bystander's emptyDir data, the root dir and the host directory named by
+/// a volume stay as they were. (The host directory is a stand-in in the
+/// test's temp dir: the same absolute-name attack as `/etc`, which is in
+/// the corpus too, but one whose damage a broken build would do to the
+/// test alone.)
+#[test]
+fn uids_and_volume_names_that_leave_their_directories_are_refused() {
+    let fake = FakeCri::start();
+    let mut agent = Agent::start(&fake.endpoint(), &[]);
+    let dir = agent.manifests();
+    let root = agent.root_dir();
+    let base = root.parent().expect("root has a parent").to_path_buf();
+    write_manifest(
+        &dir,
+        "bystander.yaml",
+        &pod_with(
+            "bystander",
+            "",
+            "[{name: data, emptyDir: {}}]",
+            "[{name: data, mountPath: /data}]",
+        ),
+    );
+    agent.wait("the bystander runs", || {
+        running_containers(&fake, "bystander-edge-1") == 1
+    });
+    let uid = sandbox_uid(&fake, "bystander-edge-1").expect("bystander's UID");
+    let data = root
+        .join("pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~empty-dir/data");
+    fs::write(data.join("keep"), "precious").expect("write into the bystander's emptyDir");
+
+    let host = base.join("host-etc");
+    fs::create_dir(&host).unwrap();
+    fs::write(host.join("passwd"), "root:x:0:0").unwrap();
+    std::os::unix::fs::symlink("passwd", host.join("link")).unwrap();
+    let host_name = host.display().to_string();
+
+    let downward = |name: &str| {
+        format!("[{{name: {name:?}, downwardAPI: {{items: [{{path: name, fieldRef: {{fieldPath: metadata.name}}}}]}}}}]")
+    };
+    let mount = |name: &str| format!("[{{name: {name:?}, mountPath: /v}}]");
+    let corpus: Vec<(&str, String, &str)> = vec![
+        (
+            "uid-dotdot.yaml",
+            pod_with("dotdot", "..", "[]", "[]"),
+            "metadata.uid",
+        ),
+        (
+            "uid-root.yaml",
+            pod_with("slash", "/", "[]", "[]"),
+            "metadata.uid",
+        ),
+        (
+            "uid-nested.yaml",
+            pod_with("nested", "a/b", "[]", "[]"),
+            "metadata.uid",
+        ),
+        (
+            "vol-etc.yaml",
+            pod_with("voletc", "", &downward("/etc"), &mount("/etc")),
+            "spec.volumes[0].name",
+        ),
+        (
+            "vol-host.yaml",
+            pod_with("volhost", "", &downward(&host_name), &mount(&host_name)),
+            "spec.volumes[0].name",
+        ),
+        (
+            "vol-up.yaml",
+            pod_with(
+                "volup",
+                "",
+                "[{name: ../x, emptyDir: {}}]",
+                "[{name: ../x, mountPath: /v}]",
+            ),
+            "spec.volumes[0].name",
+        ),
+        (
+            "vol-nested.yaml",
+            pod_with(
+                "volnested",
+                "",
+                "[{name: a/b, emptyDir: {}}]",
+                "[{name: a/b, mountPath: /v}]",
+            ),
+            "spec.volumes[0].name",
+        ),
+    ];
+    for (name, yaml, _) in &corpus {
+        write_manifest(&dir, name, yaml);
+    }
+    let log_path = agent.log_path();
+    agent.wait("every hostile file is named with the field", || {
+        let log = fs::read_to_string(&log_path).unwrap_or_default();
+        corpus.iter().all(|(name, _, field)| {
+            log.lines().any(|l| {
+                l.contains("skipping static pod manifest")
+                    && l.contains(&format!("/{name}: "))
+                    && l.contains(field)
+            })
+        })
+    });
+    // Gone again: a pod that had run would be torn down now.
+    for (name, _, _) in &corpus {
+        fs::remove_file(dir.join(name)).unwrap();
+    }
+    let end = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < end {
+        assert_eq!(running_containers(&fake, "bystander-edge-1"), 1);
+        assert_eq!(
+            fs::read_to_string(data.join("keep")).ok().as_deref(),
+            Some("precious"),
+            "the bystander's data\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        fake.count("RunPodSandbox"),
+        1,
+        "only the bystander runs: {:?}",
+        fake.calls()
+    );
+    assert!(root.join("pods").join(&uid).is_dir());
+    let mut left: Vec<String> = fs::read_dir(&host)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["link", "passwd"], "the host directory is untouched");
+    assert_eq!(fs::read_to_string(host.join("link")).unwrap(), "root:x:0:0");
+    assert!(agent.running());
+    assert!(!agent.log().contains("panicked"), "{}", agent.log());
+}
+
+/// Under umask 000 the root dir and pod dirs are still 0750, a tmpfs
+/// volume (projected) and the atomic writer's directories 0755, the
+/// files the modes their spec gives, log directories 0755: never wider.
+#[test]
+fn modes_hold_whatever_the_umask() {
+    use std::os::unix::fs::MetadataExt;
+    let fake = FakeCri::start();
+    let mut agent = Agent::start_with_umask(&fake.endpoint(), &[], 0o000);
+    let volumes = "[{name: info, projected: {sources: [{downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}, {path: sub/ns, mode: 0400, fieldRef: {fieldPath: metadata.namespace}}]}}]}}, {name: plain, downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}}]";
+    let mounts = "[{name: info, mountPath: /info}, {name: plain, mountPath: /plain}]";
+    write_manifest(
+        &agent.manifests(),
+        "modes.yaml",
+        &pod_with("modes", "", volumes, mounts),
+    );
+    agent.wait("the pod runs", || {
+        running_containers(&fake, "modes-edge-1") == 1
+    });
+    let uid = sandbox_uid(&fake, "modes-edge-1").expect("the pod's UID");
+    let root = agent.root_dir();
+    let pod = root.join("pods").join(&uid);
+    let vols = pod.join("volumes");
+    let mode = |p: &std::path::Path| {
+        fs::symlink_metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .mode()
+            & 0o7777
+    };
+    let logs = root.parent().unwrap().join("logs");
+    let pod_logs = fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains(&uid))
+        .expect("the pod's log directory");
+    let expected = [
+        (root.clone(), 0o750),
+        (root.join("pods"), 0o750),
+        (pod.clone(), 0o750),
+        (vols.clone(), 0o750),
+        (vols.join("kubernetes.io~projected"), 0o750),
+        (vols.join("kubernetes.io~projected/info"), 0o755),
+        (vols.join("kubernetes.io~projected/info/..data/"), 0o755),
+        (vols.join("kubernetes.io~projected/info/..data/sub"), 0o755),
+        (vols.join("kubernetes.io~projected/info/..data/name"), 0o644),
+        (
+            vols.join("kubernetes.io~projected/info/..data/sub/ns"),
+            0o400,
+        ),
+        (vols.join("kubernetes.io~downward-api/plain"), 0o755),
+        (vols.join("kubernetes.io~downward-api/plain/..data/"), 0o755),
+        (
+            vols.join("kubernetes.io~downward-api/plain/..data/name"),
+            0o644,
+        ),
+        (pod.join("etc-hosts"), 0o644),
+        (pod.join("containers"), 0o750),
+        (pod.join("containers/app"), 0o750),
+        (pod_logs.clone(), 0o755),
+        (pod_logs.join("app"), 0o755),
+    ];
+    let wrong: Vec<String> = expected
+        .iter()
+        .filter(|(p, m)| mode(p) != *m)
+        .map(|(p, m)| format!("{}: {:o}, want {m:o}", p.display(), mode(p)))
+        .collect();
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert!(
+        tinylet::volume::mount::is_mount_point(&vols.join("kubernetes.io~projected/info")).unwrap(),
+        "the projected volume is a tmpfs"
+    );
+}

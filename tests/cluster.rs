@@ -505,6 +505,25 @@ fn admission_rejects_pods_that_do_not_fit() {
     assert_eq!(running_containers(&c.cri, "first"), 1);
 }
 
+/// An API pod whose volume name would become a path outside the pod's
+/// directory is refused before anything is made for it: Failed with
+/// FailedValidation and the field named, a warning event, never run; a
+/// good pod beside it runs.
+#[test]
+fn an_api_pod_with_a_volume_name_that_is_a_path_is_refused_with_the_field() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    let mut bad = api_pod("badvol");
+    bad["spec"]["volumes"] = json!([{"name": "../../x", "emptyDir": {}}]);
+    bad["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "../../x", "mountPath": "/x"}]);
+    c.api.create_pod(bad);
+    let pod = wait_rejected(&mut c, "badvol", "FailedValidation");
+    let message = pod["status"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("spec.volumes[0].name"), "{pod:#}");
+    c.api.create_pod(api_pod("good"));
+    c.wait_running("good");
+}
+
 #[test]
 fn max_pods_rejects_the_pod_beyond_it() {
     let mut c = Cluster::start(&["--max-pods", "1"]);

@@ -65,7 +65,9 @@ pub fn checkpoint_path(dir: &Path, uid: &str) -> PathBuf {
 }
 
 fn checked_uid(uid: &str) -> io::Result<&str> {
-    if uid.is_empty() || uid.contains(['/', '\0']) || uid.starts_with('.') {
+    // The pod UID rules (one path element, bounded), and no leading dot, so
+    // that no checkpoint hides among the writer's dotfiles.
+    if crate::paths::uid_error(uid).is_some() || uid.starts_with('.') {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("pod UID {uid:?} can't name a checkpoint file"),
@@ -328,7 +330,8 @@ mod tests {
     #[test]
     fn uids_that_cannot_name_a_file_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        for uid in ["", "../x", ".hidden"] {
+        let long = "u".repeat(crate::paths::UID_MAX + 1);
+        for uid in ["", "../x", ".hidden", "a/b", long.as_str()] {
             let err = write_checkpoint(dir.path(), &pod(uid, "p")).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{uid:?}");
         }

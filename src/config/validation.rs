@@ -286,12 +286,41 @@ fn digest_problem(digest: &str) -> Option<String> {
     None
 }
 
-/// Validates a pod after the static-pod defaults were applied.
 /// The most containers (and, apart, init containers) a pod from a local
 /// source may have.
 pub const MAX_CONTAINERS: usize = 250;
 
+/// Validates a pod from a local source after the static-pod defaults were
+/// applied: everything `validate_api_pod` checks, and containers that can
+/// actually be created (images, at most `MAX_CONTAINERS`).
 pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
+    validate(pod, true)
+}
+
+/// Validates a pod from the apiserver (or its checkpoint) before it is
+/// admitted: the names that become paths on this node and labels in the
+/// runtime. Its name and namespace (as `validate_pod`), its UID (required;
+/// see `paths::uid_error`), its container names (DNS labels, unique across
+/// init and regular containers) and its volume names (DNS labels, unique),
+/// as the API server's ValidatePodSpec requires. The API server has checked
+/// these already; a node does not take its word for what it joins into
+/// paths as root.
+pub fn validate_api_pod(pod: &Pod) -> Result<(), InvalidPod> {
+    validate(pod, false)
+}
+
+/// Whether the pod's name and namespace may be used to address it in the
+/// API (a status patch, an event): both present and valid.
+pub fn addressable(pod: &Pod) -> bool {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    !name.is_empty()
+        && !ns.is_empty()
+        && dns1123_subdomain_error(name).is_none()
+        && dns1123_label_error(ns).is_none()
+}
+
+fn validate(pod: &Pod, local: bool) -> Result<(), InvalidPod> {
     let mut errors = Vec::new();
     let mut push = |field: String, message: String| errors.push(FieldError { field, message });
 
@@ -311,6 +340,20 @@ pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
             }
         }
     }
+    // A local pod without a UID gets one made from its content before it
+    // is used; an API pod always has one.
+    match pod.metadata.uid.as_deref() {
+        None | Some("") if local => {}
+        None | Some("") => push("metadata.uid".into(), "Required value".into()),
+        Some(uid) => {
+            if let Some(why) = crate::paths::uid_error(uid) {
+                push(
+                    "metadata.uid".into(),
+                    format!("Invalid value: {uid:?}: {why}"),
+                );
+            }
+        }
+    }
 
     let Some(spec) = pod.spec.as_ref() else {
         push("spec".into(), "Required value".into());
@@ -323,19 +366,33 @@ pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
     // containers is a mistake or an attack on the node, and every container
     // costs memory, log lines and CRI calls on each sync.
     let init_count = spec.init_containers.as_ref().map_or(0, Vec::len);
-    for (field, count) in [
-        ("spec.containers", spec.containers.len()),
-        ("spec.initContainers", init_count),
-    ] {
-        if count > MAX_CONTAINERS {
-            push(
-                field.into(),
-                format!("Too many: {count}: must have at most {MAX_CONTAINERS} items"),
-            );
+    if local {
+        for (field, count) in [
+            ("spec.containers", spec.containers.len()),
+            ("spec.initContainers", init_count),
+        ] {
+            if count > MAX_CONTAINERS {
+                push(
+                    field.into(),
+                    format!("Too many: {count}: must have at most {MAX_CONTAINERS} items"),
+                );
+            }
+        }
+        if spec.containers.len() > MAX_CONTAINERS || init_count > MAX_CONTAINERS {
+            return Err(InvalidPod { errors });
         }
     }
-    if spec.containers.len() > MAX_CONTAINERS || init_count > MAX_CONTAINERS {
-        return Err(InvalidPod { errors });
+
+    let mut volumes = HashSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let field = format!("spec.volumes[{i}].name");
+        if v.name.is_empty() {
+            push(field, "Required value".into());
+        } else if let Some(msg) = dns1123_label_error(&v.name) {
+            push(field, msg);
+        } else if !volumes.insert(v.name.as_str()) {
+            push(field, format!("Duplicate value: {:?}", v.name));
+        }
     }
 
     let mut names = HashSet::new();
@@ -360,6 +417,9 @@ pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
                 format!("{base}.name"),
                 format!("Duplicate value: {:?}", c.name),
             );
+        }
+        if !local {
+            continue;
         }
         match c.image.as_deref() {
             None | Some("") => push(format!("{base}.image"), "Required value".into()),
@@ -541,6 +601,41 @@ mod tests {
                 "spec.initContainers[0].image",
             ),
             (
+                "uid ..",
+                "metadata: {name: web, namespace: default, uid: '..'}\nspec: {containers: [{name: c, image: i}]}",
+                "metadata.uid",
+            ),
+            (
+                "uid /",
+                "metadata: {name: web, namespace: default, uid: /}\nspec: {containers: [{name: c, image: i}]}",
+                "metadata.uid",
+            ),
+            (
+                "uid a/b",
+                "metadata: {name: web, namespace: default, uid: a/b}\nspec: {containers: [{name: c, image: i}]}",
+                "metadata.uid",
+            ),
+            (
+                "volume /etc",
+                "metadata: {name: web, namespace: default}\nspec: {volumes: [{name: /etc, emptyDir: {}}], containers: [{name: c, image: i}]}",
+                "spec.volumes[0].name",
+            ),
+            (
+                "volume ../x",
+                "metadata: {name: web, namespace: default}\nspec: {volumes: [{name: ok, emptyDir: {}}, {name: ../x, emptyDir: {}}], containers: [{name: c, image: i}]}",
+                "spec.volumes[1].name",
+            ),
+            (
+                "volume a/b",
+                "metadata: {name: web, namespace: default}\nspec: {volumes: [{name: a/b, emptyDir: {}}], containers: [{name: c, image: i}]}",
+                "spec.volumes[0].name",
+            ),
+            (
+                "duplicate volume",
+                "metadata: {name: web, namespace: default}\nspec: {volumes: [{name: v, emptyDir: {}}, {name: v, emptyDir: {}}], containers: [{name: c, image: i}]}",
+                "spec.volumes[1].name",
+            ),
+            (
                 "container name not a label",
                 "metadata: {name: web, namespace: default}\nspec: {containers: [{name: My.App, image: i}]}",
                 "spec.containers[0].name",
@@ -552,6 +647,68 @@ mod tests {
             assert!(err.names_field(field), "{name}: {err}");
             assert!(err.to_string().contains(field), "{name}: {err}");
         }
+    }
+
+    #[test]
+    fn api_pods_are_checked_for_the_names_that_become_paths() {
+        let ok = "metadata: {name: web, namespace: default, uid: 0b4c5e9a-1}\n\
+                  spec: {volumes: [{name: data, emptyDir: {}}], containers: [{name: c}]}";
+        assert_eq!(
+            validate_api_pod(&decode_pod(ok.as_bytes()).unwrap()),
+            Ok(())
+        );
+        let cases: &[(&str, &str)] = &[
+            ("metadata: {name: web, namespace: default}", "metadata.uid"),
+            (
+                "metadata: {name: web, namespace: default, uid: '..'}",
+                "metadata.uid",
+            ),
+            (
+                "metadata: {name: web, namespace: default, uid: 'a/b'}",
+                "metadata.uid",
+            ),
+            (
+                "metadata: {name: 'a/b', namespace: default, uid: u}",
+                "metadata.name",
+            ),
+            (
+                "metadata: {name: web, namespace: '..', uid: u}",
+                "metadata.namespace",
+            ),
+        ];
+        let spec = "\nspec: {volumes: [{name: data, emptyDir: {}}], containers: [{name: c}]}";
+        for (meta, field) in cases {
+            let pod = decode_pod(format!("{meta}{spec}").as_bytes()).unwrap();
+            let err = validate_api_pod(&pod).unwrap_err();
+            assert!(err.names_field(field), "{meta}: {err}");
+        }
+        let meta = "metadata: {name: web, namespace: default, uid: u}\n";
+        let specs: &[(&str, &str)] = &[
+            (
+                "spec: {volumes: [{name: /etc, emptyDir: {}}], containers: [{name: c}]}",
+                "spec.volumes[0].name",
+            ),
+            (
+                "spec: {volumes: [{name: data}, {name: data}], containers: [{name: c}]}",
+                "spec.volumes[1].name",
+            ),
+            (
+                "spec: {containers: [{name: ../c}]}",
+                "spec.containers[0].name",
+            ),
+            (
+                "spec: {initContainers: [{name: c}], containers: [{name: c}]}",
+                "spec.containers[0].name",
+            ),
+        ];
+        for (spec, field) in specs {
+            let pod = decode_pod(format!("{meta}{spec}").as_bytes()).unwrap();
+            let err = validate_api_pod(&pod).unwrap_err();
+            assert!(err.names_field(field), "{spec}: {err}");
+        }
+        assert!(addressable(&decode_pod(ok.as_bytes()).unwrap()));
+        let bad = decode_pod(b"metadata: {name: 'a/b', namespace: default}").unwrap();
+        assert!(!addressable(&bad));
     }
 
     #[test]

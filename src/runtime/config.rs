@@ -85,19 +85,27 @@ pub fn termination_message_path(container: &Container) -> &str {
 }
 
 /// Where a pod's container logs go: `<logs_root>/<namespace>_<name>_<uid>`,
-/// the layout log collectors expect from the kubelet.
-pub fn pod_log_dir(logs_root: &Path, pod: &Pod) -> PathBuf {
-    logs_root.join(format!(
-        "{}_{}_{}",
-        pod_namespace(pod),
-        pod_name(pod),
-        pod_uid(pod)
-    ))
+/// the layout log collectors expect from the kubelet. Fails when the pod's
+/// names would make that anything but one directory right under
+/// `logs_root`.
+pub fn pod_log_dir(logs_root: &Path, pod: &Pod) -> std::io::Result<PathBuf> {
+    let uid = pod_uid(pod);
+    if let Some(why) = crate::paths::uid_error(uid) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("pod UID {uid:?} cannot name a log directory: it {why}"),
+        ));
+    }
+    crate::paths::join(
+        logs_root,
+        &format!("{}_{}_{}", pod_namespace(pod), pod_name(pod), uid),
+    )
 }
 
-/// The directory of a pod's volumes under tinylet's root dir.
-pub fn pod_dir(root_dir: &Path, uid: &str) -> PathBuf {
-    root_dir.join("pods").join(uid)
+/// The directory of a pod's volumes under tinylet's root dir; fails for a
+/// UID that cannot name one directory there (`paths::pod_dir`).
+pub fn pod_dir(root_dir: &Path, uid: &str) -> std::io::Result<PathBuf> {
+    crate::paths::pod_dir(root_dir, uid)
 }
 
 fn namespace_options(pod: &Pod) -> api::NamespaceOption {
@@ -417,7 +425,11 @@ pub fn sandbox_config(
             hostname
         };
     }
-    cfg.log_directory = pod_log_dir(logs_root, pod).to_string_lossy().into_owned();
+    // A pod whose names cannot make a log directory gets none here; SyncPod
+    // refuses to create its sandbox (it checks the same directory first).
+    cfg.log_directory = pod_log_dir(logs_root, pod)
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_default();
     cfg.dns_config = MessageField::some(pod_dns(pod, settings, &read_host_resolv_conf(settings)).0);
     for c in spec.map(|s| &s.containers[..]).unwrap_or(&[]) {
         for p in c.ports.iter().flatten() {

@@ -72,11 +72,11 @@ impl RuntimeManager {
             String::new()
         };
         let text = config::etc_hosts_content(pod, &self.node, pod_ips, &node_hosts);
-        let dir = config::pod_dir(&self.root_dir, pod_uid(pod));
-        let path = dir.join("etc-hosts");
         // Replaced in one rename: a full disk must not leave the running
         // containers of the pod, which mount this file, an empty one.
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let dir = crate::paths::ensure_pod_dirs(&self.root_dir, pod_uid(pod), &[])
+            .map_err(|e| format!("create the pod's directory: {e}"))?;
+        let path = dir.join("etc-hosts");
         write_file(&path, text.as_bytes(), 0o644, Durability::Rename).map_err(|e| e.to_string())?;
         Ok(path)
     }
@@ -86,16 +86,15 @@ impl RuntimeManager {
     /// `<pod dir>/containers/<name>/`, as upstream.
     fn create_termination_log(&self, pod: &Pod, c: &Container) -> Result<PathBuf, String> {
         use std::os::unix::fs::PermissionsExt;
-        let dir = config::pod_dir(&self.root_dir, pod_uid(pod))
-            .join("containers")
-            .join(&c.name);
+        let dir =
+            crate::paths::ensure_pod_dirs(&self.root_dir, pod_uid(pod), &["containers", &c.name])
+                .map_err(|e| format!("create the container's directory: {e}"))?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
         let path = dir.join(format!("{nanos:x}"));
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::File::create(&path))
+        std::fs::File::create(&path)
             .and_then(|_| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)))
             .map_err(|e| format!("create termination log {}: {e}", path.display()))?;
         Ok(path)

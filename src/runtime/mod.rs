@@ -194,17 +194,26 @@ pub struct RuntimeManager {
     stale_dirs: Mutex<Vec<PathBuf>>,
 }
 
-/// Deletes a directory tree; one that is gone already is fine. What is
-/// mounted below it (a subPath's bind mount shows a volume's or a host
-/// path's files) is unmounted first, so nothing is deleted through a mount.
+/// Makes a log directory (and its missing parents) 0755 whatever the
+/// umask, as upstream's `MkdirAll(dir, 0755)` under the usual 022.
+fn create_log_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+}
+
+/// Deletes a pod's directory tree (one that is gone already is fine).
+/// What is mounted below it (a subPath's bind mount shows a volume's or a
+/// host path's files) is unmounted first; the removal then follows no
+/// symlink and crosses no mount point (`paths::remove_tree`).
 fn remove_dir(dir: &Path) -> std::io::Result<()> {
     if dir.exists() {
         crate::volume::mount::unmount_below(dir)?;
     }
-    match std::fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
+    crate::paths::remove_tree(dir)
 }
 
 fn ns_to_time(ns: i64) -> SystemTime {
@@ -543,8 +552,9 @@ impl RuntimeManager {
         // Step 4.
         if create_sandbox {
             self.report_dns_warnings(pod);
-            let log_dir = config::pod_log_dir(&self.logs_root, pod);
-            std::fs::create_dir_all(&log_dir)
+            let log_dir = config::pod_log_dir(&self.logs_root, pod)
+                .map_err(|e| fail("create log directory", &e))?;
+            create_log_dir(&log_dir)
                 .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
             let start = std::time::Instant::now();
             crate::fault::point("sandbox-create", &who);
@@ -710,7 +720,9 @@ impl RuntimeManager {
         };
 
         let image_ref = self.ensure_image(pod, c, sandbox_config)?;
-        let volumes_dir = config::pod_dir(&self.root_dir, pod_uid(pod)).join("volumes");
+        let volumes_dir = config::pod_dir(&self.root_dir, pod_uid(pod))
+            .map_err(|e| fail("volumes", &e))?
+            .join("volumes");
         let cfg = match self
             .container_inputs(pod, c, status, sandbox_id)
             .and_then(|inputs| {
@@ -743,8 +755,10 @@ impl RuntimeManager {
                     .map_err(|e| fail(&format!("create volume directory {}", m.host_path), &e))?;
             }
         }
-        let log_dir = config::pod_log_dir(&self.logs_root, pod).join(&c.name);
-        std::fs::create_dir_all(&log_dir)
+        let log_dir = config::pod_log_dir(&self.logs_root, pod)
+            .and_then(|d| crate::paths::join(&d, &c.name))
+            .map_err(|e| fail("create log directory", &e))?;
+        create_log_dir(&log_dir)
             .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
         let id = match self
             .runtime
@@ -826,10 +840,8 @@ impl RuntimeManager {
         cfg: &mut api::ContainerConfig,
     ) -> Result<(), String> {
         let subs = config::sub_paths(pod, c, volumes_dir, &cfg.envs)?;
-        let base = crate::volume::subpath::pod_subpaths_dir(&config::pod_dir(
-            &self.root_dir,
-            pod_uid(pod),
-        ));
+        let pod_dir = config::pod_dir(&self.root_dir, pod_uid(pod)).map_err(|e| e.to_string())?;
+        let base = crate::volume::subpath::pod_subpaths_dir(&pod_dir);
         for sp in subs {
             let at = |m: String| {
                 format!(
@@ -838,14 +850,9 @@ impl RuntimeManager {
                 )
             };
             // The names become directories: one plain name each.
-            for name in [sp.volume.as_str(), c.name.as_str()] {
-                if crate::volume::subpath::check_relative(name).is_err() || name.contains('/') {
-                    return Err(at(format!("{name:?} cannot name a directory")));
-                }
-            }
-            let target = base
-                .join(&sp.volume)
-                .join(&c.name)
+            let target = crate::paths::join(&base, &sp.volume)
+                .and_then(|d| crate::paths::join(&d, &c.name))
+                .map_err(|e| at(e.to_string()))?
                 .join(sp.index.to_string());
             let host_path = crate::volume::subpath::prepare(&sp, &target).map_err(at)?;
             let Some(m) = cfg.mounts.get_mut(sp.index) else {
@@ -1172,13 +1179,19 @@ impl RuntimeManager {
             }
         }
         crate::fault::point("sandboxes-removed", uid);
-        let dir = config::pod_dir(&self.root_dir, uid);
-        if let Err(e) = remove_dir(&dir) {
-            warn!(
-                "pod {uid}: cannot remove {}: {e}; trying again after later syncs",
-                dir.display()
-            );
-            self.stale_dirs.lock().push(dir);
+        // A UID that cannot name a directory (a runtime label nobody
+        // validated) has none: nothing outside the pods directory is touched.
+        match config::pod_dir(&self.root_dir, uid) {
+            Ok(dir) => {
+                if let Err(e) = remove_dir(&dir) {
+                    warn!(
+                        "pod {uid}: cannot remove {}: {e}; trying again after later syncs",
+                        dir.display()
+                    );
+                    self.stale_dirs.lock().push(dir);
+                }
+            }
+            Err(e) => warn!("pod {uid:?}: not removing its directory: {e}"),
         }
         if self.node.cgroups_per_qos {
             qos::remove_pod_cgroups(Path::new("/sys/fs/cgroup"), self.node.cgroup_driver, uid);
@@ -1537,7 +1550,9 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "s").unwrap();
         let root = r.rm.root_dir().to_path_buf();
-        let data = config::pod_dir(&root, "u1").join("volumes/kubernetes.io~empty-dir/data");
+        let data = config::pod_dir(&root, "u1")
+            .unwrap()
+            .join("volumes/kubernetes.io~empty-dir/data");
         std::fs::create_dir_all(&data).unwrap();
         std::os::unix::fs::symlink(outside.path(), data.join("x")).unwrap();
         let mut pod = test_pod("u1", "web");
@@ -1583,7 +1598,9 @@ mod tests {
                 .map(|c| c.mounts[0].host_path.clone())
                 .unwrap_or_default()
         };
-        let target = config::pod_dir(&root, "u1").join("volume-subpaths/data/ok/0");
+        let target = config::pod_dir(&root, "u1")
+            .unwrap()
+            .join("volume-subpaths/data/ok/0");
         assert_eq!(host_path("ok"), target.to_string_lossy());
         assert_eq!(host_path("plain"), data.to_string_lossy());
         assert!(data.join("sub/dir").is_dir(), "made inside the volume");
@@ -1597,7 +1614,7 @@ mod tests {
         r.fake
             .exit_container(&r.fake.container_id("plain").unwrap(), 0);
         r.rm.remove_pod("u1", &r.status(&pod)).unwrap();
-        assert!(!config::pod_dir(&root, "u1").exists());
+        assert!(!config::pod_dir(&root, "u1").unwrap().exists());
         assert!(crate::volume::mount::mounts_below(&root)
             .unwrap()
             .is_empty());
@@ -1609,7 +1626,7 @@ mod tests {
         let r = rig();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("keep"), "k").unwrap();
-        let pod_dir = config::pod_dir(r.rm.root_dir(), "u2");
+        let pod_dir = config::pod_dir(r.rm.root_dir(), "u2").unwrap();
         let target = pod_dir.join("volume-subpaths/v/app/0");
         std::fs::create_dir_all(&target).unwrap();
         let sp = crate::volume::subpath::SubPath {

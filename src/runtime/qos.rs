@@ -127,7 +127,8 @@ pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> 
 /// already gone stays as it is. Only for the cgroupfs driver: a systemd
 /// slice is a unit, not to be removed behind systemd's back.
 pub fn remove_pod_cgroups(cgroup_root: &Path, driver: CgroupDriver, uid: &str) {
-    if driver != CgroupDriver::Cgroupfs || uid.is_empty() {
+    // A UID that is not one plain path element names no cgroup of ours.
+    if driver != CgroupDriver::Cgroupfs || crate::paths::uid_error(uid).is_some() {
         return;
     }
     let mut bases = vec![cgroup_root.to_path_buf()];

@@ -73,14 +73,10 @@ const CONFIG_MAP: &str = "kubernetes.io~configmap";
 const DOWNWARD_API: &str = "kubernetes.io~downward-api";
 const PROJECTED: &str = "kubernetes.io~projected";
 
-/// The host directory of `v` under the pod's `volumes_dir` (or the host
-/// path), and whether containers must see it read-only. `Err` names a kind
-/// tinylet cannot mount.
-pub fn host_dir(volumes_dir: &Path, v: &Volume) -> Result<(PathBuf, bool), String> {
-    if let Some(hp) = &v.host_path {
-        return Ok((PathBuf::from(&hp.path), false));
-    }
-    let (plugin, read_only) = match () {
+/// The plugin directory of `v`'s kind, and whether containers must see it
+/// read-only. `Err` names a kind tinylet cannot set up (hostPath has none).
+fn plugin(v: &Volume) -> Result<(&'static str, bool), String> {
+    Ok(match () {
         _ if v.empty_dir.is_some() => (EMPTY_DIR, false),
         _ if v.secret.is_some() => (SECRET, true),
         _ if v.config_map.is_some() => (CONFIG_MAP, true),
@@ -92,8 +88,7 @@ pub fn host_dir(volumes_dir: &Path, v: &Volume) -> Result<(PathBuf, bool), Strin
                 v.name
             ))
         }
-    };
-    Ok((volumes_dir.join(plugin).join(&v.name), read_only))
+    })
 }
 
 /// Whether tinylet writes `v`'s files itself (with the `..data` layout,
@@ -105,9 +100,25 @@ pub fn written_by_tinylet(v: &Volume) -> bool {
         || v.projected.is_some()
 }
 
-/// The volumes directory of the pod `uid`.
-pub fn volumes_dir(root_dir: &Path, uid: &str) -> PathBuf {
-    root_dir.join("pods").join(uid).join("volumes")
+/// The host directory of `v` under the pod's `volumes_dir` (or the host
+/// path), and whether containers must see it read-only. `Err` names a kind
+/// tinylet cannot mount, or a volume name that is not one plain path
+/// element (validation refuses such pods first; this keeps the path under
+/// the pod's directory whatever comes).
+pub fn host_dir(volumes_dir: &Path, v: &Volume) -> Result<(PathBuf, bool), String> {
+    if let Some(hp) = &v.host_path {
+        return Ok((PathBuf::from(&hp.path), false));
+    }
+    let (plugin, read_only) = plugin(v)?;
+    let dir = crate::paths::join(&volumes_dir.join(plugin), &v.name)
+        .map_err(|e| format!("volume {:?}: {e}", v.name))?;
+    Ok((dir, read_only))
+}
+
+/// The volumes directory of the pod `uid`; fails for a UID that cannot
+/// name a directory under `<root_dir>/pods`.
+pub fn volumes_dir(root_dir: &Path, uid: &str) -> std::io::Result<PathBuf> {
+    Ok(crate::paths::pod_dir(root_dir, uid)?.join("volumes"))
 }
 
 /// Removes the directories under `<root_dir>/pods` of pods that `keep`
@@ -135,7 +146,7 @@ pub fn remove_orphaned_pod_dirs(
         }
         crate::fault::point("orphan-dir", uid);
         let dir = entry.path();
-        let removed = mount::unmount_below(&dir).and_then(|()| std::fs::remove_dir_all(&dir));
+        let removed = mount::unmount_below(&dir).and_then(|()| crate::paths::remove_tree(&dir));
         match removed {
             Ok(()) => info!(
                 "housekeeping: removed the directory of pod {uid}, which no source has and nothing runs"
@@ -214,7 +225,10 @@ impl VolumeManager {
     /// returned, with a FailedMount event; refresh failures are logged.
     pub fn setup(&self, pod: &Pod) -> Result<(), VolumeError> {
         let uid = crate::config::pod_uid(pod).to_string();
-        let dir = volumes_dir(&self.root_dir, &uid);
+        let dir = volumes_dir(&self.root_dir, &uid).map_err(|e| VolumeError {
+            volume: String::new(),
+            message: e.to_string(),
+        })?;
         let volumes = pod
             .spec
             .as_ref()
@@ -284,7 +298,7 @@ impl VolumeManager {
     /// Unmounts the pod's tmpfs volumes and forgets the pod; its directory
     /// is removed with the pod.
     pub fn teardown(&self, uid: &str) -> std::io::Result<()> {
-        let dir = self.root_dir.join("pods").join(uid);
+        let dir = crate::paths::pod_dir(&self.root_dir, uid)?;
         if dir.exists() {
             mount::unmount_below(&dir)?;
         }
@@ -319,8 +333,14 @@ impl VolumeManager {
                 None => Ok(()),
             }
         };
+        // The pod's directories, private to root (upstream's 0750), then
+        // the volume's own.
+        let (plugin, _) = plugin(v)?;
+        let uid = crate::config::pod_uid(pod);
+        crate::paths::ensure_pod_dirs(&self.root_dir, uid, &["volumes", plugin])
+            .map_err(|e| format!("create the volume's directory: {e}"))?;
         if let Some(ed) = &v.empty_dir {
-            create_dir(&dir)?;
+            create_dir(&dir, 0o777)?;
             if ed.medium.as_deref() == Some("Memory") {
                 let size = ed
                     .size_limit
@@ -361,7 +381,9 @@ impl VolumeManager {
             }
         }
         payload::check_paths(&files)?;
-        create_dir(&dir)?;
+        // Readable by all as the files inside (their own modes guard them):
+        // upstream's are wider still (0777, or 1777 for a tmpfs).
+        create_dir(&dir, 0o755)?;
         if v.secret.is_some() || v.projected.is_some() {
             mount::ensure_tmpfs(&dir, 0)
                 .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
@@ -524,8 +546,8 @@ impl VolumeManager {
     }
 }
 
-fn create_dir(dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))
+fn create_dir(dir: &Path, mode: u32) -> Result<(), String> {
+    crate::paths::ensure_dir(dir, mode).map_err(|e| format!("create {}: {e}", dir.display()))
 }
 
 /// When a token must be replaced: after 80% of its lifetime, at most 24 h
@@ -707,7 +729,10 @@ mod tests {
         let r = rigged(3600);
         let p = pod(vec![secret_volume("sa", "tok")]);
         r.vm.setup(&p).unwrap();
-        let dir = volumes_dir(&r.root, "uid-1").join(SECRET).join("sa");
+        let dir = volumes_dir(&r.root, "uid-1")
+            .unwrap()
+            .join(SECRET)
+            .join("sa");
         assert_eq!(read(&dir, "token"), "s3cr3t");
         assert!(
             mount::is_mount_point(&dir).unwrap(),
@@ -759,6 +784,7 @@ mod tests {
         let p = pod(vec![api_access(3600)]);
         r.vm.setup(&p).unwrap();
         let dir = volumes_dir(&r.root, "uid-1")
+            .unwrap()
             .join(PROJECTED)
             .join("kube-api-access-x");
         assert_eq!(read(&dir, "token"), "jwt-1");
@@ -777,6 +803,7 @@ mod tests {
         let p = pod(vec![api_access(3600)]);
         r.vm.setup(&p).unwrap();
         let dir = volumes_dir(&r.root, "uid-1")
+            .unwrap()
             .join(PROJECTED)
             .join("kube-api-access-x");
         assert_eq!(read(&dir, "token"), "jwt-1");
@@ -801,7 +828,10 @@ mod tests {
         r.vm.pods.lock().clear();
         r.objects.down.store(true, Ordering::SeqCst);
         r.vm.setup(&p).expect("the files from before are used");
-        let dir = volumes_dir(&r.root, "uid-1").join(SECRET).join("sa");
+        let dir = volumes_dir(&r.root, "uid-1")
+            .unwrap()
+            .join(SECRET)
+            .join("sa");
         assert_eq!(read(&dir, "token"), "s3cr3t");
     }
 
@@ -825,6 +855,7 @@ mod tests {
         }
         vm.setup(&pod(vec![v])).unwrap();
         let dir = volumes_dir(root.path(), "uid-1")
+            .unwrap()
             .join(PROJECTED)
             .join("kube-api-access-x");
         assert_eq!(read(&dir, "namespace"), "default");
@@ -850,7 +881,7 @@ mod tests {
             });
         }
         r.vm.setup(&p).unwrap();
-        let vols = volumes_dir(&r.root, "uid-1");
+        let vols = volumes_dir(&r.root, "uid-1").unwrap();
         let token = std::fs::metadata(vols.join(SECRET).join("sa/token")).unwrap();
         assert_eq!(token.gid(), 2000);
         assert_eq!(token.mode() & 0o040, 0o040, "group may read the token");
@@ -879,6 +910,7 @@ mod tests {
         r.vm.setup(&q).unwrap();
         let scratch = std::fs::metadata(
             volumes_dir(&r.root, "uid-2")
+                .unwrap()
                 .join(EMPTY_DIR)
                 .join("scratch"),
         )

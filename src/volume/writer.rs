@@ -20,7 +20,11 @@ const DATA_LINK_TMP: &str = "..data_tmp";
 /// Makes `dir` hold exactly `payload`. Returns whether anything changed.
 /// `dir` must exist; the payload's paths must have passed `check_paths`.
 pub fn write_payload(dir: &Path, payload: &Payload) -> io::Result<bool> {
-    let old = fs::read_link(dir.join(DATA_LINK)).ok();
+    // Only a link to one of our own timestamped directories, right here,
+    // is the old set: anything else in `..data` is never read or removed.
+    let old = fs::read_link(dir.join(DATA_LINK))
+        .ok()
+        .filter(|old| is_timestamped_name(old));
     if let Some(old) = &old {
         if same_content(&dir.join(old), payload) {
             return Ok(false);
@@ -29,7 +33,9 @@ pub fn write_payload(dir: &Path, payload: &Payload) -> io::Result<bool> {
 
     let ts_name = timestamped_name();
     let ts_dir = dir.join(&ts_name);
+    // 0755 whatever the umask, so that any container user can go through.
     fs::DirBuilder::new().mode(0o755).create(&ts_dir)?;
+    fs::set_permissions(&ts_dir, fs::Permissions::from_mode(0o755))?;
     let filled = fill(&ts_dir, payload);
     if let Err(e) = filled {
         let _ = fs::remove_dir_all(&ts_dir);
@@ -78,6 +84,19 @@ pub fn write_payload(dir: &Path, payload: &Payload) -> io::Result<bool> {
     Ok(true)
 }
 
+/// Whether `name` is one path element made by `timestamped_name`: no
+/// separator, not `..` itself nor the data links.
+fn is_timestamped_name(name: &Path) -> bool {
+    let Some(s) = name.to_str() else {
+        return false;
+    };
+    s.len() > 2
+        && s.starts_with("..")
+        && s != DATA_LINK
+        && s != DATA_LINK_TMP
+        && crate::paths::element_error(s).is_none()
+}
+
 /// A name no payload path can take (they may not start with `..`).
 fn timestamped_name() -> String {
     let now = k8s_openapi::jiff::Timestamp::now();
@@ -92,10 +111,7 @@ fn fill(ts_dir: &Path, payload: &Payload) -> io::Result<()> {
     for (path, file) in payload {
         let target = ts_dir.join(path);
         if let Some(parent) = target.parent() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(parent)?;
+            make_dirs(ts_dir, parent)?;
         }
         let mut f = fs::OpenOptions::new()
             .write(true)
@@ -107,6 +123,19 @@ fn fill(ts_dir: &Path, payload: &Payload) -> io::Result<()> {
         f.set_permissions(fs::Permissions::from_mode(file.mode))?;
     }
     Ok(())
+}
+
+/// Makes the directories from `ts_dir` down to `dir`, each 0755 whatever
+/// the umask.
+fn make_dirs(ts_dir: &Path, dir: &Path) -> io::Result<()> {
+    if dir == ts_dir || dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        make_dirs(ts_dir, parent)?;
+    }
+    fs::DirBuilder::new().mode(0o755).create(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
 }
 
 /// Whether `ts_dir` holds exactly the payload's files, contents and modes.
@@ -221,6 +250,23 @@ mod tests {
         assert_eq!(
             fs::metadata(dir.join("a")).unwrap().permissions().mode() & 0o777,
             0o400
+        );
+    }
+
+    #[test]
+    fn a_data_link_to_elsewhere_is_neither_read_nor_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("keep"), "host file").unwrap();
+        let dir = tmp.path().join("vol");
+        fs::create_dir(&dir).unwrap();
+        symlink(&outside, dir.join(DATA_LINK)).unwrap();
+        assert!(write_payload(&dir, &payload(&[("a", "x", 0o644)])).unwrap());
+        assert_eq!(fs::read_to_string(dir.join("a")).unwrap(), "x");
+        assert_eq!(
+            fs::read_to_string(outside.join("keep")).unwrap(),
+            "host file"
         );
     }
 

@@ -20,12 +20,29 @@ pub struct Agent {
     child: Option<Child>,
     dir: tempfile::TempDir,
     args: Vec<String>,
+    /// The umask the binary starts with (`None`: the test's own).
+    umask: Option<u32>,
 }
 
 impl Agent {
     /// Starts the binary against `endpoint` with node `edge-1`, a manifest
     /// dir, root and log dirs of its own, and `extra` flags.
     pub fn start(endpoint: &str, extra: &[&str]) -> Agent {
+        let mut a = Agent::new(endpoint, extra);
+        a.spawn();
+        a
+    }
+
+    /// Like `start`, with the binary started under `umask` (through `sh`,
+    /// which sets it and then becomes the binary).
+    pub fn start_with_umask(endpoint: &str, extra: &[&str], umask: u32) -> Agent {
+        let mut a = Agent::new(endpoint, extra);
+        a.umask = Some(umask);
+        a.spawn();
+        a
+    }
+
+    fn new(endpoint: &str, extra: &[&str]) -> Agent {
         let dir = tempfile::Builder::new()
             .prefix("tinylet-agent")
             .tempdir()
@@ -51,13 +68,12 @@ impl Agent {
         ];
         let mut args = args;
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut a = Agent {
+        Agent {
             child: None,
             dir,
             args,
-        };
-        a.spawn();
-        a
+            umask: None,
+        }
     }
 
     pub fn spawn(&mut self) {
@@ -66,7 +82,17 @@ impl Agent {
             .append(true)
             .open(self.log_path())
             .expect("log file");
-        let child = Command::new(BIN)
+        let mut cmd = match self.umask {
+            None => Command::new(BIN),
+            Some(mask) => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(format!("umask {mask:03o} && exec \"$0\" \"$@\""))
+                    .arg(BIN);
+                c
+            }
+        };
+        let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log"))

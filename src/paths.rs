@@ -1,0 +1,465 @@
+//! Paths built from names that come from pods (UIDs, volume and container
+//! names), and the two file-system operations that must not be turned
+//! against the host by such a name or by what a container left in a pod's
+//! directory: creating directories with fixed modes, and removing a tree.
+//!
+//! Names are validated before a pod is accepted (`config::validation`);
+//! `join` checks again wherever one becomes a path, so a name that slipped
+//! through (a runtime label, a checkpoint) can never reach outside its root.
+//!
+//! `remove_tree` never follows a symlink (every step is an `openat` or
+//! `unlinkat` relative to a directory opened with `O_NOFOLLOW`) and never
+//! enters another file system: it refuses a tree that still has mounts
+//! below it, and stops at any directory whose device differs from the
+//! tree's. Its walk is iterative and holds one directory open at a time,
+//! so a container that nested directories thousands deep cannot exhaust
+//! the worker's stack or its file descriptors.
+
+use std::ffi::{CStr, CString};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The longest pod UID accepted, in bytes. The API server's UIDs are 36
+/// characters and static pods' are 32; the bound only keeps the names of
+/// the directories built from a UID (`<ns>_<name>_<uid>` among them) within
+/// what file systems take.
+pub const UID_MAX: usize = 128;
+
+/// Modes of the directories tinylet makes under `--root-dir`: the root,
+/// `pods`, each pod's directory, its `volumes` and plugin directories
+/// (upstream's setupDataDirs and makePodDataDirs).
+pub const PRIVATE_DIR_MODE: u32 = 0o750;
+
+/// Why `name` cannot be one element of a path, if it cannot: empty, `.` or
+/// `..`, or holding a `/` or a NUL.
+pub fn element_error(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("must not be empty")
+    } else if name == "." || name == ".." {
+        Some("must not be '.' or '..'")
+    } else if name.contains('/') {
+        Some("must not contain '/'")
+    } else if name.contains('\0') {
+        Some("must not contain a NUL byte")
+    } else {
+        None
+    }
+}
+
+/// Why `uid` cannot be a pod's UID, if it cannot (see `UID_MAX`).
+pub fn uid_error(uid: &str) -> Option<String> {
+    if let Some(why) = element_error(uid) {
+        return Some(why.to_string());
+    }
+    if uid.len() > UID_MAX {
+        return Some(format!("must be no more than {UID_MAX} bytes"));
+    }
+    None
+}
+
+/// `root/name`, where `name` must be one plain path element: the result
+/// stays directly under `root` whatever `name` is, or this fails.
+pub fn join(root: &Path, name: &str) -> io::Result<PathBuf> {
+    match element_error(name) {
+        None => Ok(root.join(name)),
+        Some(why) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{name:?} cannot be a name under {}: it {why}",
+                root.display()
+            ),
+        )),
+    }
+}
+
+/// The directory of the pod `uid`: `<root_dir>/pods/<uid>`.
+pub fn pod_dir(root_dir: &Path, uid: &str) -> io::Result<PathBuf> {
+    if let Some(why) = uid_error(uid) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("pod UID {uid:?} cannot name a directory: it {why}"),
+        ));
+    }
+    join(&root_dir.join("pods"), uid)
+}
+
+/// Makes `dir` a directory of mode `mode` whatever the umask: created with
+/// it, or, when it exists, narrowed to it (never widened: an administrator
+/// may have made it narrower). A symlink or a file in its place is an
+/// error.
+pub fn ensure_dir(dir: &Path, mode: u32) -> io::Result<()> {
+    match fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let meta = fs::symlink_metadata(dir)?;
+            if !meta.is_dir() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a directory", dir.display()),
+                ));
+            }
+            let have = meta.mode() & 0o7777;
+            if have & !mode & 0o777 != 0 {
+                fs::set_permissions(dir, fs::Permissions::from_mode(have & (mode | 0o7000)))?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Makes the directories `base/names[0]/names[1]/...`, each with `mode`
+/// (see `ensure_dir`). `base` must exist; every name is checked by `join`.
+/// Returns the deepest one.
+pub fn ensure_dirs_under(base: &Path, names: &[&str], mode: u32) -> io::Result<PathBuf> {
+    let mut dir = base.to_path_buf();
+    for name in names {
+        dir = join(&dir, name)?;
+        ensure_dir(&dir, mode)?;
+    }
+    Ok(dir)
+}
+
+/// Makes `<root_dir>/pods/<uid>` and the directories `names` below it, all
+/// of `PRIVATE_DIR_MODE`. Returns the deepest one.
+pub fn ensure_pod_dirs(root_dir: &Path, uid: &str, names: &[&str]) -> io::Result<PathBuf> {
+    let pod = pod_dir(root_dir, uid)?;
+    ensure_dir(&root_dir.join("pods"), PRIVATE_DIR_MODE)?;
+    ensure_dir(&pod, PRIVATE_DIR_MODE)?;
+    ensure_dirs_under(&pod, names, PRIVATE_DIR_MODE)
+}
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+/// An open directory, closed on drop.
+struct Dir(libc::c_int);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is ours and closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+const DIR_FLAGS: libc::c_int =
+    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
+impl Dir {
+    fn open_at(parent: libc::c_int, name: &CStr) -> io::Result<Dir> {
+        // SAFETY: `name` is NUL-terminated; the result is checked.
+        let fd = unsafe { libc::openat(parent, name.as_ptr(), DIR_FLAGS) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Dir(fd))
+    }
+
+    fn stat(&self) -> io::Result<libc::stat> {
+        // SAFETY: an all-zero stat is valid, and fstat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: the descriptor is open; `st` is valid for writes.
+        if unsafe { libc::fstat(self.0, &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+
+    fn stat_at(&self, name: &CStr) -> io::Result<libc::stat> {
+        // SAFETY: as above; AT_SYMLINK_NOFOLLOW stats a symlink itself.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor, NUL-terminated name, writable `st`.
+        let rc =
+            unsafe { libc::fstatat(self.0, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+
+    fn unlink_at(&self, name: &CStr, dir: bool) -> io::Result<()> {
+        let flags = if dir { libc::AT_REMOVEDIR } else { 0 };
+        // SAFETY: valid descriptor and NUL-terminated name.
+        if unsafe { libc::unlinkat(self.0, name.as_ptr(), flags) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::NotFound {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The names in the directory, `.` and `..` left out.
+    fn names(&self) -> io::Result<Vec<CString>> {
+        // fdopendir takes the descriptor it is given: hand it a copy.
+        // SAFETY: the descriptor is open; the result is checked.
+        let copy = unsafe { libc::fcntl(self.0, libc::F_DUPFD_CLOEXEC, 0) };
+        if copy < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `copy` is an open directory descriptor we own.
+        let stream = unsafe { libc::fdopendir(copy) };
+        if stream.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so `copy` is still ours to close.
+            unsafe { libc::close(copy) };
+            return Err(e);
+        }
+        // SAFETY: a fresh stream of a copied descriptor starts at offset 0
+        // only after a rewind (the copy shares the offset).
+        unsafe { libc::rewinddir(stream) };
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: `stream` is a valid DIR*; readdir returns null at the end.
+            let entry = unsafe { libc::readdir(stream) };
+            if entry.is_null() {
+                break;
+            }
+            // SAFETY: d_name is a NUL-terminated array inside the entry,
+            // valid until the next readdir; it is copied at once.
+            let name = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) };
+            let b = name.to_bytes();
+            if b != b"." && b != b".." {
+                out.push(name.to_owned());
+            }
+        }
+        // SAFETY: closes the stream and `copy` with it, once.
+        unsafe { libc::closedir(stream) };
+        Ok(out)
+    }
+}
+
+fn is_dir(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+/// Removes `dir` and everything below it, without following symlinks and
+/// without entering another file system (see the module doc). Refuses,
+/// leaving it all in place, when anything is still mounted at or below
+/// `dir`. A `dir` that does not exist is fine; a symlink or file at `dir`
+/// is removed itself, never what it points to.
+pub fn remove_tree(dir: &Path) -> io::Result<()> {
+    let meta = match fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !meta.is_dir() {
+        return fs::remove_file(dir);
+    }
+    let mounts = crate::volume::mount::mounts_below(dir)?;
+    if let Some(m) = mounts.first() {
+        return Err(io::Error::other(format!(
+            "{} is still mounted; not removing {}",
+            m.display(),
+            dir.display()
+        )));
+    }
+    let path = cstr(dir)?;
+    let mut cur = Dir::open_at(libc::AT_FDCWD, &path)?;
+    let top = cur.stat()?;
+    if top.st_ino != meta.ino() || top.st_dev != meta.dev() {
+        return Err(io::Error::other(format!(
+            "{} changed while it was being removed",
+            dir.display()
+        )));
+    }
+    let dev = top.st_dev;
+    // The directories entered below `dir`: each one's name in its parent,
+    // and the parent's inode (the way back up is checked against it).
+    let mut trail: Vec<(CString, libc::ino_t)> = Vec::new();
+    let mut cur_ino = top.st_ino;
+    loop {
+        let mut subdir = None;
+        for name in cur.names()? {
+            let st = match cur.stat_at(&name) {
+                Ok(st) => st,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            if !is_dir(&st) {
+                cur.unlink_at(&name, false)?;
+            } else if st.st_dev != dev {
+                return Err(io::Error::other(format!(
+                    "a mount point below {} ({:?}); not crossing it",
+                    dir.display(),
+                    name
+                )));
+            } else if subdir.is_none() {
+                subdir = Some(name);
+            }
+        }
+        match subdir {
+            Some(name) => {
+                let child = Dir::open_at(cur.0, &name)?;
+                let st = child.stat()?;
+                if st.st_dev != dev {
+                    return Err(io::Error::other(format!(
+                        "a mount point below {} ({:?}); not crossing it",
+                        dir.display(),
+                        name
+                    )));
+                }
+                trail.push((name, cur_ino));
+                cur = child;
+                cur_ino = st.st_ino;
+            }
+            None => {
+                let Some((name, parent_ino)) = trail.pop() else {
+                    break;
+                };
+                let dotdot = CString::new("..").map_err(io::Error::other)?;
+                let parent = Dir::open_at(cur.0, &dotdot)?;
+                let st = parent.stat()?;
+                if st.st_ino != parent_ino || st.st_dev != dev {
+                    return Err(io::Error::other(format!(
+                        "a directory below {} was moved while it was being removed",
+                        dir.display()
+                    )));
+                }
+                cur = parent;
+                cur_ino = st.st_ino;
+                cur.unlink_at(&name, true)?;
+            }
+        }
+    }
+    drop(cur);
+    match fs::remove_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn path_elements_and_uids() {
+        for ok in ["a", "uid-1", "..a", "a..", " ", &"u".repeat(UID_MAX)] {
+            assert_eq!(uid_error(ok), None, "{ok:?}");
+        }
+        for bad in ["", ".", "..", "/", "a/b", "/etc", "../x", "a\0b"] {
+            assert!(uid_error(bad).is_some(), "{bad:?}");
+            assert!(element_error(bad).is_some(), "{bad:?}");
+        }
+        assert!(uid_error(&"u".repeat(UID_MAX + 1)).is_some());
+    }
+
+    #[test]
+    fn joins_stay_under_their_root() {
+        let root = Path::new("/var/lib/tinylet/pods");
+        assert_eq!(join(root, "u1").unwrap(), root.join("u1"));
+        for bad in ["..", ".", "", "/etc", "../x", "a/b", "a\0"] {
+            let e = join(root, bad).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
+            assert!(e.to_string().contains("/var/lib/tinylet/pods"), "{e}");
+        }
+        let r = Path::new("/r");
+        assert_eq!(pod_dir(r, "u1").unwrap(), Path::new("/r/pods/u1"));
+        assert!(pod_dir(r, "..").is_err());
+        assert!(pod_dir(r, &"u".repeat(UID_MAX + 1)).is_err());
+        assert!(ensure_pod_dirs(r, "u1", &["volumes", "../../etc"]).is_err());
+    }
+
+    #[test]
+    fn directories_get_their_mode_and_are_never_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().mode() & 0o7777;
+        let made = ensure_pod_dirs(tmp.path(), "u1", &["volumes", "plugin"]).unwrap();
+        for p in [
+            "pods",
+            "pods/u1",
+            "pods/u1/volumes",
+            "pods/u1/volumes/plugin",
+        ] {
+            assert_eq!(mode(&tmp.path().join(p)), 0o750, "{p}");
+        }
+        // The mode is set after the creation, so no umask cuts bits from it.
+        let open = tmp.path().join("open");
+        ensure_dir(&open, 0o777).unwrap();
+        assert_eq!(mode(&open), 0o777);
+        // An existing wider directory is narrowed, a narrower one kept.
+        fs::set_permissions(&made, fs::Permissions::from_mode(0o777)).unwrap();
+        ensure_dir(&made, 0o750).unwrap();
+        assert_eq!(mode(&made), 0o750);
+        fs::set_permissions(&made, fs::Permissions::from_mode(0o700)).unwrap();
+        ensure_dir(&made, 0o750).unwrap();
+        assert_eq!(mode(&made), 0o700);
+        // A symlink in a directory's place is refused, not followed.
+        let link = tmp.path().join("pods/u2");
+        symlink(tmp.path().join("elsewhere"), &link).unwrap();
+        assert!(ensure_pod_dirs(tmp.path(), "u2", &[]).is_err());
+        assert!(!tmp.path().join("elsewhere").exists());
+    }
+
+    #[test]
+    fn removal_does_not_follow_symlinks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(outside.join("sub")).unwrap();
+        fs::write(outside.join("keep"), "data").unwrap();
+        fs::write(outside.join("sub/keep"), "data").unwrap();
+        let dir = tmp.path().join("pod");
+        fs::create_dir_all(dir.join("a/b/c")).unwrap();
+        fs::write(dir.join("a/b/c/f"), "x").unwrap();
+        fs::write(dir.join("a/g"), "x").unwrap();
+        symlink(&outside, dir.join("a/b/to-dir")).unwrap();
+        symlink(outside.join("keep"), dir.join("to-file")).unwrap();
+        symlink("/nonexistent", dir.join("dangling")).unwrap();
+
+        remove_tree(&dir).unwrap();
+        assert!(!dir.exists());
+        assert_eq!(fs::read_to_string(outside.join("keep")).unwrap(), "data");
+        assert_eq!(
+            fs::read_to_string(outside.join("sub/keep")).unwrap(),
+            "data"
+        );
+        // Gone already is fine; a symlink at the top goes, not its target.
+        remove_tree(&dir).unwrap();
+        symlink(&outside, &dir).unwrap();
+        remove_tree(&dir).unwrap();
+        assert!(fs::symlink_metadata(&dir).is_err());
+        assert!(outside.join("sub/keep").exists());
+    }
+
+    #[test]
+    fn removal_survives_deep_trees() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pod");
+        fs::create_dir(&dir).unwrap();
+        // Deeper than a path can name at once, made step by step.
+        let mut cur = Dir::open_at(libc::AT_FDCWD, &cstr(&dir).unwrap()).unwrap();
+        let name = CString::new("d".repeat(200)).unwrap();
+        for _ in 0..40 {
+            // SAFETY: valid descriptor and name.
+            assert_eq!(unsafe { libc::mkdirat(cur.0, name.as_ptr(), 0o755) }, 0);
+            cur = Dir::open_at(cur.0, &name).unwrap();
+        }
+        drop(cur);
+        remove_tree(&dir).unwrap();
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn removal_does_not_cross_a_mount_point() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pod");
+        let mnt = dir.join("volumes/vol");
+        fs::create_dir_all(&mnt).unwrap();
+        crate::volume::mount::ensure_tmpfs(&mnt, 0).unwrap();
+        fs::write(mnt.join("secret"), "s").unwrap();
+        let e = remove_tree(&dir).unwrap_err();
+        assert!(e.to_string().contains("still mounted"), "{e}");
+        assert_eq!(fs::read_to_string(mnt.join("secret")).unwrap(), "s");
+        crate::volume::mount::unmount_below(&dir).unwrap();
+        remove_tree(&dir).unwrap();
+        assert!(!dir.exists());
+    }
+}
