@@ -20,11 +20,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, NodeSelectorTerm, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::quantity::parse_quantity_scaled;
+use crate::sysctl::Allowlist;
 
 /// Reason when the pod's `kubernetes.io/os` label names another OS.
 pub const POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH: &str = "PodOSSelectorNodeLabelDoesNotMatch";
@@ -71,6 +73,9 @@ pub struct NodeInfo {
     /// Whether privileged containers and host namespaces may run
     /// (`--allow-privileged`).
     pub allow_privileged: bool,
+    /// The sysctls pods may set (the safe set and
+    /// `--allowed-unsafe-sysctls`).
+    pub sysctls: Arc<Allowlist>,
 }
 
 /// Why a pod was not admitted: the pod status' `reason` and `message`.
@@ -118,7 +123,10 @@ impl std::error::Error for QuantityError {}
 /// Decides whether `pod` may start on `node`, next to the `active` pods
 /// (admitted and not yet terminated, `pod` itself not among them).
 pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejection> {
-    // The OS checks first: making room would not help these.
+    // Sysctls first, as upstream's sysctl admit handler runs before its
+    // predicates.
+    node.sysctls.admit(pod)?;
+    // Then the OS checks: making room would not help these.
     if let Some(os) = pod.metadata.labels.as_ref().and_then(|l| l.get(LABEL_OS)) {
         // Upstream looks at the pod's labels here, not its node selector; a
         // node selector on the OS is the affinity check's business.
@@ -595,6 +603,7 @@ mod tests {
             allow_privileged: true,
             allowed_pod_number: 10,
             os: "linux",
+            sysctls: Default::default(),
         }
     }
 

@@ -522,6 +522,11 @@ fn run(opts: Options) -> anyhow::Result<()> {
     let ready_config = config.clone();
     let sources_ready = Box::new(move || ready_config.seen_all_sources(&sources));
     let allow_privileged = opts.allow_privileged;
+    // Checked when the flags were read; an error here cannot happen.
+    let sysctls = Arc::new(
+        tinylet::sysctl::Allowlist::new(&opts.allowed_unsafe_sysctls)
+            .map_err(|e| anyhow::anyhow!("flag --allowed-unsafe-sysctls: {e}"))?,
+    );
     let kubelet = Kubelet::new(
         workers,
         cache,
@@ -541,6 +546,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
         recorder,
         Box::new(move || NodeInfo {
             allow_privileged,
+            sysctls: sysctls.clone(),
             ..node_info(&node_state.read())
         }),
     );
