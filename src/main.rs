@@ -476,6 +476,9 @@ fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // The sync loop's admission decisions, so that only admitted pods are
+    // checkpointed.
+    let admissions = Arc::new(tinylet::config::checkpoint::Admissions::default());
     let _api_source = match &client {
         Some(c) => {
             sources.push(API_SOURCE);
@@ -485,6 +488,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
                     &node,
                     config.channel(API_SOURCE),
                     opts.bootstrap_checkpoint_path.clone(),
+                    admissions.clone(),
                 )
                 .context("starting the API server pod source")?,
             )
@@ -541,6 +545,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
         },
     )
     .with_root_dir(opts.root_dir.clone())
+    .with_admissions(admissions)
     .with_cluster(
         reporter,
         recorder,
