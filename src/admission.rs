@@ -20,11 +20,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, NodeSelectorRequirement, NodeSelectorTerm, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::quantity::parse_quantity_scaled;
+use crate::sysctl::Allowlist;
 
 /// Reason when the pod's `kubernetes.io/os` label names another OS.
 pub const POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH: &str = "PodOSSelectorNodeLabelDoesNotMatch";
@@ -43,6 +45,22 @@ pub const NODE_PORTS: &str = "NodePorts";
 /// Reason when a privileged container or a host namespace is refused
 /// (`--allow-privileged=false`).
 pub const PRIVILEGED_FORBIDDEN: &str = "PrivilegedForbidden";
+
+/// Reason when an API pod has the full name of a static pod of this node
+/// (tinylet's own: upstream has no such check).
+pub const STATIC_POD_NAME_CONFLICT: &str = "StaticPodNameConflict";
+
+/// The rejection of an API pod named as the static pod `full_name` of
+/// `source` (a manifest file or URL) is.
+pub fn static_name_conflict(full_name: &str, source: &str) -> Rejection {
+    Rejection {
+        reason: STATIC_POD_NAME_CONFLICT.into(),
+        message: format!(
+            "Pod name {full_name} belongs to a static pod of this node (source {source}); \
+             a pod from the API server cannot take it"
+        ),
+    }
+}
 
 const NODE_AFFINITY_DESC: &str = "node(s) didn't match Pod's node affinity/selector";
 const NODE_NAME_DESC: &str = "node(s) didn't match the requested node name";
@@ -71,6 +89,9 @@ pub struct NodeInfo {
     /// Whether privileged containers and host namespaces may run
     /// (`--allow-privileged`).
     pub allow_privileged: bool,
+    /// The sysctls pods may set (the safe set and
+    /// `--allowed-unsafe-sysctls`).
+    pub sysctls: Arc<Allowlist>,
 }
 
 /// Why a pod was not admitted: the pod status' `reason` and `message`.
@@ -118,7 +139,10 @@ impl std::error::Error for QuantityError {}
 /// Decides whether `pod` may start on `node`, next to the `active` pods
 /// (admitted and not yet terminated, `pod` itself not among them).
 pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejection> {
-    // The OS checks first: making room would not help these.
+    // Sysctls first, as upstream's sysctl admit handler runs before its
+    // predicates.
+    node.sysctls.admit(pod)?;
+    // Then the OS checks: making room would not help these.
     if let Some(os) = pod.metadata.labels.as_ref().and_then(|l| l.get(LABEL_OS)) {
         // Upstream looks at the pod's labels here, not its node selector; a
         // node selector on the OS is the affinity check's business.
@@ -141,16 +165,7 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejectio
         }
     }
 
-    if !node.allow_privileged {
-        if let Some(what) = privileged_use(pod) {
-            return Err(Rejection {
-                reason: PRIVILEGED_FORBIDDEN.into(),
-                message: format!(
-                    "Pod specified {what}, but privileged pods are disallowed on this node (--allow-privileged=false)"
-                ),
-            });
-        }
-    }
+    check_privileged(pod, node)?;
 
     let want = try_pod_requests(pod).map_err(|e| Rejection {
         reason: UNEXPECTED_ADMISSION_ERROR.into(),
@@ -171,6 +186,30 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejectio
         return Err(predicate_failure(NODE_PORTS, NODE_PORTS_DESC));
     }
     Ok(())
+}
+
+/// The checks a pod must pass again whenever its spec changes (a manifest
+/// pod edited in place keeps its UID): its sysctls and, under
+/// `--allow-privileged=false`, privileged containers and host namespaces.
+/// Resources, affinity and host ports were settled when it was admitted.
+pub fn admit_update(pod: &Pod, node: &NodeInfo) -> Result<(), Rejection> {
+    node.sysctls.admit(pod)?;
+    check_privileged(pod, node)
+}
+
+fn check_privileged(pod: &Pod, node: &NodeInfo) -> Result<(), Rejection> {
+    if node.allow_privileged {
+        return Ok(());
+    }
+    match privileged_use(pod) {
+        None => Ok(()),
+        Some(what) => Err(Rejection {
+            reason: PRIVILEGED_FORBIDDEN.into(),
+            message: format!(
+                "Pod specified {what}, but privileged pods are disallowed on this node (--allow-privileged=false)"
+            ),
+        }),
+    }
 }
 
 /// What in `pod` needs privileges: a host namespace or a privileged
@@ -595,6 +634,7 @@ mod tests {
             allow_privileged: true,
             allowed_pod_number: 10,
             os: "linux",
+            sysctls: Default::default(),
         }
     }
 
@@ -1333,5 +1373,44 @@ mod tests {
             "containers": [{"name": "app", "securityContext": {"privileged": false}}]}}))
         .unwrap();
         assert_eq!(admit(&pod, &[], &strict), Ok(()));
+    }
+
+    #[test]
+    fn updates_are_checked_for_privileges_and_sysctls_only() {
+        let strict = NodeInfo {
+            allow_privileged: false,
+            ..node()
+        };
+        let with = |spec: Value| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p", "uid": "u"}, "spec": spec}))
+                .unwrap()
+        };
+        // Too big for the node: settled at admission, not on an update.
+        let big = with(json!({"containers": [{"name": "app",
+            "resources": {"requests": {"cpu": "8"}}}]}));
+        assert_eq!(admit_update(&big, &strict), Ok(()));
+        let privileged = with(json!({"containers": [{"name": "app",
+            "securityContext": {"privileged": true}}]}));
+        assert_eq!(admit_update(&privileged, &node()), Ok(()));
+        assert_eq!(
+            admit_update(&privileged, &strict).unwrap_err().reason,
+            PRIVILEGED_FORBIDDEN
+        );
+        let host_pid = with(json!({"hostPID": true, "containers": [{"name": "app"}]}));
+        assert_eq!(
+            admit_update(&host_pid, &strict).unwrap_err().reason,
+            PRIVILEGED_FORBIDDEN
+        );
+        let sysctl = with(json!({"containers": [{"name": "app"}],
+            "securityContext": {"sysctls": [{"name": "net.core.somaxconn", "value": "1"}]}}));
+        let r = admit_update(&sysctl, &node()).unwrap_err();
+        assert_eq!(r.reason, "SysctlForbidden");
+        assert_eq!(admit(&sysctl, &[], &node()), Err(r));
+        let allowing = NodeInfo {
+            sysctls: Arc::new(Allowlist::new(&["net.core.*".to_string()]).unwrap()),
+            ..node()
+        };
+        assert_eq!(admit_update(&sysctl, &allowing), Ok(()));
+        assert_eq!(admit(&sysctl, &[], &allowing), Ok(()));
     }
 }

@@ -21,7 +21,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use log::{debug, info, warn};
 
-use crate::admission::{admit, NodeInfo};
+use crate::admission::{admit, admit_update, static_name_conflict, NodeInfo, Rejection};
+use crate::config::checkpoint::Admissions;
 use crate::config::storage::is_mirror_pod;
 use crate::config::validation::{addressable, validate_api_pod};
 use crate::config::{PodOperation, PodUpdate, API_SOURCE};
@@ -198,6 +199,8 @@ pub struct Kubelet {
     stuck_dirs: HashSet<String>,
     /// Turns handled and the longest one.
     stats: LoopStats,
+    /// Where admission decisions are recorded for the checkpointer.
+    admissions: Option<Arc<Admissions>>,
 }
 
 impl Kubelet {
@@ -228,7 +231,14 @@ impl Kubelet {
             root_dir: None,
             stuck_dirs: HashSet::new(),
             stats: LoopStats::default(),
+            admissions: None,
         }
+    }
+
+    /// Records each admission decision in `admissions` (for checkpoints).
+    pub fn with_admissions(mut self, admissions: Arc<Admissions>) -> Self {
+        self.admissions = Some(admissions);
+        self
     }
 
     /// Has housekeeping remove the pod directories under `root_dir` that no
@@ -299,6 +309,7 @@ impl Kubelet {
     /// Failed with the reason, gets a warning event, and never runs.
     fn admit(&mut self, pod: &Arc<Pod>) -> bool {
         let Some(node) = self.node.as_ref() else {
+            self.record_admission(pod, true);
             return true;
         };
         let uid = pod_uid(pod);
@@ -309,6 +320,7 @@ impl Kubelet {
             .map(|p| p.as_ref())
             .collect();
         let Err(r) = admit(pod, &active, &node()) else {
+            self.record_admission(pod, true);
             return true;
         };
         warn!(
@@ -317,6 +329,99 @@ impl Kubelet {
             r.reason,
             r.message
         );
+        self.reject(pod, r);
+        false
+    }
+
+    /// Admission of a changed spec: a pod edited in place (a manifest pod
+    /// with its own UID) must still pass the checks that guard the node
+    /// (`--allow-privileged`, sysctls). A refused edit is rejected as a new
+    /// pod would be, and what runs of the pod stops, as an edit replaces
+    /// it. Upstream admits only new pods: there a changed static pod gets a
+    /// new UID, and the API forbids such edits of API pods.
+    fn admit_update(&mut self, pod: &Arc<Pod>) -> bool {
+        let Some(node) = self.node.as_ref() else {
+            return true;
+        };
+        let Err(r) = admit_update(pod, &node()) else {
+            return true;
+        };
+        warn!(
+            "pod {}: update rejected by admission: {}: {}; stopping the pod",
+            pod_full_name(pod),
+            r.reason,
+            r.message
+        );
+        self.reject(pod, r);
+        // What runs is stopped as its own spec says (grace period, preStop).
+        let running = self
+            .pods
+            .remove(pod_uid(pod))
+            .unwrap_or_else(|| pod.clone());
+        self.dispatch(running, UpdateType::Kill, None);
+        false
+    }
+
+    /// A static pod and API pods with its full name: the node's static pod
+    /// wins. An API pod named as a static pod is refused (false); a static
+    /// pod refuses and stops the API pods that have its name, then starts
+    /// once they are gone (its worker waits for the name). Upstream has no
+    /// such rule (the pod manager keeps the last pod of a name), so a pod
+    /// bound to the node could hold a static pod off it.
+    fn settle_name_conflicts(&mut self, pod: &Arc<Pod>) -> bool {
+        let full_name = pod_full_name(pod);
+        let uid = pod_uid(pod);
+        if !is_static_pod(pod) {
+            let owner = self
+                .pods
+                .values()
+                .find(|p| is_static_pod(p) && pod_uid(p) != uid && pod_full_name(p) == full_name);
+            let Some(owner) = owner else {
+                return true;
+            };
+            let r = static_name_conflict(&full_name, source_of(owner));
+            warn!(
+                "pod {full_name} ({uid}) from {}: rejected: {}: {}",
+                source_of(pod),
+                r.reason,
+                r.message
+            );
+            self.reject(pod, r);
+            return false;
+        }
+        let squatters: Vec<Arc<Pod>> = self
+            .pods
+            .values()
+            .filter(|p| !is_static_pod(p) && pod_uid(p) != uid && pod_full_name(p) == full_name)
+            .cloned()
+            .collect();
+        for p in squatters {
+            let r = static_name_conflict(&full_name, source_of(pod));
+            warn!(
+                "pod {full_name} ({}) from {}: rejected: {}: {}; stopping it",
+                pod_uid(&p),
+                source_of(&p),
+                r.reason,
+                r.message
+            );
+            self.reject(&p, r);
+            self.pods.remove(pod_uid(&p));
+            self.dispatch(p, UpdateType::Kill, None);
+        }
+        true
+    }
+
+    fn record_admission(&self, pod: &Pod, admitted: bool) {
+        if let Some(a) = &self.admissions {
+            a.record(pod_uid(pod), admitted);
+        }
+    }
+
+    /// Reports `pod` as refused: a warning event, status Failed with the
+    /// reason, and never run again.
+    fn reject(&mut self, pod: &Arc<Pod>, r: Rejection) {
+        self.record_admission(pod, false);
+        let uid = pod_uid(pod);
         self.recorder.event(
             &ObjectRef::pod(pod),
             EventType::Warning,
@@ -329,7 +434,6 @@ impl Kubelet {
         status.message = Some(format!("Pod was rejected: {}", r.message));
         self.reporter.set_status(pod, status);
         self.rejected.insert(uid.to_string(), pod.clone());
-        false
     }
 
     /// Mirror pods are the API server's copies of static pods: they are
@@ -496,6 +600,9 @@ impl Kubelet {
                         self.dispatch(p, UpdateType::Kill, grace);
                         continue;
                     }
+                    if !self.settle_name_conflicts(&p) {
+                        continue;
+                    }
                     if !self.admit(&p) {
                         continue;
                     }
@@ -515,12 +622,20 @@ impl Kubelet {
                         warn!("pod {}: update refused: {e}", pod_full_name(&p));
                         continue;
                     }
+                    if p.metadata.deletion_timestamp.is_none() && !self.admit_update(&p) {
+                        continue;
+                    }
                     self.pods.insert(pod_uid(&p).to_string(), p.clone());
                     self.dispatch(p, UpdateType::Update, None);
                 }
             }
             PodOperation::Reconcile => {
                 for p in u.pods {
+                    if self.rejected.contains_key(pod_uid(&p)) {
+                        // Its own Failed status coming back: it stays out
+                        // of the desired pods (admission's count, syncs).
+                        continue;
+                    }
                     self.pods.insert(pod_uid(&p).to_string(), Arc::new(p));
                 }
             }
@@ -543,6 +658,9 @@ impl Kubelet {
             PodOperation::Remove => {
                 info!("SyncLoop REMOVE ({}): {}", u.source, names());
                 for p in u.pods {
+                    if let Some(a) = &self.admissions {
+                        a.forget(pod_uid(&p));
+                    }
                     if self.rejected.remove(pod_uid(&p)).is_some() {
                         self.reporter.forget(pod_uid(&p));
                         continue;
@@ -1037,5 +1155,64 @@ mod tests {
         // The relist from before the removal does not start a second kill.
         r.kubelet.handle_event(Event::Housekeeping);
         assert!(r.kubelet.workers.is_empty());
+    }
+
+    fn strict_node() -> NodeInfo {
+        NodeInfo {
+            name: "kl".into(),
+            labels: Default::default(),
+            allocatable_milli_cpu: i64::MAX,
+            allocatable_memory: i64::MAX,
+            allocatable_ephemeral_storage: i64::MAX,
+            allowed_pod_number: i64::MAX,
+            os: "linux",
+            allow_privileged: false,
+            sysctls: Default::default(),
+        }
+    }
+
+    /// A pod edited in place (same UID) to need privileges under
+    /// `--allow-privileged=false`: the edit is refused, what ran stops, and
+    /// nothing starts it again.
+    #[test]
+    fn an_update_that_needs_privileges_is_refused_and_stops_the_pod() {
+        let r = rig();
+        let mut r = Rig {
+            kubelet: r.kubelet.with_cluster(
+                StatusReporter::standalone(),
+                EventRecorder::disabled(),
+                Box::new(strict_node),
+            ),
+            ..r
+        };
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
+        wait_for("container started", || r.fake.count("StartContainer") == 1);
+        let mut privileged = pod("u1", "web");
+        if let Some(spec) = privileged.spec.as_mut() {
+            spec.containers[0].security_context = Some(Default::default());
+            if let Some(sc) = spec.containers[0].security_context.as_mut() {
+                sc.privileged = Some(true);
+            }
+        }
+        r.kubelet
+            .handle_event(update(PodOperation::Update, vec![privileged.clone()]));
+        let uid = r
+            .done
+            .recv_timeout(Duration::from_secs(5))
+            .expect("worker finished");
+        r.kubelet.handle_event(Event::WorkerDone(uid));
+        assert!(r.fake.sandboxes().is_empty(), "the pod was not stopped");
+        assert!(r.kubelet.rejected.contains_key("u1"));
+        assert!(!r.kubelet.pods.contains_key("u1"));
+        // Neither the edit again nor its status coming back starts it.
+        r.kubelet
+            .handle_event(update(PodOperation::Update, vec![privileged.clone()]));
+        r.kubelet
+            .handle_event(update(PodOperation::Reconcile, vec![privileged]));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(r.kubelet.workers.is_empty());
+        assert_eq!(r.fake.count("StartContainer"), 1);
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
     }
 }

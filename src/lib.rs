@@ -25,6 +25,7 @@ pub mod prober;
 pub mod quantity;
 pub mod runtime;
 pub mod status;
+pub mod sysctl;
 pub mod thread;
 pub mod version;
 pub mod volume;

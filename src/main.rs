@@ -492,6 +492,9 @@ fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // The sync loop's admission decisions, so that only admitted pods are
+    // checkpointed.
+    let admissions = Arc::new(tinylet::config::checkpoint::Admissions::default());
     let _api_source = match &client {
         Some(c) => {
             sources.push(API_SOURCE);
@@ -501,6 +504,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
                     &node,
                     config.channel(API_SOURCE),
                     opts.bootstrap_checkpoint_path.clone(),
+                    admissions.clone(),
                 )
                 .context("starting the API server pod source")?,
             )
@@ -538,6 +542,11 @@ fn run(opts: Options) -> anyhow::Result<()> {
     let ready_config = config.clone();
     let sources_ready = Box::new(move || ready_config.seen_all_sources(&sources));
     let allow_privileged = opts.allow_privileged;
+    // Checked when the flags were read; an error here cannot happen.
+    let sysctls = Arc::new(
+        tinylet::sysctl::Allowlist::new(&opts.allowed_unsafe_sysctls)
+            .map_err(|e| anyhow::anyhow!("flag --allowed-unsafe-sysctls: {e}"))?,
+    );
     let kubelet = Kubelet::new(
         workers,
         cache,
@@ -552,11 +561,13 @@ fn run(opts: Options) -> anyhow::Result<()> {
         },
     )
     .with_root_dir(opts.root_dir.clone())
+    .with_admissions(admissions)
     .with_cluster(
         reporter,
         recorder,
         Box::new(move || NodeInfo {
             allow_privileged,
+            sysctls: sysctls.clone(),
             ..node_info(&node_state.read())
         }),
     );

@@ -73,6 +73,9 @@ pub struct Options {
     /// Whether privileged containers and host namespaces are allowed
     /// (`--allow-privileged`).
     pub allow_privileged: bool,
+    /// Unsafe sysctls (names, or prefixes ending in `*`) pods may set on
+    /// top of the safe set (`--allowed-unsafe-sysctls`).
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// Pods in cgroups by QoS class under `kubepods` (`--cgroups-per-qos`).
     pub cgroups_per_qos: bool,
     /// `cgroupfs` or `systemd`, as the runtime uses (`--cgroup-driver`).
@@ -131,6 +134,7 @@ impl Default for Options {
             cluster_domain: String::new(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             allow_privileged: true,
+            allowed_unsafe_sysctls: Vec::new(),
             cgroups_per_qos: true,
             cgroup_driver: crate::runtime::qos::CgroupDriver::Cgroupfs,
             serialize_image_pulls: true,
@@ -179,6 +183,10 @@ Flags:
   --allow-privileged bool              allow privileged containers and hostNetwork, hostPID
                                        and hostIPC pods; false refuses them at admission
                                        (default true)
+  --allowed-unsafe-sysctls list        unsafe sysctls (names or prefixes ending in '*',
+                                       comma-separated, namespaced only) that pods may set
+                                       besides the safe ones; others are refused at admission
+                                       (reason SysctlForbidden)
   --cgroups-per-qos bool               put each pod in a cgroup under kubepods/<QoS class>
                                        (default true)
   --cgroup-driver string               cgroupfs or systemd; must match the runtime's
@@ -446,6 +454,14 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "cluster-domain" => o.cluster_domain = v.trim_end_matches('.').to_string(),
             "resolv-conf" => o.resolv_conf = PathBuf::from(v),
             "allow-privileged" => o.allow_privileged = boolean(name, &v)?,
+            "allowed-unsafe-sysctls" => {
+                o.allowed_unsafe_sysctls = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect();
+            }
             "cgroups-per-qos" => o.cgroups_per_qos = boolean(name, &v)?,
             "cgroup-driver" => {
                 o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&v)
@@ -506,6 +522,15 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             });
         }
     }
+    if let Err(e) = crate::sysctl::Allowlist::new(&o.allowed_unsafe_sysctls) {
+        return Err(match &o.config_file {
+            Some(file) => format!(
+                "flag --allowed-unsafe-sysctls (or allowedUnsafeSysctls in --config {}): {e}",
+                file.display()
+            ),
+            None => format!("flag --allowed-unsafe-sysctls: {e}"),
+        });
+    }
     o.image_gc.validate().map_err(|e| match &o.config_file {
         Some(file) => format!("{e} (flags or --config {})", file.display()),
         None => e,
@@ -559,6 +584,7 @@ const FLAGS: &[&str] = &[
     "cluster-domain",
     "resolv-conf",
     "allow-privileged",
+    "allowed-unsafe-sysctls",
     "cgroups-per-qos",
     "cgroup-driver",
     "serialize-image-pulls",
@@ -626,7 +652,6 @@ pub const IGNORED_BOOL_FLAGS: &[&str] = &[
 /// sources as `IGNORED_BOOL_FLAGS`) that tinylet accepts and ignores.
 pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "address",
-    "allowed-unsafe-sysctls",
     "application-metrics-count-limit",
     "authentication-token-webhook-cache-ttl",
     "authorization-mode",
@@ -1019,6 +1044,19 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                 o.allow_privileged = v
                     .as_bool()
                     .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "allowedUnsafeSysctls" => {
+                let Value::Array(items) = v else {
+                    return Err(err(
+                        field,
+                        format!("expected a list of sysctl names or patterns, found {v}"),
+                    ));
+                };
+                o.allowed_unsafe_sysctls.clear();
+                for (i, item) in items.iter().enumerate() {
+                    o.allowed_unsafe_sysctls
+                        .push(string(&format!("{field}[{i}]"), item)?);
+                }
             }
             "registerNode" => {
                 o.register_node = v

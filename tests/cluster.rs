@@ -1025,3 +1025,109 @@ fn checkpointed_api_pods_start_after_a_reboot_while_the_apiserver_is_down() {
             cri.sandboxes().is_empty() && !checkpoint.exists()
         });
 }
+
+/// Only admitted API pods are checkpointed: a pod admission refuses gets
+/// no checkpoint, while an admitted one next to it does.
+#[test]
+fn a_rejected_api_pod_gets_no_checkpoint() {
+    let checkpoints = tempfile::tempdir().expect("checkpoint dir");
+    let dir = checkpoints.path().display().to_string();
+    let mut c = Cluster::start(&["--bootstrap-checkpoint-path", dir.as_str()]);
+    c.wait_node_ready();
+    let mut big = api_pod("big");
+    big["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "1000"}});
+    let big = c.api.create_pod(big);
+    let big_uid = big["metadata"]["uid"].as_str().unwrap().to_string();
+    wait_rejected(&mut c, "big", "OutOfcpu");
+    let ok = c.api.create_pod(api_pod("ok"));
+    let ok_uid = ok["metadata"]["uid"].as_str().unwrap().to_string();
+    c.wait_running("ok");
+    let path = |uid: &str| checkpoints.path().join(format!("Pod_{uid}.yaml"));
+    let admitted = path(&ok_uid);
+    c.agent
+        .wait("the admitted pod is checkpointed", || admitted.exists());
+    let names: Vec<String> = fs::read_dir(checkpoints.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !path(&big_uid).exists(),
+        "the rejected pod was checkpointed: {names:?}"
+    );
+    assert_eq!(names, [format!("Pod_{ok_uid}.yaml")]);
+}
+
+/// The sandbox UIDs of pod `name` in the fake runtime.
+fn sandbox_uids(cri: &FakeCri, name: &str) -> Vec<String> {
+    cri.sandboxes()
+        .iter()
+        .filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == name))
+        .map(|s| {
+            s.labels
+                .get("io.kubernetes.pod.uid")
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// An API pod named as a static pod of the node (`<name>-<node>` in its
+/// namespace) cannot hold the static pod off the node, whichever came
+/// first: the API pod is refused (Failed, reason and event) and stopped,
+/// and the static pod runs.
+#[test]
+fn an_api_pod_cannot_take_a_static_pods_name() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    let conflict = "StaticPodNameConflict";
+    let refused = |c: &mut Cluster, name: &str| {
+        let pod = c.wait_pod(name, &format!("Failed {conflict}"), |p| {
+            phase(p) == "Failed" && p["status"]["reason"] == conflict
+        });
+        let message = pod["status"]["message"].as_str().unwrap_or("").to_string();
+        assert!(
+            message.contains(&format!("default/{name}")) && message.contains("static pod"),
+            "{pod:#}"
+        );
+        let api = &c.api;
+        c.agent
+            .wait(&format!("an event {conflict} for {name}"), || {
+                api.events().iter().any(|e| {
+                    e["reason"] == conflict
+                        && e["involvedObject"]["name"] == name
+                        && e["type"] == "Warning"
+                })
+            });
+        pod["metadata"]["uid"].as_str().unwrap().to_string()
+    };
+
+    // The API pod first: it runs until the static pod comes.
+    let squat = c.api.create_pod(api_pod("web-edge-1"));
+    let squat_uid = squat["metadata"]["uid"].as_str().unwrap().to_string();
+    c.wait_running("web-edge-1");
+    write_manifest(&c.agent.manifests(), "web.yaml", &static_pod("web"));
+    assert_eq!(refused(&mut c, "web-edge-1"), squat_uid);
+    let cri = &c.cri;
+    c.agent.wait("the static pod runs instead", || {
+        let uids = sandbox_uids(cri, "web-edge-1");
+        running_containers(cri, "web-edge-1") == 1 && uids.len() == 1 && uids[0] != squat_uid
+    });
+
+    // The static pod first: the API pod never runs.
+    write_manifest(&c.agent.manifests(), "db.yaml", &static_pod("db"));
+    c.wait_running("db-edge-1");
+    let static_uid = sandbox_uids(&c.cri, "db-edge-1")[0].clone();
+    let late = c.api.create_pod(api_pod("db-edge-1"));
+    assert_eq!(
+        refused(&mut c, "db-edge-1"),
+        late["metadata"]["uid"].as_str().unwrap()
+    );
+    assert_eq!(sandbox_uids(&c.cri, "db-edge-1"), [static_uid]);
+    assert_eq!(running_containers(&c.cri, "db-edge-1"), 1);
+    let log = c.agent.log();
+    assert!(
+        log.contains("pod default/db-edge-1 (")
+            && log.contains("from api: rejected: StaticPodNameConflict"),
+        "{log}"
+    );
+}

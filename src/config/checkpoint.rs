@@ -11,10 +11,18 @@
 //! is refused with an error and never trusted. (Upstream's checksum hashes
 //! a Go-specific dump of the object, so its files don't load here.) Files
 //! are written to a dotfile first and renamed into place.
+//!
+//! Only pods the sync loop admitted are checkpointed ([`Admissions`]), and
+//! checkpoints are bounded: [`MAX_POD_CHECKPOINT`] bytes each and
+//! [`MAX_TOTAL_CHECKPOINTS`] bytes together, so pods bound to the node
+//! cannot fill the disk with them. (Upstream bounds neither.)
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+use parking_lot::Mutex;
 
 use serde_json::Value;
 
@@ -26,6 +34,46 @@ use crate::atomic_file::{write_file, Durability};
 /// Pods annotated `node.kubernetes.io/bootstrap-checkpoint: "true"` are the
 /// ones checkpointed (by whoever writes checkpoints).
 pub const BOOTSTRAP_CHECKPOINT_ANNOTATION_KEY: &str = "node.kubernetes.io/bootstrap-checkpoint";
+
+/// The largest checkpoint written for one pod, in bytes.
+pub const MAX_POD_CHECKPOINT: usize = 512 * 1024;
+/// The most bytes all checkpoints together take.
+pub const MAX_TOTAL_CHECKPOINTS: usize = 32 * 1024 * 1024;
+
+/// What the sync loop decided about each pod's admission, for the
+/// checkpointer: only admitted pods get a checkpoint, and a refused pod
+/// loses the one it had. The sync loop records decisions under a short
+/// lock and never does I/O for it; the checkpointer reads them when it
+/// writes (on the API source's thread).
+#[derive(Debug, Default)]
+pub struct Admissions {
+    decided: Mutex<HashMap<String, bool>>,
+}
+
+impl Admissions {
+    /// Pod `uid` was admitted (true) or refused (false).
+    pub fn record(&self, uid: &str, admitted: bool) {
+        self.decided.lock().insert(uid.to_string(), admitted);
+    }
+
+    /// Pod `uid` is gone from the node.
+    pub fn forget(&self, uid: &str) {
+        let mut d = self.decided.lock();
+        d.remove(uid);
+        crate::malloc::shrink_map(&mut *d);
+    }
+
+    /// Whether pod `uid` was admitted; `None` while undecided.
+    pub fn get(&self, uid: &str) -> Option<bool> {
+        self.decided.lock().get(uid).copied()
+    }
+
+    /// The decisions about `uids`, read under one lock.
+    pub fn get_all<'a>(&self, uids: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
+        let d = self.decided.lock();
+        uids.map(|u| d.get(u).copied()).collect()
+    }
+}
 
 const FILE_PREFIX: &str = "Pod_";
 const FILE_SUFFIX: &str = ".yaml";
@@ -78,15 +126,28 @@ fn checked_uid(uid: &str) -> io::Result<&str> {
 
 /// Writes (or replaces) the checkpoint of `pod`, creating `dir` if needed.
 pub fn write_checkpoint(dir: &Path, pod: &Pod) -> io::Result<()> {
+    write_encoded(dir, pod, &encode_checkpoint(pod)?)
+}
+
+/// The bytes of `pod`'s checkpoint file.
+pub fn encode_checkpoint(pod: &Pod) -> io::Result<Vec<u8>> {
+    let doc = serde_json::json!({ "Pod": pod, "Checksum": checksum(pod)? });
+    serde_json::to_vec(&doc).map_err(|e| {
+        io::Error::other(format!(
+            "encoding checkpoint of pod {}: {e}",
+            pod_full_name(pod)
+        ))
+    })
+}
+
+/// Writes `bytes` ([`encode_checkpoint`]) as `pod`'s checkpoint.
+pub fn write_encoded(dir: &Path, pod: &Pod, bytes: &[u8]) -> io::Result<()> {
     let uid = checked_uid(pod_uid(pod))?;
     fs::create_dir_all(dir).map_err(|e| {
         io::Error::new(e.kind(), format!("create directory {}: {e}", dir.display()))
     })?;
-    let doc = serde_json::json!({ "Pod": pod, "Checksum": checksum(pod)? });
-    let bytes = serde_json::to_vec(&doc)
-        .map_err(|e| io::Error::other(format!("encoding checkpoint of pod {uid}: {e}")))?;
     let path = checkpoint_path(dir, uid);
-    write_file(&path, &bytes, 0o600, Durability::Fsync)
+    write_file(&path, bytes, 0o600, Durability::Fsync)
 }
 
 /// Removes the checkpoint of the pod with this UID; a missing one is fine.

@@ -342,24 +342,32 @@ fn check_step(
         }
     }
 
-    // Names are unique among merged pods (mirror pods aside), and a pod is
-    // held only while another merged pod has its name.
+    // Names are unique among merged pods (mirror pods aside) of the local
+    // sources, and apart among the API's (the sync loop settles a conflict
+    // between the two), and a pod is held only while another merged pod of
+    // its side has its name.
+    let side = |source: &str, p: &Pod| {
+        let api = if source == API_SOURCE { "api " } else { "" };
+        format!("{api}{}", pod_full_name(p))
+    };
     let mut owners: HashMap<String, String> = HashMap::new();
-    for p in merged.values().flat_map(|m| m.values()) {
-        if is_mirror_pod(p) {
-            continue;
-        }
-        if let Some(other) = owners.insert(pod_full_name(p), pod_uid(p).to_string()) {
-            return Err(format!(
-                "pods {other} and {} are both merged as {}",
-                pod_uid(p),
-                pod_full_name(p)
-            ));
+    for (source, pods) in &merged {
+        for p in pods.values() {
+            if is_mirror_pod(p) {
+                continue;
+            }
+            if let Some(other) = owners.insert(side(source, p), pod_uid(p).to_string()) {
+                return Err(format!(
+                    "pods {other} and {} are both merged as {}",
+                    pod_uid(p),
+                    pod_full_name(p)
+                ));
+            }
         }
     }
     for source in SOURCES {
         for p in storage.held_pods(source) {
-            if !owners.contains_key(&pod_full_name(&p)) {
+            if !owners.contains_key(&side(source, &p)) {
                 return Err(format!(
                     "{source}: pod {} held though {} is free",
                     pod_uid(&p),

@@ -275,7 +275,7 @@ fn listen(merger: Arc<Merger>, source: String, updates: Receiver<PodUpdate>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Pod, API_SOURCE, FILE_SOURCE};
+    use crate::config::{Pod, API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
     use std::time::Duration;
 
     const WAIT: Duration = Duration::from_secs(5);
@@ -465,7 +465,7 @@ mod tests {
         let gone = config.events();
         drop(gone);
         let file = config.channel(FILE_SOURCE);
-        let api = config.channel(API_SOURCE);
+        let http = config.channel(HTTP_SOURCE);
         file.send(PodUpdate::new(
             PodOperation::Set,
             FILE_SOURCE,
@@ -473,16 +473,16 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(updates.recv_timeout(WAIT).unwrap().op, PodOperation::Add);
-        api.send(PodUpdate::new(
+        http.send(PodUpdate::new(
             PodOperation::Add,
-            API_SOURCE,
+            HTTP_SOURCE,
             vec![pod("a1", "web")],
         ))
         .unwrap();
         let event = events.recv_timeout(WAIT).unwrap();
         assert_eq!(
             (event.source.as_str(), event.pod_uid.as_str(), event.reason),
-            (API_SOURCE, "a1", "FailedValidation")
+            (HTTP_SOURCE, "a1", "FailedValidation")
         );
         assert!(updates.try_recv().is_err(), "a held pod is not delivered");
         // Freeing the name lets it in, right after the removal.
@@ -496,7 +496,7 @@ mod tests {
         );
         assert_eq!(
             (added.op, added.source.as_str(), names(&added)),
-            (PodOperation::Add, API_SOURCE, vec!["web".to_string()])
+            (PodOperation::Add, HTTP_SOURCE, vec!["web".to_string()])
         );
     }
 

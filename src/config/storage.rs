@@ -23,7 +23,11 @@
 //!   aside, logged and reported as an event once, and merged (as an ADD) as
 //!   soon as the name is free, unless its source drops it first. Mirror pods
 //!   (annotation `kubernetes.io/config.mirror`) are exempt: they share their
-//!   static pod's name by design.
+//!   static pod's name by design. Names are unique among the local sources'
+//!   pods (file, URL) and, apart, among the API's: an API pod with a static
+//!   pod's name is not held but passed on, and the sync loop refuses it
+//!   (the node's static pod wins, whichever came first), so that a pod
+//!   bound to the node cannot hold a static pod off it.
 //!
 //! Deviation from upstream: restored pods are stored like the source's own
 //! pods, without marking the source as seen, so that its first SET removes
@@ -61,8 +65,19 @@ struct Held {
     pod: Pod,
 }
 
-/// Which merged pod owns each full name: (source, UID).
+/// Which merged pod owns each name key (see [`name_key`]): (source, UID).
 type Names = HashMap<String, (String, String)>;
+
+/// The key a pod of `source` claims in [`Names`]: its full name, apart for
+/// API pods, so that an API pod never holds a local (static) pod back nor
+/// waits for one; the sync loop settles such a conflict.
+fn name_key(source: &str, full_name: &str) -> String {
+    if source == super::API_SOURCE {
+        format!("{}\0{full_name}", super::API_SOURCE)
+    } else {
+        full_name.to_string()
+    }
+}
 
 /// The pods of every source, keyed by source name and then by UID.
 pub struct PodStorage {
@@ -211,7 +226,7 @@ impl PodStorage {
             for (uid, pod) in pods {
                 if !is_mirror_pod(pod) {
                     names
-                        .entry(pod_full_name(pod))
+                        .entry(name_key(source, &pod_full_name(pod)))
                         .or_insert_with(|| (source.clone(), uid.clone()));
                 }
             }
@@ -267,7 +282,7 @@ impl PodStorage {
                     if let Some(mut existing) = old.remove(&uid) {
                         if !is_mirror_pod(&existing) {
                             names.insert(
-                                pod_full_name(&existing),
+                                name_key(source, &pod_full_name(&existing)),
                                 (source.to_string(), uid.clone()),
                             );
                         }
@@ -375,7 +390,7 @@ impl PodStorage {
         let uid = pod_uid(&pod).to_string();
         let full_name = pod_full_name(&pod);
         if !is_mirror_pod(&pod) {
-            if let Some((owner_source, owner_uid)) = names.get(&full_name) {
+            if let Some((owner_source, owner_uid)) = names.get(&name_key(source, &full_name)) {
                 let since = match since {
                     Some(since) => since,
                     None => {
@@ -396,7 +411,10 @@ impl PodStorage {
                     .insert(uid, Held { since, pod });
                 return;
             }
-            names.insert(full_name.clone(), (source.to_string(), uid.clone()));
+            names.insert(
+                name_key(source, &full_name),
+                (source.to_string(), uid.clone()),
+            );
         }
         log::debug!("source {source}: new pod {full_name} ({uid})");
         set_annotation(&mut pod, CONFIG_FIRST_SEEN_ANNOTATION_KEY, (self.now)());
@@ -428,14 +446,14 @@ impl PodStorage {
             };
             let Some(held) = m.get(&uid) else { continue };
             let full_name = pod_full_name(&held.pod);
-            if names.contains_key(&full_name) {
+            if names.contains_key(&name_key(&source, &full_name)) {
                 continue;
             }
             let Some(Held { mut pod, .. }) = m.remove(&uid) else {
                 continue;
             };
             log::info!("config: pod {full_name} ({uid}) from {source}: its name is free now");
-            names.insert(full_name, (source.clone(), uid.clone()));
+            names.insert(name_key(&source, &full_name), (source.clone(), uid.clone()));
             set_annotation(&mut pod, CONFIG_FIRST_SEEN_ANNOTATION_KEY, (self.now)());
             self.pods
                 .entry(source.clone())
@@ -514,12 +532,12 @@ impl PodStorage {
 
 /// Frees `pod`'s full name if `pod` owns it.
 fn release_name(names: &mut Names, source: &str, pod: &Pod) {
-    let full_name = pod_full_name(pod);
+    let key = name_key(source, &pod_full_name(pod));
     if names
-        .get(&full_name)
+        .get(&key)
         .is_some_and(|(s, u)| s == source && u == pod_uid(pod))
     {
-        names.remove(&full_name);
+        names.remove(&key);
     }
 }
 
@@ -1178,11 +1196,11 @@ mod tests {
                 Incremental,
                 vec![
                     from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
-                    upd(Add, vec![pod("h", "web", "old")]),
-                    upd(Update, vec![pod("h", "web", "new")]),
+                    from(HTTP_SOURCE, Add, vec![pod("h", "web", "old")]),
+                    from(HTTP_SOURCE, Update, vec![pod("h", "web", "new")]),
                 ],
                 from(FILE_SOURCE, Set, vec![]),
-                vec![sf(FILE_SOURCE, Remove, &["f"]), s(Add, &["h"])],
+                vec![sf(FILE_SOURCE, Remove, &["f"]), sf(HTTP_SOURCE, Add, &["h"])],
             ),
             case(
                 "incremental: mirror pods share their static pod's name",
@@ -1194,7 +1212,7 @@ mod tests {
             case(
                 "incremental: a restored pod whose name is taken is held",
                 Incremental,
-                vec![from(FILE_SOURCE, Set, vec![pod("f", "web", "i")])],
+                vec![upd(Add, vec![pod("a0", "web", "i")])],
                 upd(Restore, vec![pod("r", "web", "i"), b()]),
                 vec![s(Restore, &["b"])],
             ),
@@ -1590,5 +1608,42 @@ mod tests {
         let ann = admitted.pods[0].metadata.annotations.as_ref().unwrap();
         assert_eq!(ann[CONFIG_SOURCE_ANNOTATION_KEY], "http");
         assert_eq!(ann[CONFIG_FIRST_SEEN_ANNOTATION_KEY], late_clock());
+    }
+
+    /// An API pod and a static pod with one name are both passed on,
+    /// whichever came first: the sync loop refuses the API pod, so it can
+    /// never hold the static pod back.
+    #[test]
+    fn api_pods_neither_hold_nor_wait_for_static_pods() {
+        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
+        let out = storage.merge(API_SOURCE, upd(Set, vec![pod("squat", "web", "i")]));
+        assert_eq!((out[0].op, out[0].pods.len()), (Add, 1));
+        let out = storage.merge(
+            FILE_SOURCE,
+            from(FILE_SOURCE, Set, vec![pod("f", "web", "j")]),
+        );
+        assert_eq!((out[0].op, out[0].pods.len()), (Add, 1), "{out:?}");
+        assert!(storage.held_pods(FILE_SOURCE).is_empty());
+        let out = storage.merge(API_SOURCE, upd(Add, vec![pod("late", "web2", "i")]));
+        assert_eq!(out[0].op, Add);
+        storage.merge(
+            HTTP_SOURCE,
+            from(HTTP_SOURCE, Set, vec![pod("h", "web2", "k")]),
+        );
+        assert!(storage.held_pods(HTTP_SOURCE).is_empty());
+        // Local sources still hold each other's names, and API pods each
+        // other's.
+        storage.merge(
+            HTTP_SOURCE,
+            from(
+                HTTP_SOURCE,
+                Set,
+                vec![pod("h", "web2", "k"), pod("h2", "web", "k")],
+            ),
+        );
+        assert_eq!(storage.held_pods(HTTP_SOURCE).len(), 1);
+        storage.merge(API_SOURCE, upd(Add, vec![pod("squat2", "web", "i")]));
+        assert_eq!(storage.held_pods(API_SOURCE).len(), 1);
+        assert!(storage.take_events().len() >= 2);
     }
 }

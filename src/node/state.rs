@@ -99,5 +99,6 @@ pub fn node_info(state: &NodeState) -> NodeInfo {
         allowed_pod_number: get("pods").and_then(|q| q.parse().ok()).unwrap_or(i64::MAX),
         os: "linux",
         allow_privileged: true,
+        sysctls: Default::default(),
     }
 }

@@ -24,7 +24,7 @@ const MAX_OUTPUT: u64 = 10 * 1024;
 /// Tries of a probe that errors (upstream `maxProbeRetries`).
 const MAX_TRIES: usize = 3;
 /// Redirects to the same host followed (Go's client stops after 10).
-const MAX_REDIRECTS: usize = 10;
+pub const MAX_REDIRECTS: usize = 10;
 
 /// What one try found (upstream `probe.Result` with its output).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -228,6 +228,16 @@ fn resolve_location(base: &str, location: &str) -> String {
     format!("{scheme}://{origin}{dir}/{location}")
 }
 
+/// Where a redirect from `url` to `location` leads, when the kubelet's
+/// redirect check lets it be followed: only to the host name of `first`,
+/// the request's original URL (the port may differ, as Go compares host
+/// names). `None`: a redirect to another host, not followed. Shared by
+/// probes and lifecycle hooks.
+pub fn same_host_redirect(first: &str, url: &str, location: &str) -> Option<String> {
+    let next = resolve_location(url, location);
+    (url_hostname(&next) == url_hostname(first)).then_some(next)
+}
+
 /// An HTTP GET probe: 200-399 passes; redirects to the same host are
 /// followed, one to another host ends the probe with a warning.
 pub fn http_get(agent: &ureq::Agent, h: &HttpGet, host: &str, timeout: Duration) -> Found {
@@ -255,8 +265,7 @@ pub fn http_get(agent: &ureq::Agent, h: &HttpGet, host: &str, timeout: Duration)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
             if let Some(loc) = location {
-                let next = resolve_location(&url, &loc);
-                if url_hostname(&next) == url_hostname(&first) {
+                if let Some(next) = same_host_redirect(&first, &url, &loc) {
                     if hop == MAX_REDIRECTS {
                         return Found::Failure(format!(
                             "Get {next:?}: stopped after {MAX_REDIRECTS} redirects"

@@ -3,9 +3,11 @@
 //! and saying, in upstream's words, why it failed.
 //!
 //! The HTTP GET here is deliberately small and private: one blocking request,
-//! TLS without verification as upstream does for hooks, redirects followed,
-//! the response status not checked (upstream only fails a hook on a
-//! transport error).
+//! TLS without verification as upstream does for hooks, redirects checked
+//! as for probes (same host only, up to 10: upstream's hooks use the
+//! probes' redirect check since v1.26 with ConsistentHTTPGetHandlers, GA in
+//! v1.28; before, they followed any redirect), the response status not
+//! checked (upstream only fails a hook on a transport error).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +15,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, HTTPGetAction, LifecycleHandler, Pod};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use log::debug;
+
 use super::labels::{pod_name, pod_namespace, pod_uid};
 use crate::cri::RuntimeService;
+use crate::prober::run::{same_host_redirect, MAX_REDIRECTS};
 
 /// The `User-Agent` of hook requests (upstream: `kube-lifecycle/<version>`).
 const USER_AGENT: &str = concat!("kube-lifecycle/", env!("CARGO_PKG_VERSION"));
@@ -149,6 +154,7 @@ fn http_get(
     let url = hook_url(get, c, pod_ip)?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
+        .max_redirects(0)
         .http_status_as_error(false)
         .user_agent(USER_AGENT)
         .tls_config(
@@ -158,15 +164,48 @@ fn http_get(
         )
         .build()
         .into();
-    let mut req = agent.get(&url).header("Accept", "*/*");
-    for h in get.http_headers.iter().flatten() {
-        req = req.header(h.name.as_str(), h.value.as_str());
+    let first = url.clone();
+    let mut url = url;
+    for hop in 0..=MAX_REDIRECTS {
+        let mut req = agent.get(&url).header("Accept", "*/*");
+        for h in get.http_headers.iter().flatten() {
+            req = req.header(h.name.as_str(), h.value.as_str());
+        }
+        let resp = req.call().map_err(|e| format!("Get {url:?}: {e}"))?;
+        let next = if resp.status().is_redirection() {
+            resp.headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        } else {
+            None
+        };
+        // Read (a bounded part of) the body so the connection ends cleanly.
+        let mut body = resp.into_body();
+        let _ = body.with_config().limit(10 * 1024).read_to_vec();
+        let Some(location) = next else {
+            return Ok(());
+        };
+        match same_host_redirect(&first, &url, &location) {
+            Some(next) if hop == MAX_REDIRECTS => {
+                return Err(format!(
+                    "Get {next:?}: stopped after {MAX_REDIRECTS} redirects"
+                ));
+            }
+            Some(next) => url = next,
+            None => {
+                // As upstream: the redirect response is the answer, and a
+                // hook does not look at the status.
+                debug!(
+                    "lifecycle hook {first}: redirect to another host ({location}) not followed"
+                );
+                return Ok(());
+            }
+        }
     }
-    let resp = req.call().map_err(|e| format!("Get {url:?}: {e}"))?;
-    // Read (a bounded part of) the body so the connection ends cleanly.
-    let mut body = resp.into_body();
-    let _ = body.with_config().limit(10 * 1024).read_to_vec();
-    Ok(())
+    Err(format!(
+        "Get {url:?}: stopped after {MAX_REDIRECTS} redirects"
+    ))
 }
 
 #[cfg(test)]
@@ -268,5 +307,82 @@ mod tests {
             ..Default::default()
         };
         assert!(http_get(&get, &web(), Some("127.0.0.1"), Duration::from_secs(5)).is_err());
+    }
+
+    /// A server on 127.0.0.1 answering each request with the next of
+    /// `answers` (status line and headers); gives its port and the request
+    /// lines it received.
+    fn redirecting_server(answers: Vec<String>) -> (u16, crate::thread::JoinOnDrop<Vec<String>>) {
+        use std::io::{BufRead, BufReader, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = crate::thread::spawn_named("test-hook-redirects", move || {
+            let mut seen = Vec::new();
+            for answer in answers {
+                let (mut s, _) = l.accept().unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut first = String::new();
+                r.read_line(&mut first).unwrap();
+                loop {
+                    let mut line = String::new();
+                    r.read_line(&mut line).unwrap();
+                    if line == "\r\n" || line.is_empty() {
+                        break;
+                    }
+                }
+                seen.push(first.trim_end().to_string());
+                write!(
+                    s,
+                    "HTTP/1.1 {answer}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                )
+                .unwrap();
+            }
+            seen
+        })
+        .unwrap();
+        (port, t)
+    }
+
+    #[test]
+    fn http_hook_follows_same_host_redirects_only() {
+        // Another host (127.0.0.2 is another host name for the check) that
+        // must never be asked: nothing accepts, so a request to it would
+        // wait for its answer until the hook's timeout.
+        let other = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+        other.set_nonblocking(true).unwrap();
+        let other_port = other.local_addr().unwrap().port();
+        let (port, server) = redirecting_server(vec![
+            "302 Found\r\nLocation: /next".into(),
+            format!("302 Found\r\nLocation: http://127.0.0.2:{other_port}/stolen"),
+        ]);
+        let get = HTTPGetAction {
+            path: Some("/start".into()),
+            port: IntOrString::Int(i32::from(port)),
+            ..Default::default()
+        };
+        let got = http_get(&get, &web(), Some("127.0.0.1"), Duration::from_secs(3));
+        assert_eq!(got, Ok(()));
+        assert_eq!(
+            server.join().unwrap(),
+            ["GET /start HTTP/1.1", "GET /next HTTP/1.1"]
+        );
+        assert_eq!(
+            other.accept().map(|_| ()).map_err(|e| e.kind()),
+            Err(std::io::ErrorKind::WouldBlock),
+            "the redirect to another host was followed"
+        );
+
+        // Same-host redirects stop after 10, as Go's client.
+        let (port, server) = redirecting_server(vec!["302 Found\r\nLocation: /again".into(); 11]);
+        let get = HTTPGetAction {
+            port: IntOrString::Int(i32::from(port)),
+            ..Default::default()
+        };
+        let err = http_get(&get, &web(), Some("127.0.0.1"), Duration::from_secs(3)).unwrap_err();
+        assert!(
+            err.ends_with("/again\": stopped after 10 redirects"),
+            "{err}"
+        );
+        assert_eq!(server.join().unwrap().len(), 11);
     }
 }

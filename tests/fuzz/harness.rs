@@ -48,13 +48,36 @@ const NODE: &str = "edge-1";
 pub fn manifest(data: &[u8]) {
     let file = "/etc/kubernetes/manifests/fuzz.yaml";
     match tinylet::config::parse_manifest(data, file, NODE) {
-        Ok(pod) => check_defaulted(&pod),
+        Ok(pod) => {
+            check_defaulted(&pod);
+            check_sysctls(&pod);
+        }
         Err(e) => assert!(!e.is_empty()),
+    }
+    // The same bytes as an `--allowed-unsafe-sysctls` list.
+    let patterns: Vec<String> = String::from_utf8_lossy(data)
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    if let Err(e) = tinylet::sysctl::Allowlist::new(&patterns) {
+        assert!(!e.is_empty());
     }
     let url = "http://manifests.invalid/pods";
     match tinylet::config::parse_manifests(data, url, NODE) {
         Ok(pods) => pods.iter().for_each(check_defaulted),
         Err(e) => assert!(e.starts_with(url), "an error without the URL: {e}"),
+    }
+}
+
+/// Sysctl admission of an accepted pod: an answer, and a refusal says
+/// SysctlForbidden.
+fn check_sysctls(pod: &Pod) {
+    let allow = tinylet::sysctl::Allowlist::new(&["net.*".to_string(), "kernel.msg*".to_string()]);
+    for list in [Ok(Default::default()), allow] {
+        let list: tinylet::sysctl::Allowlist = list.expect("valid patterns");
+        if let Err(r) = list.admit(pod) {
+            assert_eq!(r.reason, tinylet::sysctl::SYSCTL_FORBIDDEN, "{r}");
+        }
     }
 }
 

@@ -1,0 +1,142 @@
+//! End-to-end tests of the node's admission policy on a real, private
+//! containerd: `--allow-privileged=false` holds when a manifest pod is
+//! edited in place to become privileged, and pod sysctls are admitted as
+//! upstream does (the safe set, `--allowed-unsafe-sysctls`, reason
+//! SysctlForbidden).
+
+use std::time::Duration;
+
+use crate::e2e::{yaml_pod, LONG_RUNNING, NODE, SETTLE};
+use crate::support::containerd::{
+    holds_for, wait_until, write_manifest, PrivateContainerd, Tinylet,
+};
+
+/// A manifest pod with its own UID (so an edit keeps the UID and is an
+/// update of the running pod) edited to run a privileged container under
+/// `--allow-privileged=false`: the edit is refused with the reason in the
+/// log, the running pod stops, and the privileged container never runs.
+#[test]
+fn an_edit_to_privileged_is_refused_and_the_pod_stops() {
+    let ctd = PrivateContainerd::start();
+    let kubelet = Tinylet::start_with(&ctd, NODE, &["--allow-privileged=false"]);
+    let dir = kubelet.manifest_dir();
+    let pod = kubelet.pod_name("guard");
+    let plain = yaml_pod("guard", LONG_RUNNING, "").replace(
+        "metadata:\n  name: guard\n",
+        "metadata:\n  name: guard\n  uid: guard-uid-1\n",
+    );
+    assert!(plain.contains("uid: guard-uid-1"), "{plain}");
+    write_manifest(&dir, "guard.yaml", &plain);
+    wait_until(SETTLE, "the plain pod runs", || {
+        ctd.pod_running(&pod, &["app"])
+    });
+    assert_eq!(ctd.container_ids(&pod).len(), 1);
+
+    let privileged = plain.replace(
+        "  - name: app\n",
+        "  - name: app\n    securityContext:\n      privileged: true\n",
+    );
+    assert!(privileged.contains("privileged: true"), "{privileged}");
+    write_manifest(&dir, "guard.yaml", &privileged);
+    let line = format!(
+        "pod default/{pod}: update rejected by admission: PrivilegedForbidden: \
+         Pod specified privileged container \"app\""
+    );
+    wait_until(SETTLE, "the edit is refused in the log", || {
+        kubelet.log_since_start().contains(&line)
+    });
+    wait_until(SETTLE, "the pod stops", || ctd.pod_gone(&pod));
+    holds_for(
+        Duration::from_secs(5),
+        "no container of the refused pod runs",
+        || ctd.container_ids(&pod).is_empty() && ctd.sandbox_ids(&pod).is_empty(),
+    );
+}
+
+/// Sysctls: an unsafe one is refused with SysctlForbidden (and never runs),
+/// one `--allowed-unsafe-sysctls` names runs with its value, a safe one
+/// runs, and a net sysctl of a hostNetwork pod is refused.
+#[test]
+fn unsafe_sysctls_are_refused_unless_allowed() {
+    let ctd = PrivateContainerd::start();
+    let kubelet = Tinylet::start_with(&ctd, NODE, &["--allowed-unsafe-sysctls", "kernel.msg*"]);
+    let dir = kubelet.manifest_dir();
+    let with_sysctl = |name: &str, sysctl: &str, value: &str, host_net: bool| {
+        let host = if host_net {
+            "  hostNetwork: true\n"
+        } else {
+            ""
+        };
+        yaml_pod(
+            name,
+            LONG_RUNNING,
+            &format!(
+                "{host}  securityContext:\n    sysctls:\n    - name: {sysctl}\n      value: \"{value}\"\n"
+            ),
+        )
+    };
+    write_manifest(
+        &dir,
+        "unsafe.yaml",
+        &with_sysctl("unsafe", "net.core.somaxconn", "1000", false),
+    );
+    write_manifest(
+        &dir,
+        "allowed.yaml",
+        &with_sysctl("allowed", "kernel.msgmax", "12345", false),
+    );
+    write_manifest(
+        &dir,
+        "safe.yaml",
+        &with_sysctl("safe", "net.ipv4.ip_unprivileged_port_start", "80", false),
+    );
+    write_manifest(
+        &dir,
+        "hostnet.yaml",
+        &with_sysctl("hostnet", "net.ipv4.tcp_syncookies", "1", true),
+    );
+    let (unsafe_pod, allowed, safe, hostnet) = (
+        kubelet.pod_name("unsafe"),
+        kubelet.pod_name("allowed"),
+        kubelet.pod_name("safe"),
+        kubelet.pod_name("hostnet"),
+    );
+    wait_until(SETTLE, "the allowed and safe pods run", || {
+        ctd.pod_running(&allowed, &["app"]) && ctd.pod_running(&safe, &["app"])
+    });
+    let id = &ctd.container_ids(&allowed)[0];
+    assert_eq!(
+        ctd.exec(id, &["cat", "/proc/sys/kernel/msgmax"])
+            .unwrap()
+            .trim(),
+        "12345"
+    );
+    let id = &ctd.container_ids(&safe)[0];
+    assert_eq!(
+        ctd.exec(
+            id,
+            &["cat", "/proc/sys/net/ipv4/ip_unprivileged_port_start"]
+        )
+        .unwrap()
+        .trim(),
+        "80"
+    );
+    let log = kubelet.log_since_start();
+    assert!(
+        log.contains(&format!(
+            "pod default/{unsafe_pod}: rejected by admission: SysctlForbidden: \
+             forbidden sysctl: \"net.core.somaxconn\" not allowed"
+        )),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "pod default/{hostnet}: rejected by admission: SysctlForbidden: \
+             forbidden sysctl: \"net.ipv4.tcp_syncookies\" not allowed with host net enabled"
+        )),
+        "{log}"
+    );
+    holds_for(Duration::from_secs(3), "the refused pods never run", || {
+        ctd.sandbox_ids(&unsafe_pod).is_empty() && ctd.sandbox_ids(&hostnet).is_empty()
+    });
+}
