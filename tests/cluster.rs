@@ -1131,3 +1131,85 @@ fn an_api_pod_cannot_take_a_static_pods_name() {
         "{log}"
     );
 }
+
+/// An API pod of about `bytes` bytes: the bulk is an env var's value, as
+/// the apiserver allows (annotations are limited to 256 KiB in all, a whole
+/// object to about 1.5 MiB in etcd).
+fn big_pod(name: &str, bytes: usize) -> Value {
+    let mut pod = api_pod(name);
+    pod["spec"]["containers"][0]["env"] = json!([{"name": "BULK", "value": "x".repeat(bytes)}]);
+    pod
+}
+
+const MIB: usize = 1024 * 1024;
+
+#[test]
+fn a_node_whose_pods_total_over_16_mib_runs_them_all_and_sees_later_changes() {
+    // 14 pods of 1.4 MiB: the first list (resourceVersion=0, served from
+    // the watch cache, which ignores limit) is one answer of ~20 MiB.
+    let api = FakeApiServer::start();
+    let names: Vec<String> = (0..14).map(|i| format!("big-{i}")).collect();
+    for name in &names {
+        api.create_pod(big_pod(name, 1400 * 1024));
+    }
+    let mut c = Cluster::start_with(api, KubeconfigAuth::token(), &[]);
+    for name in &names {
+        c.wait_running(name);
+    }
+    let lists: Vec<RecordedRequest> = c
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "GET" && r.path == "/api/v1/pods" && !r.query.contains("watch="))
+        .collect();
+    assert!(
+        lists
+            .iter()
+            .all(|r| r.status == 200 && r.query.contains("limit=500")),
+        "{lists:?}"
+    );
+    // A pod added afterwards runs, and a deletion is seen: the watch works.
+    c.api.create_pod(big_pod("late", 1400 * 1024));
+    c.wait_running("late");
+    c.api.delete_pod("default", "big-3", Some(30)).unwrap();
+    let api = &c.api;
+    c.agent
+        .wait("big-3 is deleted", || api.pod("default", "big-3").is_none());
+    let cri = &c.cri;
+    c.agent
+        .wait("big-3 stopped", || running_containers(cri, "big-3") == 0);
+    assert_eq!(running_containers(&c.cri, "big-4"), 1);
+}
+
+#[test]
+fn an_object_over_the_cap_is_skipped_by_name_and_the_rest_runs() {
+    // Only the fake can hold an object this large (etcd stops at ~1.5 MiB).
+    let api = FakeApiServer::start();
+    api.create_pod(api_pod("a"));
+    api.create_pod(big_pod("huge", 17 * MIB));
+    api.create_pod(api_pod("b"));
+    let mut c = Cluster::start_with(api, KubeconfigAuth::token(), &[]);
+    c.wait_running("a");
+    c.wait_running("b");
+    c.log_has(
+        "the list's over-cap item is logged by name",
+        &["GET /api/v1/pods?", "skipping items[", "\"default/huge\""],
+    );
+    // The same in a watch event: skipped by name, and the stream goes on.
+    c.api.create_pod(big_pod("huge-2", 17 * MIB));
+    c.api.create_pod(api_pod("c"));
+    c.wait_running("c");
+    c.log_has(
+        "the watch's over-cap event is logged by name",
+        &["skipping a ADDED event for \"default/huge-2\""],
+    );
+    assert_eq!(running_containers(&c.cri, "huge"), 0);
+    assert_eq!(running_containers(&c.cri, "huge-2"), 0);
+    assert!(
+        c.cri.sandboxes().iter().all(|s| s
+            .metadata
+            .as_ref()
+            .is_none_or(|m| !m.name.starts_with("huge"))),
+        "a sandbox for an over-cap pod"
+    );
+}

@@ -76,6 +76,11 @@ fn fuzz_docker_config_glob_corpus_and_regressions_replay() {
 }
 
 #[test]
+fn fuzz_list_stream_corpus_and_regressions_replay() {
+    replay("list_stream");
+}
+
+#[test]
 fn every_fuzz_target_has_a_binary() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz");
     let cargo = std::fs::read_to_string(root.join("Cargo.toml")).expect("tests/fuzz/Cargo.toml");

@@ -2,9 +2,10 @@
 //! pods watch from the fake apiserver, into which raw lines are injected:
 //! not JSON, truncated, unknown types, missing parts, objects of another
 //! kind or for another node, wrong field types, bad resourceVersions, a
-//! 20 MiB line, deep nesting. Each is refused with an error naming the
-//! request and what is wrong; the pods that run are not touched; the watch
-//! recovers and the next valid pod runs.
+//! 20 MiB line (skipped, and the stream read on), deep nesting. Each is
+//! refused with an error naming the request and what is wrong; the pods
+//! that run are not touched; the watch recovers and the next valid pod
+//! runs.
 
 use std::fs;
 use std::time::Instant;
@@ -106,7 +107,11 @@ fn malformed() -> Vec<(&'static str, Vec<u8>, &'static str)> {
             line("ADDED", bad_rv),
             "skipping \"default/bad-rv\": metadata.resourceVersion: \"12abc\" is not a number",
         ),
-        ("a 20 MiB line", huge.into_bytes(), "a watch event is longer than 16777216 bytes"),
+        (
+            "a 20 MiB line",
+            huge.into_bytes(),
+            "bytes, over the 16777216-byte limit of one object",
+        ),
         ("deeply nested JSON", deep.into_bytes(), "recursion limit exceeded"),
         (
             "a pod for another node",

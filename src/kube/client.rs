@@ -1,7 +1,8 @@
 //! The blocking API client: one ureq agent (rustls, HTTP/1.1 keep-alive
 //! pool) per kubeconfig, shared by every clone together with the rate
-//! limiter. It sends JSON, reads answers with a size cap, and turns every
-//! non-2xx answer into an [`ApiError`] carrying the apiserver's `Status`.
+//! limiter. It sends JSON, reads answers with a size cap (lists instead
+//! one item at a time, with a cap per item), and turns every non-2xx answer
+//! into an [`ApiError`] carrying the apiserver's `Status`.
 //!
 //! Every connection can be closed at once ([`Client::close_all_connections`],
 //! upstream kubelet's answer to repeated heartbeat failures): requests and
@@ -16,11 +17,13 @@ use serde_json::Value;
 use ureq::http;
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
 
+use super::list::{read_list, ListError, ListItem, ListMeta};
 use super::ratelimit::TokenBucket;
 use super::watch::WatchStream;
 use super::{ApiError, ClientOptions, ErrorKind, KubeConfig, PatchKind};
 
-/// The largest answer body we read (a list of many pods fits easily).
+/// The largest answer body read whole. Lists are not read whole
+/// ([`Client::list`]), so this bounds single objects and `Status` bodies.
 pub(crate) const MAX_BODY: u64 = 16 * 1024 * 1024;
 
 /// How much of a body that is not a `Status` goes into an error message.
@@ -189,6 +192,37 @@ impl Client {
             v => Some(json_payload("application/json", v)),
         };
         self.json_call("DELETE", path, payload)
+    }
+
+    /// GET the LIST `path` and hand its items to `each` one at a time as
+    /// they are read: a page of any size is taken, no item over
+    /// `max_object` bytes is kept (it comes as [`ListItem::TooLarge`]).
+    /// The answer's head has the request deadline, and so has each read of
+    /// the body, rather than the whole body: a big list over a slow link
+    /// is read as long as it flows (upstream puts no deadline on it).
+    pub fn list(
+        &self,
+        path: &str,
+        max_object: usize,
+        each: &mut dyn FnMut(ListItem),
+    ) -> Result<ListMeta, ApiError> {
+        let response = self.send("GET", path, None, Some(self.timeout))?;
+        if !response.status().is_success() {
+            return Err(self.status_error("GET", path, response));
+        }
+        let mut reader = response.into_body().into_reader();
+        read_list(&mut reader, max_object, each).map_err(|e| ApiError {
+            verb: "GET",
+            path: path.to_string(),
+            kind: match e {
+                ListError::Read(e) => ErrorKind::Transport(format!(
+                    "{}: reading the answer: {}",
+                    self.inner.server,
+                    ureq::Error::from(e)
+                )),
+                ListError::Invalid(m) => ErrorKind::Decode(m),
+            },
+        })
     }
 
     /// Opens a watch (`path` carries `watch=true` or is a watch path with its
@@ -659,6 +693,93 @@ pub(crate) mod tests {
             e.to_string(),
             "GET /api/v1/pods: cannot decode the answer: the answer is larger than 16777216 bytes"
         );
+    }
+
+    #[test]
+    fn a_list_larger_than_the_body_cap_is_read_one_item_at_a_time() {
+        // 20 items of 1 MiB in 1 MiB chunks: 20 MiB, over MAX_BODY.
+        let filler = "x".repeat(1024 * 1024);
+        let item = |i: usize| {
+            format!(r#"{{"metadata":{{"name":"p{i}","namespace":"default"}},"data":"{filler}"}}"#)
+        };
+        let mut chunks = vec![br#"{"kind":"PodList","apiVersion":"v1","items":["#.to_vec()];
+        for i in 0..20 {
+            let sep = if i == 0 { "" } else { "," };
+            chunks.push(format!("{sep}{}", item(i)).into_bytes());
+        }
+        chunks.push(br#"],"metadata":{"resourceVersion":"77","continue":"c"}}"#.to_vec());
+        let total: usize = chunks.iter().map(Vec::len).sum();
+        assert!(total as u64 > MAX_BODY);
+        let server = TestServer::start(move |_| crate::kube::testserver::Reply::Chunked {
+            status: 200,
+            chunks: chunks.clone(),
+            end: crate::kube::testserver::End::Clean,
+        });
+        let client = client_for(&server);
+        let mut names = Vec::new();
+        let meta = client
+            .list(
+                "/api/v1/pods?limit=500",
+                2 * 1024 * 1024,
+                &mut |i| match i {
+                    ListItem::Object(v) => {
+                        names.push(v["metadata"]["name"].as_str().unwrap().to_string())
+                    }
+                    other => panic!("{other:?}"),
+                },
+            )
+            .unwrap();
+        assert_eq!(names.len(), 20);
+        assert_eq!(names[19], "p19");
+        assert_eq!(
+            (
+                meta.resource_version.as_str(),
+                meta.continue_token.as_deref()
+            ),
+            ("77", Some("c"))
+        );
+        assert_eq!(meta.bytes, total as u64);
+        // The same list with a cap under one item: each is skipped, named.
+        let mut skipped = Vec::new();
+        client
+            .list("/api/v1/pods?limit=500", 1024 * 1024, &mut |i| match i {
+                ListItem::TooLarge { key, .. } => skipped.push(key),
+                other => panic!("{other:?}"),
+            })
+            .unwrap();
+        assert_eq!(skipped.len(), 20);
+        assert_eq!(skipped[3], "default/p3");
+    }
+
+    #[test]
+    fn a_list_error_names_the_request_and_the_field() {
+        let server = TestServer::start(|r| {
+            if r.target.contains("continue=") {
+                Reply::json(
+                    410,
+                    fixture_body("06d-pods-list-rv1-exact-after-compaction"),
+                )
+            } else {
+                Reply::json(
+                    200,
+                    r#"{"metadata":{"resourceVersion":"1"},"items":[{},{"a":}]}"#,
+                )
+            }
+        });
+        let client = client_for(&server);
+        let mut n = 0;
+        let e = client
+            .list("/api/v1/pods?limit=500", 1024, &mut |_| n += 1)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GET /api/v1/pods?limit=500: cannot decode the answer: items[1]: invalid JSON: expected value at line 1 column 6"
+        );
+        assert_eq!(n, 1);
+        let e = client
+            .list("/api/v1/pods?limit=500&continue=x", 1024, &mut |_| {})
+            .unwrap_err();
+        assert!(e.is_gone(), "{e}");
     }
 
     #[test]

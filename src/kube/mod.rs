@@ -1,6 +1,7 @@
 //! The API client (upstream client-go, the parts a kubelet uses): kubeconfig
 //! loading, blocking JSON requests over ureq with rustls, a client-side rate
-//! limiter shared by all threads, watch streams and the reflector.
+//! limiter shared by all threads, lists and watch streams decoded one object
+//! at a time, and the reflector.
 //!
 //! API boundary: this is the only module that knows HTTP and TLS to the
 //! apiserver. Everything else sees paths, JSON values and [`ApiError`].
@@ -13,6 +14,7 @@ use serde_json::Value;
 
 mod client;
 mod kubeconfig;
+mod list;
 mod ratelimit;
 mod reflector;
 mod watch;
@@ -22,7 +24,8 @@ mod testserver;
 
 pub use client::Client;
 pub use kubeconfig::load_kubeconfig;
-pub use reflector::{check_list, decode_object, ListAnswer, Reflector};
+pub use list::{read_list, ListError, ListItem, ListMeta, MAX_OBJECT};
+pub use reflector::{decode_object, Reflector};
 pub use watch::{WatchStream, MAX_EVENT};
 
 /// A kubeconfig resolved for one context: where the apiserver is and how to
@@ -168,6 +171,15 @@ pub enum WatchEvent {
     /// An ERROR event: the `Status` it carried, as an error of the watch
     /// request (410 Expired means relist).
     Error(ApiError),
+    /// An event over the per-object cap, read past and not decoded: what
+    /// was found in it (its type, `namespace/name`, resourceVersion; empty
+    /// or None when not found) and its size.
+    TooLarge {
+        event_type: String,
+        key: String,
+        resource_version: Option<String>,
+        bytes: u64,
+    },
 }
 
 /// What a reflector lists and watches: a collection path and an optional

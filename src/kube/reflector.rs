@@ -25,6 +25,13 @@
 //! the request and the field, as client-go skips objects of an unexpected
 //! type: its version is not taken, the store keeps what it had, and the
 //! watch goes on.
+//!
+//! Size. A LIST page is read one item at a time and a watch one event at a
+//! time, each with a cap per object ([`MAX_OBJECT`]) rather than per
+//! answer, so any number of big objects is taken. One object over the cap
+//! is skipped with its name and the request logged, and the rest of the
+//! list or watch is used; a DELETED event over the cap still removes its
+//! object by name.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,10 +41,13 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
+use super::list::{ListItem, MAX_OBJECT};
 use super::{ApiError, Client, ErrorKind, ListWatch, WatchEvent};
 
-/// Objects asked for in one LIST page.
+/// Objects asked for in one LIST page (client-go's pager).
 const PAGE: u32 = 500;
+/// After a list or an event this large, freed memory is handed back.
+const GIVE_BACK_AFTER: u64 = 4 * 1024 * 1024;
 /// The watch lasts a random number of seconds in this range.
 const WATCH_MIN_SECS: u64 = 300;
 const WATCH_SPREAD_SECS: u64 = 300;
@@ -226,6 +236,7 @@ where
         let page = PAGE.to_string();
         let mut store = BTreeMap::new();
         let mut continue_token: Option<String> = None;
+        let mut bytes = 0u64;
         let rv = loop {
             let mut params = vec![("limit", page.as_str())];
             match &continue_token {
@@ -234,12 +245,24 @@ where
                 None => {}
             }
             let path = self.query(&params);
-            let answer = self.client.get(&path);
+            let answer = self.client.list(&path, MAX_OBJECT, &mut |item| match item {
+                ListItem::Object(obj) => {
+                    if let Some((key, obj)) = self.decode(&path, obj) {
+                        store.insert(key, obj);
+                    }
+                }
+                ListItem::TooLarge { index, key, bytes } => log::error!(
+                    "reflector {}: GET {path}: skipping items[{index}] {key:?}: {bytes} bytes, over the {MAX_OBJECT}-byte limit of one object",
+                    self.name
+                ),
+            });
             if self.stopped() {
                 return Err(Stopped);
             }
-            let list = match answer.and_then(|v| check_list(&path, v)) {
+            let list = match answer {
                 Ok(list) => list,
+                // An expired continue token too: the list starts again
+                // from its first page, from etcd.
                 Err(e) if e.is_gone() => {
                     log::info!("reflector {}: {e}; relisting", self.name);
                     return Ok(Next::List { quorum: true });
@@ -250,16 +273,17 @@ where
                     return Ok(Next::List { quorum });
                 }
             };
-            for item in list.items {
-                if let Some((key, obj)) = self.decode(&path, item) {
-                    store.insert(key, obj);
-                }
-            }
+            bytes += list.bytes;
             match list.continue_token {
                 Some(token) => continue_token = Some(token),
                 None => break list.resource_version,
             }
         };
+        if bytes > GIVE_BACK_AFTER {
+            // The pages' buffers and decoded values are freed: hand the
+            // pages back rather than keep the peak.
+            crate::malloc::give_back();
+        }
         self.store = store;
         self.rv = Some(rv);
         self.failures = 0;
@@ -340,6 +364,30 @@ where
                         self.name
                     ),
                 },
+                WatchEvent::TooLarge {
+                    event_type,
+                    key,
+                    resource_version,
+                    bytes,
+                } => {
+                    events += 1;
+                    log::error!(
+                        "reflector {}: GET {path}: skipping a {event_type} event for {key:?}: {bytes} bytes, over the {MAX_OBJECT}-byte limit of one object",
+                        self.name
+                    );
+                    // A deletion needs only the name: the object goes
+                    // even though its last state was not read.
+                    let rv = resource_version.filter(|rv| check_rv(rv).is_ok());
+                    if event_type == "DELETED" && !key.is_empty() && !key.ends_with('/') {
+                        if let Some(rv) = rv {
+                            self.rv = Some(rv);
+                            if self.store.remove(&key).is_some() {
+                                unpublished = true;
+                            }
+                        }
+                    }
+                    crate::malloc::give_back();
+                }
                 WatchEvent::Error(e) => {
                     if unpublished {
                         self.publish()?;
@@ -491,44 +539,6 @@ where
         _ => meta.name.clone().unwrap_or_default(),
     };
     Ok((key, t))
-}
-
-/// A LIST answer's parts.
-#[derive(Debug)]
-pub struct ListAnswer {
-    pub items: Vec<Value>,
-    pub resource_version: String,
-    /// The token of the next page, if there is one.
-    pub continue_token: Option<String>,
-}
-
-/// Takes a LIST answer of `path` apart, as the reflector reads it.
-pub fn check_list(path: &str, mut v: Value) -> Result<ListAnswer, ApiError> {
-    let bad = |m: &str| ApiError {
-        verb: "GET",
-        path: path.to_string(),
-        kind: ErrorKind::Decode(m.to_string()),
-    };
-    let meta = v.get("metadata");
-    let text = |k: &str| {
-        meta.and_then(|m| m.get(k))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    };
-    let resource_version =
-        text("resourceVersion").ok_or_else(|| bad("a list without metadata.resourceVersion"))?;
-    let continue_token = text("continue");
-    let items = match v.get_mut("items").map(Value::take) {
-        Some(Value::Array(items)) => items,
-        None | Some(Value::Null) => Vec::new(),
-        Some(_) => return Err(bad("items: expected a list")),
-    };
-    Ok(ListAnswer {
-        items,
-        resource_version,
-        continue_token,
-    })
 }
 
 fn retry_after(e: &ApiError) -> Option<u64> {
@@ -909,6 +919,61 @@ mod tests {
                 "state {milestone} never handed over: {seen:?}"
             );
         }
+        drop(reflector);
+        assert_stops(&rx);
+    }
+
+    #[test]
+    fn watch_events_over_the_cap_are_skipped_and_a_deletion_still_removes() {
+        let lines = fixture_lines("05a-pods-watch-node-timeout30");
+        let big = |kind: &str, name: &str, rv: &str| {
+            // The name after the bulk, as a server that sorts keys writes it.
+            format!(
+                "{{\"type\":\"{kind}\",\"object\":{{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{{\"annotations\":{{\"a\":\"{}\"}},\"name\":\"{name}\",\"namespace\":\"default\",\"resourceVersion\":\"{rv}\",\"uid\":\"u\"}}}}}}\n",
+                "x".repeat(MAX_OBJECT)
+            )
+            .into_bytes()
+        };
+        let chunks = vec![
+            lines[0].clone(),
+            big("MODIFIED", "app-2", "403"),
+            big("DELETED", "app-1", "404"),
+        ];
+        let watches = AtomicUsize::new(0);
+        let server = TestServer::start(move |r| {
+            if !r.target.contains("watch=true") {
+                return Reply::json(200, fixture_body("04h-pods-list-node-rv0"));
+            }
+            let chunks = match watches.fetch_add(1, Ordering::SeqCst) {
+                0 => chunks.clone(),
+                _ => vec![],
+            };
+            Reply::Chunked {
+                status: 200,
+                chunks,
+                end: End::Clean,
+            }
+        });
+        let (sink, rx) = recording_sink();
+        let lw = ListWatch {
+            path: PODS.into(),
+            field_selector: None,
+        };
+        let reflector = Reflector::start::<Pod>("pods", client_for(&server), lw, sink).unwrap();
+        let want = ["default/app-2@400", "default/app-3@402"];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let set = rx.recv_deadline(deadline).unwrap();
+            if set == want {
+                break;
+            }
+        }
+        let targets = wait_for_requests(&server, 3);
+        // The deletion's version was taken; the skipped MODIFIED's not.
+        assert_eq!(
+            without_timeout(&targets[2]),
+            format!("{PODS}?resourceVersion=404&allowWatchBookmarks=true&watch=true")
+        );
         drop(reflector);
         assert_stops(&rx);
     }

@@ -2,17 +2,30 @@
 //! `{"type":...,"object":{...}}` documents, each followed by a newline. The
 //! chunks of the HTTP body do not line up with events, so the stream is read
 //! line by line from a buffered reader, one event in memory at a time, with
-//! a cap on the length of one line.
+//! a cap on the length of one line. A line over the cap is read past to its
+//! newline without being kept (the apiserver escapes newlines inside JSON,
+//! so one event is one line) and reported as [`WatchEvent::TooLarge`] with
+//! the type and name found in it, and the stream goes on.
 
 use std::io::{BufRead, BufReader, Read};
 
 use serde_json::Value;
 
 use super::client::status_from_value;
+use super::list::ValueScanner;
 use super::{ApiError, ErrorKind, WatchEvent};
 
-/// The longest event we accept (a pod is a few KiB, a big ConfigMap 1 MiB).
-pub const MAX_EVENT: usize = 16 * 1024 * 1024;
+/// The longest event we decode (a pod is a few KiB, a big ConfigMap 1 MiB):
+/// the per-object cap of lists (see [`super::list::MAX_OBJECT`]).
+pub const MAX_EVENT: usize = super::list::MAX_OBJECT;
+
+/// The fields of an event that name it and its object.
+const EVENT_IDENTITY: &[&[&str]] = &[
+    &["type"],
+    &["object", "metadata", "namespace"],
+    &["object", "metadata", "name"],
+    &["object", "metadata", "resourceVersion"],
+];
 
 /// A line buffer that is this large after an event is dropped rather than
 /// kept for the rest of the stream.
@@ -35,7 +48,10 @@ enum Line {
     Some,
     /// The body ended with nothing pending.
     End,
-    TooLong,
+    /// A line over the cap was read past, to its newline.
+    TooLong(WatchEvent),
+    /// The body ended inside a line over the cap.
+    TooLongAtEnd(u64),
 }
 
 impl WatchStream {
@@ -93,12 +109,53 @@ impl WatchStream {
                 None => (available.len(), false),
             };
             if self.line.len() + take > self.max_line {
-                return Ok(Line::TooLong);
+                return self.skip_line();
             }
             self.line.extend_from_slice(&available[..take]);
             self.reader.consume(if found { take + 1 } else { take });
             if found {
                 return Ok(Line::Some);
+            }
+        }
+    }
+
+    /// Reads past the rest of a line over the cap (what is in `self.line`
+    /// and the reader's buffer is its start), keeping nothing of it but the
+    /// fields that name it.
+    fn skip_line(&mut self) -> std::io::Result<Line> {
+        let mut scanner = ValueScanner::new(EVENT_IDENTITY);
+        // The scanner stops at the end of the event's JSON or at a syntax
+        // error; what it found so far is what is reported.
+        let mut scanning = true;
+        let mut scan = |scanner: &mut ValueScanner, data: &[u8]| {
+            if scanning && !matches!(scanner.feed(data), Ok(None)) {
+                scanning = false;
+            }
+        };
+        scan(&mut scanner, &self.line);
+        let mut bytes = self.line.len() as u64;
+        // Drop the line's buffer rather than keep it for the stream.
+        self.line = Vec::new();
+        loop {
+            let available = self.reader.fill_buf()?;
+            if available.is_empty() {
+                return Ok(Line::TooLongAtEnd(bytes));
+            }
+            let (take, found) = match available.iter().position(|b| *b == b'\n') {
+                Some(i) => (i, true),
+                None => (available.len(), false),
+            };
+            scan(&mut scanner, &available[..take]);
+            bytes += take as u64;
+            self.reader.consume(if found { take + 1 } else { take });
+            if found {
+                let text = |i: usize| scanner.found(i).map(str::to_string);
+                return Ok(Line::TooLong(WatchEvent::TooLarge {
+                    event_type: text(0).unwrap_or_default(),
+                    key: scanner.key(1, 2),
+                    resource_version: text(3),
+                    bytes,
+                }));
             }
         }
     }
@@ -162,11 +219,15 @@ impl Iterator for WatchStream {
         while !self.done {
             match self.read_line() {
                 Ok(Line::End) => self.done = true,
-                Ok(Line::TooLong) => {
+                Ok(Line::TooLong(event)) => return Some(Ok(event)),
+                Ok(Line::TooLongAtEnd(bytes)) => {
+                    // Nothing to resynchronise on: the watch ends as when
+                    // its connection drops, and starts again from the last
+                    // version taken.
                     self.done = true;
-                    return Some(Err(self.error(ErrorKind::Decode(format!(
-                        "a watch event is longer than {} bytes",
-                        self.max_line
+                    return Some(Err(self.error(ErrorKind::Transport(format!(
+                        "{}: the watch ended inside an event of {bytes} bytes, over the {}-byte limit",
+                        self.server, self.max_line
                     )))));
                 }
                 Err(e) => {
@@ -253,16 +314,51 @@ mod tests {
     }
 
     #[test]
-    fn a_line_over_the_cap_is_an_error_and_ends_the_stream() {
+    fn an_event_over_the_cap_is_skipped_with_its_name_and_the_stream_goes_on() {
+        // The name after the big field, as a server that sorts its keys
+        // writes it.
         let long = format!(
-            "{{\"type\":\"ADDED\",\"object\":{{\"x\":\"{}\"}}}}\n",
+            "{{\"type\":\"MODIFIED\",\"object\":{{\"metadata\":{{\"annotations\":{{\"a\":\"{}\"}},\"name\":\"big\",\"namespace\":\"ns\",\"resourceVersion\":\"12\"}}}}}}\n",
+            "y\\\"\\n".repeat(100)
+        );
+        let next = "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}\n";
+        for piece in [1, 7, 64, 1000] {
+            let body = format!("{long}{next}");
+            let pieces: Vec<String> = body
+                .as_bytes()
+                .chunks(piece)
+                .map(|c| String::from_utf8_lossy(c).into_owned())
+                .collect();
+            let pieces: Vec<&str> = pieces.iter().map(String::as_str).collect();
+            let events: Vec<_> = stream(&pieces, 100).map(|e| e.unwrap()).collect();
+            assert_eq!(
+                events,
+                vec![
+                    WatchEvent::TooLarge {
+                        event_type: "MODIFIED".into(),
+                        key: "ns/big".into(),
+                        resource_version: Some("12".into()),
+                        bytes: long.len() as u64 - 1,
+                    },
+                    WatchEvent::Added(serde_json::json!({"metadata":{"name":"a"}})),
+                ],
+                "pieces of {piece}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stream_that_ends_inside_an_event_over_the_cap_is_a_transport_error() {
+        let long = format!(
+            "{{\"type\":\"ADDED\",\"object\":{{\"x\":\"{}",
             "y".repeat(200)
         );
-        let mut s = stream(&[&long, "{\"type\":\"ADDED\",\"object\":{}}\n"], 100);
+        let mut s = stream(&[&long], 100);
         let e = s.next().unwrap().unwrap_err();
+        assert!(e.is_transport(), "{e}");
         assert_eq!(
             e.to_string(),
-            "GET /api/v1/pods?watch=true: cannot decode the answer: a watch event is longer than 100 bytes"
+            "GET /api/v1/pods?watch=true: http://s: the watch ended inside an event of 231 bytes, over the 100-byte limit"
         );
         assert!(s.next().is_none());
     }
@@ -368,6 +464,7 @@ mod tests {
                         format!("BOOKMARK {resource_version}")
                     }
                     WatchEvent::Error(e) => format!("ERROR {e}"),
+                    WatchEvent::TooLarge { key, .. } => format!("TOO LARGE {key}"),
                 })
                 .collect();
             assert_eq!(

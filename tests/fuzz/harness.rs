@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use tinylet::config::Pod;
 use tinylet::kube::{
-    check_list, decode_object, load_kubeconfig, Client, ClientOptions, KubeConfig, WatchEvent,
-    WatchStream, MAX_EVENT,
+    decode_object, load_kubeconfig, read_list, Client, ClientOptions, KubeConfig, ListError,
+    ListItem, WatchEvent, WatchStream, MAX_EVENT, MAX_OBJECT,
 };
 use tinylet::runtime::images::{urls_match, Keyring, DOCKER_CFG_KEY, DOCKER_CONFIG_JSON_KEY};
 use tinylet::volume::Keys;
@@ -31,12 +31,13 @@ use ureq::unversioned::transport::{
 pub type Harness = fn(&[u8]);
 
 /// The fuzz targets, by name (the directories of `corpus/` and `regressions/`).
-pub const TARGETS: [(&str, Harness); 5] = [
+pub const TARGETS: [(&str, Harness); 6] = [
     ("manifest", manifest),
     ("kubeconfig", kubeconfig),
     ("watch_stream", watch_stream),
     ("http_response", http_response),
     ("docker_config_glob", docker_config_glob),
+    ("list_stream", list_stream),
 ];
 
 const NODE: &str = "edge-1";
@@ -226,6 +227,7 @@ fn read_events(mut stream: WatchStream, len: usize) {
                 let _ = decode_object::<Pod>(obj);
             }
             Ok(WatchEvent::Bookmark { resource_version }) => assert!(!resource_version.is_empty()),
+            Ok(WatchEvent::TooLarge { bytes, .. }) => assert!(bytes > 0),
             Ok(WatchEvent::Error(e)) | Err(e) => {
                 assert!(e.to_string().starts_with("GET /api/v1/pods?"), "{e}");
             }
@@ -326,8 +328,8 @@ const LIST_PATH: &str =
 /// (status line, headers, a plain, `Content-Length` or chunked body),
 /// served through an in-memory transport under ureq to the API client,
 /// which sends a LIST and a watch as the reflector does and reads both
-/// answers through its own code: `Client::get` (status, `Status` errors,
-/// the body cap, JSON), the list's items decoded as pods, and
+/// answers through its own code: `Client::list` (status, `Status` errors,
+/// the list read one item at a time), the items decoded as pods, and
 /// `Client::watch` read to its end as in `watch_stream`.
 ///
 /// Input: one control byte, then the answer. The control byte sets the size
@@ -353,15 +355,15 @@ pub fn http_response(data: &[u8]) {
     };
     let client = Client::with_connector(&config, client_options(), connector, NoDns)
         .expect("a client without TLS settings");
-    match client.get(LIST_PATH) {
-        Ok(value) => match check_list(LIST_PATH, value) {
-            Ok(list) => {
-                for item in list.items {
-                    let _ = decode_object::<Pod>(item);
-                }
-            }
-            Err(e) => assert!(e.to_string().starts_with("GET /api/v1/pods?"), "{e}"),
-        },
+    let mut items = 0usize;
+    match client.list(LIST_PATH, MAX_OBJECT, &mut |item| {
+        items += 1;
+        take_item(item);
+    }) {
+        Ok(meta) => {
+            assert!(!meta.resource_version.is_empty());
+            assert!(items as u64 <= meta.bytes, "more items than bytes");
+        }
         Err(e) => assert!(e.to_string().starts_with("GET /api/v1/pods?"), "{e}"),
     }
     match client.watch(WATCH_PATH, Duration::from_secs(330)) {
@@ -404,5 +406,58 @@ pub fn docker_config_glob(data: &[u8]) {
             }
             Err(e) => assert!(e.starts_with("secret ns/fuzz: "), "{e}"),
         }
+    }
+}
+
+/// An item of a list, decoded as the reflector stores a pod.
+fn take_item(item: ListItem) {
+    match item {
+        ListItem::Object(obj) => {
+            let _ = decode_object::<Pod>(obj);
+        }
+        ListItem::TooLarge { bytes, .. } => assert!(bytes > 0),
+    }
+}
+
+/// `list_stream`: the bytes are the body of a LIST answer, read by the
+/// incremental list decoder (`read_list`: items one at a time, the cap per
+/// item, metadata before or after the items), every item decoded as the
+/// reflector stores a pod.
+///
+/// Input: one control byte, then the body. The control byte sets the size
+/// of the reads the body arrives in (bits 0-5: 1 to 64 bytes, so items
+/// split across reads at every offset), a cap of 256 bytes per item
+/// instead of the client's (bit 6), and a read error instead of the body's
+/// end (bit 7).
+pub fn list_stream(data: &[u8]) {
+    let Some((&control, body)) = data.split_first() else {
+        return;
+    };
+    let mut reader = Pieces {
+        data: body.to_vec(),
+        pos: 0,
+        piece: 1 + usize::from(control & 0x3f),
+        fail_at_end: control & 0x80 != 0,
+    };
+    let max_object = if control & 0x40 != 0 { 256 } else { MAX_OBJECT };
+    let mut items = 0usize;
+    let mut over = 0u64;
+    let result = read_list(&mut reader, max_object, &mut |item| {
+        items += 1;
+        if let ListItem::TooLarge { bytes, .. } = &item {
+            assert!(*bytes > max_object as u64, "{bytes} bytes skipped");
+            over += bytes;
+        }
+        take_item(item);
+    });
+    assert!(items <= body.len(), "more items than bytes");
+    match result {
+        Ok(meta) => {
+            assert!(!meta.resource_version.is_empty());
+            assert_eq!(meta.bytes, body.len() as u64);
+            assert!(over <= meta.bytes);
+        }
+        Err(ListError::Read(e)) => assert!(reader.fail_at_end, "a read error: {e}"),
+        Err(ListError::Invalid(m)) => assert!(!m.is_empty()),
     }
 }
