@@ -10,6 +10,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use super::Pod;
+use k8s_openapi::api::core::v1::SeccompProfile;
 
 /// One problem with one field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -395,6 +396,39 @@ fn validate(pod: &Pod, local: bool) -> Result<(), InvalidPod> {
         }
     }
 
+    // A Localhost seccomp profile is a file below the node's seccomp root:
+    // only a relative path that stays below it (upstream's
+    // validateLocalDescendingPath), so a pod cannot name any host file.
+    let mut profile = |field: String, sc: Option<&SeccompProfile>| {
+        if let Some(file) = sc.and_then(|p| p.localhost_profile.as_deref()) {
+            if let Some(why) = local_descending_path_error(file) {
+                push(field, format!("Invalid value: {file:?}: {why}"));
+            }
+        }
+    };
+    profile(
+        "spec.securityContext.seccompProfile.localhostProfile".into(),
+        spec.security_context
+            .as_ref()
+            .and_then(|sc| sc.seccomp_profile.as_ref()),
+    );
+    for (list, cs) in [
+        (
+            "spec.initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
+        ("spec.containers", spec.containers.as_slice()),
+    ] {
+        for (i, c) in cs.iter().enumerate() {
+            profile(
+                format!("{list}[{i}].securityContext.seccompProfile.localhostProfile"),
+                c.security_context
+                    .as_ref()
+                    .and_then(|sc| sc.seccomp_profile.as_ref()),
+            );
+        }
+    }
+
     let mut names = HashSet::new();
     let init = spec.init_containers.iter().flatten();
     let all = init
@@ -442,10 +476,47 @@ fn validate(pod: &Pod, local: bool) -> Result<(), InvalidPod> {
     }
 }
 
+/// Why `path` does not stay below the directory it is joined to: absolute,
+/// or with a `..` element.
+pub fn local_descending_path_error(path: &str) -> Option<&'static str> {
+    if path.starts_with('/') {
+        return Some("must be a relative path");
+    }
+    if path.split('/').any(|e| e == "..") {
+        return Some("must not contain '..'");
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::decode_pod;
+
+    #[test]
+    fn localhost_seccomp_profiles_must_stay_below_the_seccomp_root() {
+        let pod = |pod_level: &str, container_level: &str| {
+            let json = format!(
+                r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"default","uid":"u"}},
+"spec":{{"securityContext":{{"seccompProfile":{{"type":"Localhost","localhostProfile":"{pod_level}"}}}},
+"containers":[{{"name":"c","image":"busybox","securityContext":{{"seccompProfile":{{"type":"Localhost","localhostProfile":"{container_level}"}}}}}}]}}}}"#
+            );
+            decode_pod(json.as_bytes()).unwrap()
+        };
+        assert!(validate_api_pod(&pod("profiles/a.json", "b.json")).is_ok());
+        let err = validate_api_pod(&pod("/etc/shadow", "x/../../y")).unwrap_err();
+        assert!(
+            err.names_field("spec.securityContext.seccompProfile.localhostProfile"),
+            "{err}"
+        );
+        assert!(
+            err.names_field("spec.containers[0].securityContext.seccompProfile.localhostProfile"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("must be a relative path"), "{err}");
+        assert!(err.to_string().contains("must not contain '..'"), "{err}");
+        assert!(validate_pod(&pod("..", "ok.json")).is_err());
+    }
 
     #[test]
     fn thousands_of_containers_are_refused_with_one_error_per_list() {
