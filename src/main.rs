@@ -151,6 +151,14 @@ fn check_manifest_path(path: &Path) -> anyhow::Result<()> {
 fn check_root_dir(dir: &Path) -> anyhow::Result<()> {
     let shown = dir.display();
     std::fs::create_dir_all(dir).with_context(|| format!("--root-dir {shown}: cannot create"))?;
+    let probe = dir.join(format!(".tinylet-write-check-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .with_context(|| format!("--root-dir {shown}: not writable"))?;
+    std::fs::remove_file(&probe)
+        .with_context(|| format!("--root-dir {shown}: cannot remove {}", probe.display()))?;
     // Private to root, as upstream's setupDataDirs makes it, whatever the
     // umask and whoever made it: pods' volumes, tokens among them, live
     // below. A narrower mode an administrator chose is kept. (The root
@@ -167,14 +175,6 @@ fn check_root_dir(dir: &Path) -> anyhow::Result<()> {
     }
     tinylet::paths::ensure_dir(&dir.join("pods"), private)
         .with_context(|| format!("--root-dir {shown}: cannot create its pods directory"))?;
-    let probe = dir.join(format!(".tinylet-write-check-{}", std::process::id()));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .with_context(|| format!("--root-dir {shown}: not writable"))?;
-    std::fs::remove_file(&probe)
-        .with_context(|| format!("--root-dir {shown}: cannot remove {}", probe.display()))?;
     Ok(())
 }
 

@@ -197,7 +197,9 @@ spec:
             .any(|l| l == format!("{pod_ip}\twww.shop.default.svc.cluster.local\twww")),
         "/etc/hosts: {hosts}"
     );
-    let hostname = ctd.exec(&app, &["hostname"]).unwrap_or_default();
+    let hostname = ctd
+        .exec(&app, &["hostname"])
+        .unwrap_or_else(|e| panic!("hostname in web: {e}"));
     assert_eq!(hostname.trim(), "www");
     let resolv = ctd
         .exec(&app, &["cat", "/etc/resolv.conf"])
