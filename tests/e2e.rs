@@ -25,6 +25,26 @@ pub(crate) const SETTLE: Duration = Duration::from_secs(30);
 /// A container command that runs until SIGTERM and then exits at once.
 pub(crate) const LONG_RUNNING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
 
+/// tinylet on `ctd` joined to `fake` as node `NODE`, with its own
+/// kubeconfig (user `system:node:NODE`, a token), once its Node is
+/// registered.
+pub(crate) fn start_joined(
+    ctd: &PrivateContainerd,
+    fake: &crate::support::fake_apiserver::FakeApiServer,
+) -> Tinylet {
+    let kubeconfig = fake.write_kubeconfig(
+        ctd.dir(),
+        &format!("system:node:{NODE}"),
+        crate::support::fake_apiserver::KubeconfigAuth::token(),
+    );
+    let kubeconfig = kubeconfig.display().to_string();
+    let kubelet = Tinylet::start_with(ctd, NODE, &["--kubeconfig", &kubeconfig]);
+    wait_until(SETTLE, "node edge-1 is registered", || {
+        fake.node(NODE).is_some()
+    });
+    kubelet
+}
+
 /// A YAML static pod with one container `app` running `sh -c SCRIPT`.
 pub(crate) fn yaml_pod(name: &str, script: &str, extra_spec: &str) -> String {
     format!(

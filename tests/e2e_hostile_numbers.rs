@@ -15,7 +15,7 @@ use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
 use crate::support::containerd::{
     remove_manifest, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 
 /// A liveness failure kills the container through its preStop hook with a
 /// grace period of `i64::MAX` seconds: tinylet cuts it to a year, does not
@@ -77,16 +77,7 @@ spec:
 fn a_pull_secret_of_twenty_stars_does_not_hold_the_pods_worker() {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
-    let kubeconfig = kubeconfig.display().to_string();
-    let mut kubelet = Tinylet::start_with(&ctd, NODE, &["--kubeconfig", &kubeconfig]);
-    wait_until(SETTLE, "node edge-1 is registered", || {
-        fake.node(NODE).is_some()
-    });
+    let mut kubelet = crate::e2e::start_joined(&ctd, &fake);
 
     // One host label of 60 `a`s: a backtracking glob tries every way of
     // spreading them over twenty stars before the `b` fails.

@@ -12,10 +12,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
-use crate::support::containerd::{
-    holds_for, wait_until, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
-};
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::containerd::{holds_for, wait_until, PrivateContainerd, BUSYBOX_IMAGE};
+use crate::support::fake_apiserver::FakeApiServer;
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
@@ -68,16 +66,6 @@ fn mounts_below(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn start(ctd: &PrivateContainerd, fake: &FakeApiServer) -> Tinylet {
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
-    let kubeconfig = kubeconfig.display().to_string();
-    Tinylet::start_with(ctd, NODE, &["--kubeconfig", &kubeconfig])
-}
-
 /// An init container plants `ln -s <host dir> /data/x`; a container
 /// mounting `subPath: x` is refused with CreateContainerConfigError naming
 /// the mount and never created (the host directory is not exposed),
@@ -90,7 +78,7 @@ fn start(ctd: &PrivateContainerd, fake: &FakeApiServer) -> Tinylet {
 fn sub_paths_stay_inside_their_volume() {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubelet = start(&ctd, &fake);
+    let kubelet = crate::e2e::start_joined(&ctd, &fake);
     // The host directory the planted link points at: the test's own, never
     // the host's `/`, so that a broken check exposes nothing that matters.
     let outside = ctd.dir().join("outside");
@@ -236,7 +224,7 @@ fn sub_paths_stay_inside_their_volume() {
 fn a_symlink_swapped_in_a_loop_never_redirects_a_sub_path() {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let _kubelet = start(&ctd, &fake);
+    let _kubelet = crate::e2e::start_joined(&ctd, &fake);
     let host = ctd.dir().join("race-host");
     std::fs::create_dir_all(&host).unwrap_or_else(|e| panic!("{}: {e}", host.display()));
     let swap = format!(

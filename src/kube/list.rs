@@ -676,22 +676,7 @@ mod tests {
     use serde_json::json;
     use std::io;
 
-    /// A reader that hands out its data in the given pieces, one per read.
-    struct Pieces(std::collections::VecDeque<Vec<u8>>);
-
-    impl Read for Pieces {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            let Some(mut piece) = self.0.pop_front() else {
-                return Ok(0);
-            };
-            let n = piece.len().min(buf.len());
-            buf[..n].copy_from_slice(&piece[..n]);
-            if n < piece.len() {
-                self.0.push_front(piece.split_off(n));
-            }
-            Ok(n)
-        }
-    }
+    use crate::kube::testserver::Pieces;
 
     /// Reads `body` handed out `piece` bytes at a time.
     fn read(body: &[u8], piece: usize, max: usize) -> (Result<ListMeta, ListError>, Vec<ListItem>) {

@@ -328,3 +328,21 @@ pub(crate) fn fixture_lines(name: &str) -> Vec<Vec<u8>> {
         .map(<[u8]>::to_vec)
         .collect()
 }
+
+/// A reader that hands out its data in the given pieces, one per read, so
+/// decoders meet their input split at every place a test chooses.
+pub(crate) struct Pieces(pub(crate) std::collections::VecDeque<Vec<u8>>);
+
+impl std::io::Read for Pieces {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let Some(mut piece) = self.0.pop_front() else {
+            return Ok(0);
+        };
+        let n = piece.len().min(buf.len());
+        buf[..n].copy_from_slice(&piece[..n]);
+        if n < piece.len() {
+            self.0.push_front(piece.split_off(n));
+        }
+        Ok(n)
+    }
+}
