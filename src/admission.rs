@@ -141,7 +141,10 @@ impl std::error::Error for QuantityError {}
 pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejection> {
     // Sysctls first, as upstream's sysctl admit handler runs before its
     // predicates.
-    node.sysctls.admit(pod)?;
+    node.sysctls.admit(pod).map_err(|message| Rejection {
+        reason: crate::sysctl::SYSCTL_FORBIDDEN.into(),
+        message,
+    })?;
     // Then the OS checks: making room would not help these.
     if let Some(os) = pod.metadata.labels.as_ref().and_then(|l| l.get(LABEL_OS)) {
         // Upstream looks at the pod's labels here, not its node selector; a
@@ -193,7 +196,10 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejectio
 /// `--allow-privileged=false`, privileged containers and host namespaces.
 /// Resources, affinity and host ports were settled when it was admitted.
 pub fn admit_update(pod: &Pod, node: &NodeInfo) -> Result<(), Rejection> {
-    node.sysctls.admit(pod)?;
+    node.sysctls.admit(pod).map_err(|message| Rejection {
+        reason: crate::sysctl::SYSCTL_FORBIDDEN.into(),
+        message,
+    })?;
     check_privileged(pod, node)
 }
 

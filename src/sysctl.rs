@@ -23,8 +23,6 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::admission::Rejection;
-
 /// The admission reason of a pod with a sysctl this node refuses.
 pub const SYSCTL_FORBIDDEN: &str = "SysctlForbidden";
 
@@ -198,9 +196,10 @@ impl Allowlist {
         }
     }
 
-    /// Admission of `pod`'s sysctls: the first refused one is the
-    /// rejection (reason `SysctlForbidden`).
-    pub fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+    /// Admission of `pod`'s sysctls: the first refused one is the error,
+    /// upstream's message (admission rejects the pod with reason
+    /// `SysctlForbidden`).
+    pub fn admit(&self, pod: &Pod) -> Result<(), String> {
         let Some(spec) = pod.spec.as_ref() else {
             return Ok(());
         };
@@ -215,10 +214,7 @@ impl Allowlist {
         let host_ipc = spec.host_ipc == Some(true);
         for s in sysctls {
             if let Err(e) = self.validate(&s.name, host_net, host_ipc) {
-                return Err(Rejection {
-                    reason: SYSCTL_FORBIDDEN.into(),
-                    message: format!("forbidden sysctl: {e}"),
-                });
+                return Err(format!("forbidden sysctl: {e}"));
             }
         }
         Ok(())
@@ -342,16 +338,13 @@ mod tests {
         );
         assert_eq!(
             l.admit(&r),
-            Err(Rejection {
-                reason: "SysctlForbidden".into(),
-                message: "forbidden sysctl: \"net.core.somaxconn\" not allowed".into()
-            })
+            Err("forbidden sysctl: \"net.core.somaxconn\" not allowed".to_string())
         );
         assert_eq!(list(&["net.core.somaxconn"]).admit(&r), Ok(()));
         let host = pod(json!({"hostNetwork": true, "containers": [{"name": "c"}],
             "securityContext": {"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]}}));
         assert_eq!(
-            l.admit(&host).unwrap_err().message,
+            l.admit(&host).unwrap_err(),
             "forbidden sysctl: \"net.ipv4.tcp_syncookies\" not allowed with host net enabled"
         );
     }

@@ -16,6 +16,7 @@ use log::debug;
 use super::spec::{Action, HttpGet};
 use super::worker::{Job, Outcome};
 use crate::events::{EventRecorder, EventType, ObjectRef};
+use crate::httpget::{same_host_redirect, MAX_REDIRECTS};
 use crate::runtime::labels::pod_full_name;
 use crate::runtime::RuntimeManager;
 
@@ -23,8 +24,6 @@ use crate::runtime::RuntimeManager;
 const MAX_OUTPUT: u64 = 10 * 1024;
 /// Tries of a probe that errors (upstream `maxProbeRetries`).
 const MAX_TRIES: usize = 3;
-/// Redirects to the same host followed (Go's client stops after 10).
-pub const MAX_REDIRECTS: usize = 10;
 
 /// What one try found (upstream `probe.Result` with its output).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,47 +194,6 @@ pub fn probe_url(h: &HttpGet, host: &str) -> String {
         format!("/{}", h.path)
     };
     format!("{}://{}{path}", h.scheme, host_port(host, h.port))
-}
-
-/// The host name of an absolute URL, without port or brackets.
-fn url_hostname(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if let Some(v6) = authority.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or("");
-    }
-    authority.split(':').next().unwrap_or("")
-}
-
-/// `location` resolved against `base` (absolute, or a path on the same origin).
-fn resolve_location(base: &str, location: &str) -> String {
-    if location.contains("://") {
-        return location.to_string();
-    }
-    let (scheme, rest) = base.split_once("://").unwrap_or(("http", base));
-    let origin = rest.split('/').next().unwrap_or(rest);
-    if let Some(path) = location.strip_prefix('/') {
-        if let Some(no_scheme) = path.strip_prefix('/') {
-            return format!("{scheme}://{no_scheme}");
-        }
-        return format!("{scheme}://{origin}/{path}");
-    }
-    // Relative to the current path's directory.
-    let path = &rest[origin.len()..];
-    let path = path.split(['?', '#']).next().unwrap_or("");
-    let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
-    format!("{scheme}://{origin}{dir}/{location}")
-}
-
-/// Where a redirect from `url` to `location` leads, when the kubelet's
-/// redirect check lets it be followed: only to the host name of `first`,
-/// the request's original URL (the port may differ, as Go compares host
-/// names). `None`: a redirect to another host, not followed. Shared by
-/// probes and lifecycle hooks.
-pub fn same_host_redirect(first: &str, url: &str, location: &str) -> Option<String> {
-    let next = resolve_location(url, location);
-    (url_hostname(&next) == url_hostname(first)).then_some(next)
 }
 
 /// An HTTP GET probe: 200-399 passes; redirects to the same host are
@@ -491,12 +449,5 @@ mod tests {
             probe_url(&h, "fd00::1"),
             "http://[fd00::1]:8080/healthz?full=1"
         );
-        assert_eq!(url_hostname("http://[fd00::1]:8080/x"), "fd00::1");
-        assert_eq!(url_hostname("https://a.test:1/x"), "a.test");
-        let base = "http://10.0.0.1:80/a/b";
-        assert_eq!(resolve_location(base, "/c"), "http://10.0.0.1:80/c");
-        assert_eq!(resolve_location(base, "c"), "http://10.0.0.1:80/a/c");
-        assert_eq!(resolve_location(base, "//x.test/c"), "http://x.test/c");
-        assert_eq!(resolve_location(base, "https://y/z"), "https://y/z");
     }
 }

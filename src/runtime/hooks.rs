@@ -19,7 +19,7 @@ use log::debug;
 
 use super::labels::{pod_name, pod_namespace, pod_uid};
 use crate::cri::RuntimeService;
-use crate::prober::run::{same_host_redirect, MAX_REDIRECTS};
+use crate::httpget::{same_host_redirect, MAX_REDIRECTS};
 
 /// The `User-Agent` of hook requests (upstream: `kube-lifecycle/<version>`).
 const USER_AGENT: &str = concat!("kube-lifecycle/", env!("CARGO_PKG_VERSION"));
