@@ -1113,11 +1113,19 @@ fn an_api_pod_cannot_take_a_static_pods_name() {
         running_containers(cri, "web-edge-1") == 1 && uids.len() == 1 && uids[0] != squat_uid
     });
 
-    // The static pod first: the API pod never runs.
+    // The static pod first: the API pod never runs. It exists unbound
+    // before the static pod (once the mirror pod exists no API pod can take
+    // the name) and is bound to the node only after the static pod runs,
+    // as a scheduler binds a pending pod late.
+    let mut pending = api_pod("db-edge-1");
+    pending["spec"]["nodeName"] = Value::Null;
+    let late = c.api.create_pod(pending);
     write_manifest(&c.agent.manifests(), "db.yaml", &static_pod("db"));
     c.wait_running("db-edge-1");
     let static_uid = sandbox_uids(&c.cri, "db-edge-1")[0].clone();
-    let late = c.api.create_pod(api_pod("db-edge-1"));
+    assert!(c.api.update_pod("default", "db-edge-1", |p| {
+        p["spec"]["nodeName"] = json!(NODE);
+    }));
     assert_eq!(
         refused(&mut c, "db-edge-1"),
         late["metadata"]["uid"].as_str().unwrap()
