@@ -25,6 +25,7 @@ pub mod pod_workers;
 pub mod prober;
 pub mod quantity;
 pub mod runtime;
+pub mod server;
 pub mod status;
 pub mod sysctl;
 pub mod thread;

@@ -75,6 +75,48 @@ pub trait RuntimeService: Send + Sync {
         cmd: &[String],
         timeout: Duration,
     ) -> Result<api::ExecSyncResponse, CriError>;
+
+    // The calls below serve the node's API (streaming sessions, log
+    // rotation, statistics). Fakes that do not model them answer
+    // UNIMPLEMENTED, as a runtime without them would.
+
+    /// A URL on the runtime's streaming server for one exec session.
+    fn exec(&self, req: api::ExecRequest) -> Result<String, CriError> {
+        let _ = req;
+        Err(unimplemented("Exec"))
+    }
+    /// A URL on the runtime's streaming server for one attach session.
+    fn attach(&self, req: api::AttachRequest) -> Result<String, CriError> {
+        let _ = req;
+        Err(unimplemented("Attach"))
+    }
+    /// A URL on the runtime's streaming server for one port-forward session.
+    fn port_forward(&self, req: api::PortForwardRequest) -> Result<String, CriError> {
+        let _ = req;
+        Err(unimplemented("PortForward"))
+    }
+    /// Makes the runtime reopen a container's log file after a rename.
+    fn reopen_container_log(&self, container_id: &str) -> Result<(), CriError> {
+        let _ = container_id;
+        Err(unimplemented("ReopenContainerLog"))
+    }
+    /// Usage statistics of the containers the filter selects.
+    fn list_container_stats(
+        &self,
+        filter: Option<api::ContainerStatsFilter>,
+    ) -> Result<Vec<api::ContainerStats>, CriError> {
+        let _ = filter;
+        Err(unimplemented("ListContainerStats"))
+    }
+}
+
+fn unimplemented(method: &'static str) -> CriError {
+    CriError::status(
+        method,
+        "",
+        grpcio::RpcStatusCode::UNIMPLEMENTED,
+        "not supported by this runtime",
+    )
 }
 
 /// Images (CRI `ImageService`).

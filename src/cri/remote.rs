@@ -327,6 +327,42 @@ impl RuntimeService for RemoteRuntime {
             .exec_sync_opt(&req, opt)
             .map_err(|e| self.failed("ExecSync", deadline, e))
     }
+
+    fn exec(&self, req: api::ExecRequest) -> Result<String, CriError> {
+        let resp = self.call("Exec", |o| self.runtime.exec_opt(&req, o))?;
+        Ok(resp.url)
+    }
+
+    fn attach(&self, req: api::AttachRequest) -> Result<String, CriError> {
+        let resp = self.call("Attach", |o| self.runtime.attach_opt(&req, o))?;
+        Ok(resp.url)
+    }
+
+    fn port_forward(&self, req: api::PortForwardRequest) -> Result<String, CriError> {
+        let resp = self.call("PortForward", |o| self.runtime.port_forward_opt(&req, o))?;
+        Ok(resp.url)
+    }
+
+    fn reopen_container_log(&self, container_id: &str) -> Result<(), CriError> {
+        let mut req = api::ReopenContainerLogRequest::new();
+        req.container_id = container_id.to_string();
+        self.call("ReopenContainerLog", |o| {
+            self.runtime.reopen_container_log_opt(&req, o)
+        })?;
+        Ok(())
+    }
+
+    fn list_container_stats(
+        &self,
+        filter: Option<api::ContainerStatsFilter>,
+    ) -> Result<Vec<api::ContainerStats>, CriError> {
+        let mut req = api::ListContainerStatsRequest::new();
+        req.filter = MessageField::from_option(filter);
+        let resp = self.call("ListContainerStats", |o| {
+            self.runtime.list_container_stats_opt(&req, o)
+        })?;
+        Ok(resp.stats)
+    }
 }
 
 impl ImageService for RemoteRuntime {
