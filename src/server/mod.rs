@@ -5,3 +5,4 @@
 //! and never changes a pod.
 
 pub mod conn;
+pub mod head;
