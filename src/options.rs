@@ -105,9 +105,9 @@ pub struct Options {
     pub client_ca_file: Option<PathBuf>,
     /// `--enable-server` as given; `None`: not given.
     pub enable_server: Option<bool>,
-    /// Whether `--port`/`--address` (`--healthz-port`/
-    /// `--healthz-bind-address`) were given, in the flags or the file: a
-    /// standalone node listens only where it is asked to.
+    /// Whether `--port` (`--healthz-port`) was given, in the flags or the
+    /// file: a standalone node listens only where it is asked to (an
+    /// address alone opens nothing).
     pub port_given: bool,
     pub healthz_given: bool,
 }
@@ -569,10 +569,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                     .map_err(|_| format!("flag --{name}: {v:?} is not an IP address"))?;
                 if name == "address" {
                     o.address = ip;
-                    o.port_given = true;
                 } else {
                     o.healthz_bind_address = ip;
-                    o.healthz_given = true;
                 }
             }
             "port" => {
@@ -1239,10 +1237,8 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                     .map_err(|_| err(field, format!("{text:?} is not an IP address")))?;
                 if field == "address" {
                     o.address = ip;
-                    o.port_given = true;
                 } else {
                     o.healthz_bind_address = ip;
-                    o.healthz_given = true;
                 }
             }
             "port" | "readOnlyPort" | "healthzPort" => {
@@ -1968,8 +1964,16 @@ cgroupDriver: systemd
         assert_eq!(l.main, addr("0.0.0.0:11250"));
         assert_eq!(l.read_only, addr("0.0.0.0:10255"));
         assert_eq!(l.healthz, None);
-        let l = run(&["--healthz-bind-address", "127.0.0.2"]).listeners();
-        assert_eq!((l.main, l.healthz), (None, addr("127.0.0.2:10248")));
+        let l = run(&[
+            "--healthz-bind-address",
+            "127.0.0.2",
+            "--address",
+            "127.0.0.1",
+        ])
+        .listeners();
+        assert_eq!((l.main, l.healthz), (None, None));
+        let l = run(&["--healthz-bind-address", "127.0.0.2", "--healthz-port", "1"]).listeners();
+        assert_eq!((l.main, l.healthz), (None, addr("127.0.0.2:1")));
         let l = run(&["--enable-server"]).listeners();
         assert_eq!((l.main.is_some(), l.healthz.is_some()), (true, true));
         assert!(parse(&["--tls-cert-file", "/c"])
