@@ -26,8 +26,10 @@ impl Health {
     /// `sync_frequency` is `--sync-frequency`, which sets the sync loop's
     /// threshold as upstream: twice it, at least 5 minutes.
     pub fn new(sync_frequency: Duration) -> Health {
+        let now = Instant::now();
         Health {
-            base: Instant::now(),
+            // An hour back, so that tests can stamp a stale turn.
+            base: now.checked_sub(Duration::from_secs(3600)).unwrap_or(now),
             sync_loop: AtomicU64::new(0),
             relist: AtomicU64::new(0),
             sync_threshold: (sync_frequency.saturating_mul(2)).max(Duration::from_secs(5 * 60)),

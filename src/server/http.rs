@@ -118,6 +118,19 @@ pub fn reason(status: u16) -> &'static str {
 }
 
 impl Client {
+    /// A client over `conn` outside the poll thread (tests of handlers).
+    pub fn detached(conn: Conn, port: Port) -> Client {
+        Client {
+            conn,
+            port,
+            buf: Vec::new(),
+            deadline: Instant::now() + HEAD_TIMEOUT,
+            fresh: true,
+            keep_alive: false,
+            _slot: Slot(Arc::new(AtomicUsize::new(1))),
+        }
+    }
+
     /// The client's verified certificate (DER), on a TLS connection.
     pub fn peer_cert(&self) -> Option<Vec<u8>> {
         match &self.conn {

@@ -296,6 +296,64 @@ fn json_answer(c: &mut Client, v: &Value) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
+    use std::time::Duration;
+
+    fn ask(state: &State, port: Port, path: &str) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server_side, _) = l.accept().unwrap();
+        let mut c = Client::detached(super::super::conn::Conn::Plain(server_side), port);
+        let head = RequestHead {
+            method: "GET".into(),
+            target: path.into(),
+            headers: Vec::new(),
+        };
+        state.handle(&mut c, &head);
+        drop(c);
+        let mut out = String::new();
+        peer.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn healthz_fails_with_the_reason_when_the_sync_loop_is_stuck() {
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        let state = State {
+            health: health.clone(),
+            pods: Arc::new(PodView::default()),
+            statuses: StatusReporter::standalone(),
+            running: Arc::new(RunningPods::default()),
+            cache: PodCache::new(),
+            configz: "{}".into(),
+            auth: Auth::default(),
+        };
+        let now = Instant::now();
+        health.sync_loop_turned_at(now);
+        health.relisted_at(now);
+        let ok = ask(&state, Port::Healthz, "/healthz");
+        assert!(
+            ok.starts_with("HTTP/1.1 200 OK") && ok.ends_with("\r\n\r\nok"),
+            "{ok}"
+        );
+        // The loop's last turn ten minutes ago (stamped as if now were later).
+        let stale = now.checked_sub(Duration::from_secs(600));
+        if let Some(stale) = stale {
+            health.sync_loop_turned_at(stale);
+            let bad = ask(&state, Port::Healthz, "/healthz");
+            assert!(bad.starts_with("HTTP/1.1 500 "), "{bad}");
+            assert!(
+                bad.contains("[-]syncloop failed: sync Loop took longer than expected"),
+                "{bad}"
+            );
+            assert!(bad.contains("[+]pleg ok"), "{bad}");
+            let one = ask(&state, Port::Healthz, "/healthz/syncloop");
+            assert!(one.starts_with("HTTP/1.1 500 "), "{one}");
+            assert!(ask(&state, Port::Healthz, "/healthz/ping").ends_with("ok"));
+        }
+        assert!(ask(&state, Port::Healthz, "/pods").starts_with("HTTP/1.1 404 "));
+        assert!(ask(&state, Port::Main, "/pods").starts_with("HTTP/1.1 401 "));
+    }
 
     #[test]
     fn verbs_and_subresources_are_upstream_s() {
