@@ -124,7 +124,7 @@ fn tls_get(port: u16, path: &str, cert: Option<(&Path, &Path)>) -> Result<(u16, 
     };
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let mut tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     let req = format!("GET {path} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
