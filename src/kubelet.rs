@@ -201,6 +201,32 @@ pub struct Kubelet {
     stats: LoopStats,
     /// Where admission decisions are recorded for the checkpointer.
     admissions: Option<Arc<Admissions>>,
+    /// Stamped at each turn, for `/healthz`.
+    health: Option<Arc<crate::health::Health>>,
+    /// The desired pods, published for the node API's `/pods`.
+    view: Option<Arc<PodView>>,
+}
+
+/// A read-only copy of the sync loop's desired pods for other threads (the
+/// node API's `/pods`): replaced as a whole when the pods change, so a
+/// reader takes the `Arc` and never holds the lock.
+#[derive(Default)]
+pub struct PodView(parking_lot::Mutex<Arc<Vec<Arc<Pod>>>>);
+
+impl PodView {
+    /// The pods as last published.
+    pub fn pods(&self) -> Arc<Vec<Arc<Pod>>> {
+        self.0.lock().clone()
+    }
+
+    /// Replaces the pods, unless they are the very same ones.
+    pub fn publish(&self, pods: Vec<Arc<Pod>>) {
+        let mut cur = self.0.lock();
+        let same = cur.len() == pods.len() && cur.iter().zip(&pods).all(|(a, b)| Arc::ptr_eq(a, b));
+        if !same {
+            *cur = Arc::new(pods);
+        }
+    }
 }
 
 impl Kubelet {
@@ -232,6 +258,33 @@ impl Kubelet {
             stuck_dirs: HashSet::new(),
             stats: LoopStats::default(),
             admissions: None,
+            health: None,
+            view: None,
+        }
+    }
+
+    /// Stamps `health` at each turn of the loop.
+    pub fn with_health(mut self, health: Arc<crate::health::Health>) -> Self {
+        self.health = Some(health);
+        self
+    }
+
+    /// Publishes the desired pods to `view` whenever they change.
+    pub fn with_pod_view(mut self, view: Arc<PodView>) -> Self {
+        self.view = Some(view);
+        self
+    }
+
+    /// Publishes the pod manager's pods (sorted by namespace and name, so
+    /// the list reads the same each time) when a view is attached.
+    fn publish_pods(&self) {
+        if let Some(view) = &self.view {
+            let mut pods: Vec<Arc<Pod>> = self.pods.values().cloned().collect();
+            pods.sort_by(|a, b| {
+                (&a.metadata.namespace, &a.metadata.name)
+                    .cmp(&(&b.metadata.namespace, &b.metadata.name))
+            });
+            view.publish(pods);
         }
     }
 
@@ -461,8 +514,19 @@ impl Kubelet {
         info!("sync loop started");
         while let Some(event) = self.next_event() {
             let start = Instant::now();
+            if let Some(h) = &self.health {
+                h.sync_loop_turned_at(start);
+            }
             let kind = event.kind();
+            // Only these change the pod manager.
+            let config = matches!(
+                event,
+                Event::Config(_) | Event::WorkerDone(_) | Event::Housekeeping
+            );
             self.handle_event(event);
+            if config {
+                self.publish_pods();
+            }
             let took = start.elapsed();
             if self.stats.record(kind, took) {
                 warn!(

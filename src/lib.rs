@@ -13,6 +13,7 @@ pub mod document;
 pub mod events;
 pub mod fault;
 pub mod fieldpath;
+pub mod health;
 pub mod httpget;
 pub mod kube;
 pub mod kubelet;

@@ -18,17 +18,18 @@ use tinylet::cri::RemoteRuntime;
 use tinylet::events::{EventBroadcaster, EventRecorder, EventType, ObjectRef};
 use tinylet::fieldpath::NodeAllocatable;
 use tinylet::kube::{load_kubeconfig, Client, ClientOptions};
-use tinylet::kubelet::{Inputs, Kubelet};
+use tinylet::kubelet::{Inputs, Kubelet, PodView};
 use tinylet::node::lease::LeaseController;
 use tinylet::node::status::{NodeConfig, NodeStatusController};
 use tinylet::node::{initial_node_state, node_info};
 use tinylet::options::{parse_args, Command, Options, USAGE};
-use tinylet::pleg::{Pleg, PodCache, EVENTS_CAPACITY, RELIST_PERIOD};
+use tinylet::pleg::{Pleg, PodCache, RunningPods, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
 use tinylet::prober::{ProbeResults, Prober, DEFAULT_RUNNERS, UPDATES_CAPACITY};
 use tinylet::runtime::config::NodeSettings;
 use tinylet::runtime::image_gc::{self, ImageGc};
 use tinylet::runtime::{ImageOptions, RuntimeManager};
+use tinylet::server::routes::State;
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
 use tinylet::volume::{ApiObjects, VolumeManager};
@@ -229,6 +230,54 @@ fn connect_runtime(
     }
 }
 
+/// Starts the node API on the listeners the flags ask for (none: `None`).
+/// The main port's TLS pair comes from the flags or is made once under
+/// `--cert-dir` for the node's name and IPs.
+fn start_server(
+    opts: &Options,
+    node: &str,
+    state: State,
+) -> anyhow::Result<Option<tinylet::server::Server>> {
+    let listeners = opts.listeners();
+    let tls = match listeners.main {
+        Some(_) => {
+            let ips: Vec<std::net::IpAddr> =
+                tinylet::node::machine::node_addresses(opts.node_ip, node)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|(_, a)| a.parse().ok())
+                    .collect();
+            let cert_dir = opts.cert_dir();
+            let files = opts
+                .tls_cert_file
+                .as_deref()
+                .zip(opts.tls_private_key_file.as_deref());
+            let serving = tinylet::server::tls::Serving {
+                files,
+                cert_dir: &cert_dir,
+                host: node,
+                ips: &ips,
+            };
+            Some(
+                tinylet::server::tls::server_config(&serving, opts.client_ca_file.as_deref())
+                    .map_err(anyhow::Error::msg)?,
+            )
+        }
+        None => None,
+    };
+    let server = tinylet::server::start(opts, tls, state).map_err(anyhow::Error::msg)?;
+    for (what, addr) in [
+        ("node API (HTTPS)", listeners.main),
+        ("read-only API (HTTP)", listeners.read_only),
+        ("healthz (HTTP)", listeners.healthz),
+    ] {
+        if let (Some(addr), Some(_)) = (addr, &server) {
+            info!("{what} listening on {addr}");
+        }
+    }
+    Ok(server)
+}
+
 fn run(opts: Options) -> anyhow::Result<()> {
     let started = Instant::now();
     tinylet::malloc::limit_arenas();
@@ -409,6 +458,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
                     system_reserved: opts.system_reserved.clone(),
                     node_ip: opts.node_ip,
                     root_dir: opts.root_dir.clone(),
+                    kubelet_port: opts.listeners().main.map_or(0, |a| a.port()),
                 },
                 node_state.clone(),
                 recorder.clone(),
@@ -427,6 +477,22 @@ fn run(opts: Options) -> anyhow::Result<()> {
     };
 
     let cache = PodCache::new();
+    let health = Arc::new(tinylet::health::Health::new(opts.sync_frequency));
+    let pod_view = Arc::new(PodView::default());
+    let running_pods = Arc::new(RunningPods::default());
+    let _server = start_server(
+        &opts,
+        &node,
+        State {
+            health: health.clone(),
+            pods: pod_view.clone(),
+            statuses: reporter.clone(),
+            running: running_pods.clone(),
+            cache: cache.clone(),
+            configz: tinylet::server::configz(&opts),
+            auth: tinylet::server::auth::Auth::default(),
+        },
+    )?;
     let (pleg_tx, pleg_rx) = bounded(EVENTS_CAPACITY);
     let (config, updates) = PodConfig::new(NotificationMode::Incremental);
     // Checkpointed API pods come first, before any source can speak. They
@@ -511,8 +577,15 @@ fn run(opts: Options) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let pleg = Pleg::start(runtime.clone(), cache.clone(), RELIST_PERIOD, pleg_tx)
-        .context("starting the PLEG")?;
+    let pleg = Pleg::start_with(
+        runtime.clone(),
+        cache.clone(),
+        RELIST_PERIOD,
+        pleg_tx,
+        Some(health.clone()),
+        Some(running_pods),
+    )
+    .context("starting the PLEG")?;
 
     // Capacity: when full, the prober keeps the pod's UID and sends it again
     // 100 ms later; nothing is lost and the prober never blocks.
@@ -562,6 +635,8 @@ fn run(opts: Options) -> anyhow::Result<()> {
     )
     .with_root_dir(opts.root_dir.clone())
     .with_admissions(admissions)
+    .with_health(health)
+    .with_pod_view(pod_view)
     .with_cluster(
         reporter,
         recorder,

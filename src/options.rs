@@ -86,6 +86,70 @@ pub struct Options {
     pub registry_qps: f32,
     /// Image pulls in a burst (`--registry-burst`).
     pub registry_burst: u32,
+    /// The node API's address and port (`--address`, `--port`).
+    pub address: std::net::IpAddr,
+    pub port: u16,
+    /// The plain read-only port (`--read-only-port`); 0: off.
+    pub read_only_port: u16,
+    /// The plain healthz listener (`--healthz-bind-address`,
+    /// `--healthz-port`); port 0: off.
+    pub healthz_bind_address: std::net::IpAddr,
+    pub healthz_port: u16,
+    /// The node API's serving certificate and key (PEM); without them a
+    /// self-signed pair under `cert_dir` (default `<root-dir>/pki`).
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub cert_dir: Option<PathBuf>,
+    /// CA bundle that client certificates are verified against
+    /// (`--client-ca-file`, `authentication.x509.clientCAFile`).
+    pub client_ca_file: Option<PathBuf>,
+    /// `--enable-server` as given; `None`: not given.
+    pub enable_server: Option<bool>,
+    /// Whether `--port` (`--healthz-port`) was given, in the flags or the
+    /// file: a standalone node listens only where it is asked to (an
+    /// address alone opens nothing).
+    pub port_given: bool,
+    pub healthz_given: bool,
+}
+
+/// Where the node's API listens; `None`: that listener is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listeners {
+    pub main: Option<std::net::SocketAddr>,
+    pub read_only: Option<std::net::SocketAddr>,
+    pub healthz: Option<std::net::SocketAddr>,
+}
+
+impl Options {
+    /// The listeners to open. A cluster node (`--kubeconfig`) opens the
+    /// main port and the healthz port by default, as the apiserver and
+    /// kubeadm need them; a standalone node opens each only when its flag
+    /// (or `--enable-server`) is given, so nothing listens unasked.
+    /// `--enable-server=false` closes the main and read-only ports, as
+    /// upstream; a port of 0 closes its listener.
+    pub fn listeners(&self) -> Listeners {
+        use std::net::SocketAddr;
+        let cluster = self.kubeconfig.is_some();
+        let server = self.enable_server.unwrap_or(cluster || self.port_given);
+        let main = (server && self.port != 0).then(|| SocketAddr::new(self.address, self.port));
+        let read_only = (self.enable_server != Some(false) && self.read_only_port != 0)
+            .then(|| SocketAddr::new(self.address, self.read_only_port));
+        let healthz = (self.healthz_port != 0
+            && (cluster || self.healthz_given || self.enable_server == Some(true)))
+        .then(|| SocketAddr::new(self.healthz_bind_address, self.healthz_port));
+        Listeners {
+            main,
+            read_only,
+            healthz,
+        }
+    }
+
+    /// The serving certificate's directory (`--cert-dir`).
+    pub fn cert_dir(&self) -> PathBuf {
+        self.cert_dir
+            .clone()
+            .unwrap_or_else(|| self.root_dir.join("pki"))
+    }
 }
 
 /// A node taint: `key[=value]:Effect`.
@@ -140,6 +204,18 @@ impl Default for Options {
             serialize_image_pulls: true,
             registry_qps: 5.0,
             registry_burst: 10,
+            address: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            port: 10250,
+            read_only_port: 0,
+            healthz_bind_address: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            healthz_port: 10248,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            cert_dir: None,
+            client_ca_file: None,
+            enable_server: None,
+            port_given: false,
+            healthz_given: false,
         }
     }
 }
@@ -230,6 +306,26 @@ Garbage collection:
   --maximum-dead-containers-per-container int
                                        exited instances kept per container; the newest is
                                        always kept (default 1)
+
+Node API (a cluster node serves --port and --healthz-port by default; a standalone
+node serves each only when its flag or --enable-server is given):
+  --address ip                         address of --port and --read-only-port (default 0.0.0.0)
+  --port int                           HTTPS port of the node API: logs, exec, attach,
+                                       port-forward, pods, metrics, healthz (default 10250)
+  --read-only-port int                 plain HTTP port for healthz, pods, metrics and
+                                       stats only; 0: off (default 0)
+  --healthz-bind-address ip            address of --healthz-port (default 127.0.0.1)
+  --healthz-port int                   plain HTTP port for /healthz; 0: off (default 10248)
+  --tls-cert-file string               PEM serving certificate (chain) of --port; without it
+                                       and --tls-private-key-file a self-signed pair is made
+                                       once under --cert-dir
+  --tls-private-key-file string        PEM private key of --tls-cert-file
+  --cert-dir string                    where the self-signed pair is kept as kubelet.crt and
+                                       kubelet.key (default <root-dir>/pki)
+  --client-ca-file string              PEM CA bundle; client certificates it signed
+                                       authenticate (CN: user, O: groups)
+  --enable-server bool                 serve --port (and, standalone, --healthz-port); false
+                                       turns the main and read-only ports off
 
   -v, --v int                          log verbosity: 0 info, 1-3 more info, 4+ debug, 6+ trace
   -h, --help                           print this help
@@ -467,6 +563,32 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                 o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&v)
                     .map_err(|e| format!("flag --{name}: {e}"))?
             }
+            "address" | "healthz-bind-address" => {
+                let ip = v
+                    .parse()
+                    .map_err(|_| format!("flag --{name}: {v:?} is not an IP address"))?;
+                if name == "address" {
+                    o.address = ip;
+                } else {
+                    o.healthz_bind_address = ip;
+                }
+            }
+            "port" => {
+                o.port = number(name, &v)?;
+                o.port_given = true;
+            }
+            "healthz-port" => {
+                o.healthz_port = number(name, &v)?;
+                o.healthz_given = true;
+            }
+            "read-only-port" => o.read_only_port = number(name, &v)?,
+            "tls-cert-file" => o.tls_cert_file = (!v.is_empty()).then(|| PathBuf::from(v)),
+            "tls-private-key-file" => {
+                o.tls_private_key_file = (!v.is_empty()).then(|| PathBuf::from(v))
+            }
+            "cert-dir" => o.cert_dir = (!v.is_empty()).then(|| PathBuf::from(v)),
+            "client-ca-file" => o.client_ca_file = (!v.is_empty()).then(|| PathBuf::from(v)),
+            "enable-server" => o.enable_server = Some(boolean(name, &v)?),
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -531,6 +653,13 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             None => format!("flag --allowed-unsafe-sysctls: {e}"),
         });
     }
+    if o.tls_cert_file.is_some() != o.tls_private_key_file.is_some() {
+        return Err(
+            "flags --tls-cert-file and --tls-private-key-file (or tlsCertFile and \
+             tlsPrivateKeyFile): give both or neither"
+                .into(),
+        );
+    }
     o.image_gc.validate().map_err(|e| match &o.config_file {
         Some(file) => format!("{e} (flags or --config {})", file.display()),
         None => e,
@@ -590,6 +719,16 @@ const FLAGS: &[&str] = &[
     "serialize-image-pulls",
     "registry-qps",
     "registry-burst",
+    "address",
+    "port",
+    "read-only-port",
+    "healthz-bind-address",
+    "healthz-port",
+    "tls-cert-file",
+    "tls-private-key-file",
+    "cert-dir",
+    "client-ca-file",
+    "enable-server",
 ];
 
 /// The boolean ones among `FLAGS`: alone they mean true.
@@ -598,6 +737,7 @@ const BOOL_FLAGS: &[&str] = &[
     "serialize-image-pulls",
     "allow-privileged",
     "cgroups-per-qos",
+    "enable-server",
 ];
 
 /// Boolean flags of the upstream kubelet, v1.20 to v1.34, that tinylet
@@ -618,7 +758,6 @@ pub const IGNORED_BOOL_FLAGS: &[&str] = &[
     "enable-controller-attach-detach",
     "enable-debugging-handlers",
     "enable-load-reader",
-    "enable-server",
     "exit-on-lock-contention",
     "experimental-allocatable-ignore-eviction",
     "experimental-check-node-capabilities-before-mount",
@@ -651,7 +790,6 @@ pub const IGNORED_BOOL_FLAGS: &[&str] = &[
 /// Upstream kubelet flags with a value (v1.20 to v1.34, from the same
 /// sources as `IGNORED_BOOL_FLAGS`) that tinylet accepts and ignores.
 pub const IGNORED_VALUE_FLAGS: &[&str] = &[
-    "address",
     "application-metrics-count-limit",
     "authentication-token-webhook-cache-ttl",
     "authorization-mode",
@@ -660,10 +798,8 @@ pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "azure-container-registry-config",
     "boot-id-file",
     "bootstrap-kubeconfig",
-    "cert-dir",
     "cgroup-root",
     "chaos-chance",
-    "client-ca-file",
     "cloud-config",
     "cloud-provider",
     "cni-bin-dir",
@@ -704,8 +840,6 @@ pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "feature-gates",
     "global-housekeeping-interval",
     "hairpin-mode",
-    "healthz-bind-address",
-    "healthz-port",
     "housekeeping-interval",
     "image-credential-provider-bin-dir",
     "image-credential-provider-config",
@@ -740,10 +874,8 @@ pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "pod-infra-container-image",
     "pod-max-pids",
     "pods-per-core",
-    "port",
     "provider-id",
     "qos-reserved",
-    "read-only-port",
     "reserved-cpus",
     "reserved-memory",
     "runtime-cgroups",
@@ -758,10 +890,8 @@ pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "streaming-connection-idle-timeout",
     "system-cgroups",
     "system-reserved-cgroup",
-    "tls-cert-file",
     "tls-cipher-suites",
     "tls-min-version",
-    "tls-private-key-file",
     "topology-manager-policy",
     "topology-manager-policy-options",
     "topology-manager-scope",
@@ -1100,6 +1230,60 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                     o.register_with_taints.append(&mut parsed);
                 }
             }
+            "address" | "healthzBindAddress" => {
+                let text = string(field, v)?;
+                let ip = text
+                    .parse()
+                    .map_err(|_| err(field, format!("{text:?} is not an IP address")))?;
+                if field == "address" {
+                    o.address = ip;
+                } else {
+                    o.healthz_bind_address = ip;
+                }
+            }
+            "port" | "readOnlyPort" | "healthzPort" => {
+                let port = v
+                    .as_u64()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .ok_or_else(|| {
+                        err(field, format!("expected a port from 0 to 65535, found {v}"))
+                    })?;
+                match field.as_str() {
+                    "port" => {
+                        o.port = port;
+                        o.port_given = true;
+                    }
+                    "readOnlyPort" => o.read_only_port = port,
+                    _ => {
+                        o.healthz_port = port;
+                        o.healthz_given = true;
+                    }
+                }
+            }
+            "tlsCertFile" | "tlsPrivateKeyFile" => {
+                let s = string(field, v)?;
+                let path = (!s.is_empty()).then(|| PathBuf::from(s));
+                if field == "tlsCertFile" {
+                    o.tls_cert_file = path;
+                } else {
+                    o.tls_private_key_file = path;
+                }
+            }
+            "enableServer" => {
+                o.enable_server = Some(
+                    v.as_bool()
+                        .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?,
+                );
+            }
+            // Only the x509 client CA is read here; the rest of the
+            // section belongs to the authenticator.
+            "authentication" => {
+                let at = "authentication.x509.clientCAFile";
+                if let Some(ca) = v.get("x509").and_then(|x| x.get("clientCAFile")) {
+                    let s = string(at, ca)?;
+                    o.client_ca_file = (!s.is_empty()).then(|| PathBuf::from(s));
+                }
+            }
             _ => o.ignored_config_fields.push(field.clone()),
         }
     }
@@ -1368,7 +1552,12 @@ cgroupDriver: systemd
         assert_eq!(o.container_runtime_endpoint, "unix:///run/crio/crio.sock");
         assert_eq!(o.pod_logs_dir, PathBuf::from("/srv/logs"));
         assert_eq!(o.runtime_request_timeout, Duration::from_secs(15));
-        assert_eq!(o.ignored_config_fields, ["authentication"]);
+        // `authentication` is read (its x509 client CA) by the node API.
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
         assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
         assert_eq!(
             (o.kube_api_qps, o.kube_api_burst, o.max_pods),
@@ -1748,6 +1937,72 @@ cgroupDriver: systemd
         // The kubelet's `--version=false` asks for nothing.
         assert_eq!(run(&["--version=false", "--max-pods", "2"]).max_pods, 2);
         assert_eq!(parse(&["--version=raw"]), Ok(Command::Version));
+    }
+
+    /// Nothing listens unasked on a standalone node; a cluster node serves
+    /// the main and healthz ports by default; the file's fields are read.
+    #[test]
+    fn node_api_listeners_follow_the_mode_and_the_flags() {
+        use std::net::SocketAddr;
+        let addr = |s: &str| Some(s.parse::<SocketAddr>().unwrap());
+        let l = run(&[]).listeners();
+        assert_eq!((l.main, l.read_only, l.healthz), (None, None, None));
+        let l = run(&["--kubeconfig", "/k"]).listeners();
+        assert_eq!(l.main, addr("0.0.0.0:10250"));
+        assert_eq!(l.healthz, addr("127.0.0.1:10248"));
+        assert_eq!(l.read_only, None);
+        let l = run(&[
+            "--kubeconfig",
+            "/k",
+            "--enable-server=false",
+            "--healthz-port",
+            "0",
+        ])
+        .listeners();
+        assert_eq!((l.main, l.healthz), (None, None));
+        let l = run(&["--port", "11250", "--read-only-port", "10255"]).listeners();
+        assert_eq!(l.main, addr("0.0.0.0:11250"));
+        assert_eq!(l.read_only, addr("0.0.0.0:10255"));
+        assert_eq!(l.healthz, None);
+        let l = run(&[
+            "--healthz-bind-address",
+            "127.0.0.2",
+            "--address",
+            "127.0.0.1",
+        ])
+        .listeners();
+        assert_eq!((l.main, l.healthz), (None, None));
+        let l = run(&["--healthz-bind-address", "127.0.0.2", "--healthz-port", "1"]).listeners();
+        assert_eq!((l.main, l.healthz), (None, addr("127.0.0.2:1")));
+        let l = run(&["--enable-server"]).listeners();
+        assert_eq!((l.main.is_some(), l.healthz.is_some()), (true, true));
+        assert!(parse(&["--tls-cert-file", "/c"])
+            .unwrap_err()
+            .contains("--tls-private-key-file"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = config_file(
+            &dir,
+            "k.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             address: 127.0.0.1\nport: 12250\nreadOnlyPort: 12255\nhealthzPort: 12248\n\
+             healthzBindAddress: 127.0.0.1\ntlsCertFile: /c.crt\ntlsPrivateKeyFile: /c.key\n\
+             authentication:\n  x509:\n    clientCAFile: /ca.crt\n",
+        );
+        let o = run(&["--config", &path]);
+        let l = o.listeners();
+        assert_eq!(l.main, addr("127.0.0.1:12250"));
+        assert_eq!(l.read_only, addr("127.0.0.1:12255"));
+        assert_eq!(l.healthz, addr("127.0.0.1:12248"));
+        assert_eq!(o.client_ca_file, Some(PathBuf::from("/ca.crt")));
+        assert_eq!(o.tls_cert_file, Some(PathBuf::from("/c.crt")));
+        let bad = config_file(
+            &dir,
+            "bad.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nport: 70000\n",
+        );
+        let e = parse(&["--config", &bad]).unwrap_err();
+        assert!(e.contains("port") && e.contains("bad.yaml"), "{e}");
     }
 
     /// The ignored flags are sorted, distinct, none is one tinylet

@@ -280,6 +280,19 @@ impl Pleg {
         period: Duration,
         events: Sender<PodLifecycleEvent>,
     ) -> std::io::Result<Pleg> {
+        Self::start_with(runtime, cache, period, events, None, None)
+    }
+
+    /// Like `start`, also stamping `health` after each successful relist
+    /// and publishing the runtime's pods to `running` when they change.
+    pub fn start_with(
+        runtime: Arc<RuntimeManager>,
+        cache: Arc<PodCache>,
+        period: Duration,
+        events: Sender<PodLifecycleEvent>,
+        health: Option<Arc<crate::health::Health>>,
+        running: Option<Arc<RunningPods>>,
+    ) -> std::io::Result<Pleg> {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
         let actor = Relister {
             runtime,
@@ -287,6 +300,8 @@ impl Pleg {
             events,
             records: HashMap::new(),
             reinspect: HashSet::new(),
+            health,
+            running,
         };
         let thread = spawn_named("pleg", move || actor.run(period, stop_rx))?;
         Ok(Pleg {
@@ -310,6 +325,26 @@ struct Relister {
     records: HashMap<String, RuntimePod>,
     /// Pods whose inspection failed; tried again on the next relist.
     reinspect: HashSet<String>,
+    health: Option<Arc<crate::health::Health>>,
+    running: Option<Arc<RunningPods>>,
+}
+
+/// The pods the runtime ran at the last relist, for the node API's
+/// `/runningpods/`: replaced as a whole when they change.
+#[derive(Default)]
+pub struct RunningPods(Mutex<Arc<Vec<RuntimePod>>>);
+
+impl RunningPods {
+    pub fn pods(&self) -> Arc<Vec<RuntimePod>> {
+        self.0.lock().clone()
+    }
+
+    fn publish(&self, pods: &[RuntimePod]) {
+        let mut cur = self.0.lock();
+        if cur.as_slice() != pods {
+            *cur = Arc::new(pods.to_vec());
+        }
+    }
 }
 
 /// A log line the relist owes about the runtime's health.
@@ -431,6 +466,12 @@ impl Relister {
         let started = Instant::now();
         let pods = self.runtime.get_pods()?;
         crate::fault::point("pleg-relist", PodNames(&pods));
+        if let Some(h) = &self.health {
+            h.relisted_at(started);
+        }
+        if let Some(r) = &self.running {
+            r.publish(&pods);
+        }
         let mut current: HashMap<String, RuntimePod> =
             pods.iter().map(|p| (p.uid.clone(), p.clone())).collect();
         let mut uids: Vec<String> = current.keys().cloned().collect();

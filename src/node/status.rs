@@ -57,6 +57,8 @@ pub struct NodeConfig {
     pub node_ip: Option<IpAddr>,
     /// Its filesystem is the node's ephemeral storage.
     pub root_dir: PathBuf,
+    /// The port the node API listens on (`daemonEndpoints`); 0: none.
+    pub kubelet_port: u16,
 }
 
 /// Handle of the `node-status` thread; dropping it stops and joins it.
@@ -463,8 +465,8 @@ impl NodeStatus {
             "allocatable": allocatable,
             "conditions": conditions,
             "addresses": addresses,
-            // No node server runs yet: port 0 says so.
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            // The main port when it listens; 0 when it does not.
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.config.kubelet_port}},
             "nodeInfo": {
                 "machineID": m.machine_id,
                 "systemUUID": m.system_uuid,

@@ -1,0 +1,369 @@
+//! The node API's endpoints by path and port: health checks, `/pods`,
+//! `/runningpods/` and `/configz` here; the paths other parts serve
+//! (logs, exec, attach, port-forward, metrics, stats) answer
+//! [`not_yet`] from one place until they are wired in. The main port
+//! authenticates and authorizes every request first; the read-only and
+//! healthz ports do not, and serve only their few paths.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use log::{debug, error};
+use serde_json::{json, Value};
+
+use super::auth::Auth;
+use super::head::RequestHead;
+use super::http::{Client, Handler, Next, Port};
+use crate::health::Health;
+use crate::kubelet::PodView;
+use crate::pleg::{PodCache, RunningPods};
+use crate::runtime::ContainerState;
+use crate::status::manager::StatusReporter;
+
+/// What the endpoints read: views other threads publish, never a lock
+/// held across I/O.
+pub struct State {
+    pub health: Arc<Health>,
+    pub pods: Arc<PodView>,
+    pub statuses: StatusReporter,
+    pub running: Arc<RunningPods>,
+    pub cache: Arc<PodCache>,
+    /// `/configz`'s answer, made once at start.
+    pub configz: String,
+    pub auth: Auth,
+}
+
+/// Paths served elsewhere, answered 501 until they are wired in.
+const LATER_MAIN: &[&str] = &[
+    "/containerLogs/",
+    "/logs/",
+    "/exec/",
+    "/attach/",
+    "/portForward/",
+    "/run/",
+    "/metrics",
+    "/stats/",
+];
+
+fn is_healthz(path: &str) -> bool {
+    matches!(path, "/healthz" | "/healthz/ping" | "/healthz/syncloop")
+}
+
+impl Handler for State {
+    fn handle(&self, c: &mut Client, head: &RequestHead) -> Next {
+        let path = head.path().to_string();
+        let outcome = match c.port {
+            Port::Healthz if is_healthz(&path) => self.healthz(c, &path),
+            Port::Healthz => not_found(c),
+            Port::ReadOnly => match path.as_str() {
+                p if is_healthz(p) => self.healthz(c, p),
+                "/pods" | "/pods/" => self.pods(c, head),
+                "/runningpods" | "/runningpods/" => self.running_pods(c, head),
+                p if p == "/metrics" || p.starts_with("/metrics/") || p == "/stats/summary" => {
+                    not_yet(c)
+                }
+                _ => not_found(c),
+            },
+            Port::Main => {
+                if !self.allowed(c, head) {
+                    return Next::Close;
+                }
+                match path.as_str() {
+                    p if is_healthz(p) => self.healthz(c, p),
+                    "/pods" | "/pods/" => self.pods(c, head),
+                    "/runningpods" | "/runningpods/" => self.running_pods(c, head),
+                    "/configz" => self.configz(c, head),
+                    p if LATER_MAIN
+                        .iter()
+                        .any(|l| p.starts_with(l) || p == l.trim_end_matches('/')) =>
+                    {
+                        not_yet(c)
+                    }
+                    _ => not_found(c),
+                }
+            }
+        };
+        match outcome {
+            Ok(()) => Next::Done,
+            Err(e) => {
+                debug!(
+                    "node API: {} {}: writing the answer: {e}",
+                    head.method, path
+                );
+                Next::Close
+            }
+        }
+    }
+}
+
+/// The single answer of every path not served yet.
+pub fn not_yet(c: &mut Client) -> std::io::Result<()> {
+    c.text(501, "Not Implemented\n")
+}
+
+fn not_found(c: &mut Client) -> std::io::Result<()> {
+    c.text(404, "404 page not found\n")
+}
+
+/// The authorizer's verb for an HTTP method, as upstream maps it.
+pub fn verb(method: &str) -> &'static str {
+    match method {
+        "POST" => "create",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        _ => "get",
+    }
+}
+
+/// The `nodes` subresource a path is authorized as, as upstream maps it.
+pub fn subresource(path: &str) -> &'static str {
+    let under = |p: &str| path == p || path.starts_with(&format!("{p}/"));
+    if under("/stats") {
+        "stats"
+    } else if under("/metrics") {
+        "metrics"
+    } else if under("/logs") {
+        "log"
+    } else if under("/spec") {
+        "spec"
+    } else if under("/checkpoint") {
+        "checkpoint"
+    } else {
+        "proxy"
+    }
+}
+
+impl State {
+    /// Authenticates and authorizes a main-port request; a refusal is
+    /// answered (401, 403, or 500 for an error, logged, with no detail).
+    fn allowed(&self, c: &mut Client, head: &RequestHead) -> bool {
+        let cert = c.peer_cert();
+        let refuse = |c: &mut Client, status: u16, body: &str| {
+            c.keep_alive = false;
+            let _ = c.text(status, body);
+            false
+        };
+        let user = match self.auth.authenticate(cert.as_deref(), head) {
+            Ok(Some(u)) => u,
+            Ok(None) => return refuse(c, 401, "Unauthorized"),
+            Err(e) => {
+                error!(
+                    "node API: authenticating {} {}: {e}",
+                    head.method,
+                    head.path()
+                );
+                return refuse(c, 500, "Internal Server Error");
+            }
+        };
+        match self.auth.authorize(&user, head) {
+            Ok(true) => true,
+            Ok(false) => {
+                let msg = format!(
+                    "Forbidden (user={}, verb={}, resource=nodes, subresource={})",
+                    user.name,
+                    verb(&head.method),
+                    subresource(head.path())
+                );
+                refuse(c, 403, &msg)
+            }
+            Err(e) => {
+                error!("node API: authorizing {} {}: {e}", head.method, head.path());
+                refuse(c, 500, "Internal Server Error")
+            }
+        }
+    }
+
+    /// `/healthz` (ping, log, syncloop and pleg checks), `/healthz/ping`
+    /// and `/healthz/syncloop`, as upstream's healthz handlers answer.
+    fn healthz(&self, c: &mut Client, path: &str) -> std::io::Result<()> {
+        let now = Instant::now();
+        match path {
+            "/healthz/ping" => c.text(200, "ok"),
+            "/healthz/syncloop" => match self.health.check_sync_loop(now) {
+                Ok(()) => c.text(200, "ok"),
+                Err(e) => c.text(500, &format!("internal server error: {e}\n")),
+            },
+            _ => {
+                let checks = [
+                    ("ping", Ok(())),
+                    ("log", Ok(())),
+                    ("syncloop", self.health.check_sync_loop(now)),
+                    ("pleg", self.health.check_pleg(now)),
+                ];
+                if checks.iter().all(|(_, r)| r.is_ok()) {
+                    return c.text(200, "ok");
+                }
+                let mut body = String::new();
+                for (name, r) in &checks {
+                    match r {
+                        Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
+                        Err(e) => body.push_str(&format!("[-]{name} failed: {e}\n")),
+                    }
+                }
+                body.push_str("healthz check failed\n");
+                c.text(500, &body)
+            }
+        }
+    }
+
+    /// `/pods`: the pods the node runs, each with its latest status.
+    fn pods(&self, c: &mut Client, head: &RequestHead) -> std::io::Result<()> {
+        if !get_only(c, head)? {
+            return Ok(());
+        }
+        let pods = self.pods.pods();
+        let mut items = Vec::with_capacity(pods.len());
+        for pod in pods.iter() {
+            let mut v = serde_json::to_value(&**pod).unwrap_or(Value::Null);
+            let uid = pod.metadata.uid.as_deref().unwrap_or("");
+            if let Some(status) = self.statuses.status(uid) {
+                if let (Value::Object(m), Ok(s)) = (&mut v, serde_json::to_value(status)) {
+                    m.insert("status".into(), s);
+                }
+            }
+            items.push(v);
+        }
+        json_answer(c, &pod_list(items))
+    }
+
+    /// `/runningpods/`: the pods the runtime runs, by the last relist.
+    fn running_pods(&self, c: &mut Client, head: &RequestHead) -> std::io::Result<()> {
+        if !get_only(c, head)? {
+            return Ok(());
+        }
+        let running = self.running.pods();
+        let mut items = Vec::new();
+        for pod in running.iter() {
+            let live = pod
+                .sandboxes
+                .iter()
+                .chain(&pod.containers)
+                .any(|c| c.state == ContainerState::Running);
+            if !live {
+                continue;
+            }
+            let status = self.cache.get(&pod.uid).0;
+            let containers: Vec<Value> = pod
+                .containers
+                .iter()
+                .filter(|c| c.state == ContainerState::Running)
+                .map(|rc| {
+                    let image = status
+                        .container_statuses
+                        .iter()
+                        .find(|s| s.id == rc.id)
+                        .map_or("", |s| s.image.as_str());
+                    json!({"name": rc.name, "image": image, "resources": {}})
+                })
+                .collect();
+            items.push(json!({
+                "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid,
+                             "creationTimestamp": null},
+                "spec": {"containers": containers},
+                "status": {},
+            }));
+        }
+        json_answer(c, &pod_list(items))
+    }
+
+    fn configz(&self, c: &mut Client, head: &RequestHead) -> std::io::Result<()> {
+        if !get_only(c, head)? {
+            return Ok(());
+        }
+        c.respond(200, "application/json", self.configz.as_bytes())
+    }
+}
+
+/// Answers 405 to anything but GET; true when the request may go on.
+fn get_only(c: &mut Client, head: &RequestHead) -> std::io::Result<bool> {
+    if head.method == "GET" {
+        return Ok(true);
+    }
+    c.text(405, "Method Not Allowed\n")?;
+    Ok(false)
+}
+
+fn pod_list(items: Vec<Value>) -> Value {
+    json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
+}
+
+fn json_answer(c: &mut Client, v: &Value) -> std::io::Result<()> {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    c.respond(200, "application/json", &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::time::Duration;
+
+    fn ask(state: &State, port: Port, path: &str) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server_side, _) = l.accept().unwrap();
+        let mut c = Client::detached(super::super::conn::Conn::Plain(server_side), port);
+        let head = RequestHead {
+            method: "GET".into(),
+            target: path.into(),
+            headers: Vec::new(),
+        };
+        state.handle(&mut c, &head);
+        drop(c);
+        let mut out = String::new();
+        peer.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn healthz_fails_with_the_reason_when_the_sync_loop_is_stuck() {
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        let state = State {
+            health: health.clone(),
+            pods: Arc::new(PodView::default()),
+            statuses: StatusReporter::standalone(),
+            running: Arc::new(RunningPods::default()),
+            cache: PodCache::new(),
+            configz: "{}".into(),
+            auth: Auth::default(),
+        };
+        let now = Instant::now();
+        health.sync_loop_turned_at(now);
+        health.relisted_at(now);
+        let ok = ask(&state, Port::Healthz, "/healthz");
+        assert!(
+            ok.starts_with("HTTP/1.1 200 OK") && ok.ends_with("\r\n\r\nok"),
+            "{ok}"
+        );
+        // The loop's last turn ten minutes ago (stamped as if now were later).
+        let stale = now.checked_sub(Duration::from_secs(600));
+        if let Some(stale) = stale {
+            health.sync_loop_turned_at(stale);
+            let bad = ask(&state, Port::Healthz, "/healthz");
+            assert!(bad.starts_with("HTTP/1.1 500 "), "{bad}");
+            assert!(
+                bad.contains("[-]syncloop failed: sync Loop took longer than expected"),
+                "{bad}"
+            );
+            assert!(bad.contains("[+]pleg ok"), "{bad}");
+            let one = ask(&state, Port::Healthz, "/healthz/syncloop");
+            assert!(one.starts_with("HTTP/1.1 500 "), "{one}");
+            assert!(ask(&state, Port::Healthz, "/healthz/ping").ends_with("ok"));
+        }
+        assert!(ask(&state, Port::Healthz, "/pods").starts_with("HTTP/1.1 404 "));
+        assert!(ask(&state, Port::Main, "/pods").starts_with("HTTP/1.1 401 "));
+    }
+
+    #[test]
+    fn verbs_and_subresources_are_upstream_s() {
+        assert_eq!(verb("GET"), "get");
+        assert_eq!(verb("POST"), "create");
+        assert_eq!(subresource("/stats/summary"), "stats");
+        assert_eq!(subresource("/metrics/cadvisor"), "metrics");
+        assert_eq!(subresource("/logs/syslog"), "log");
+        assert_eq!(subresource("/containerLogs/ns/p/c"), "proxy");
+        assert_eq!(subresource("/statsx"), "proxy");
+        assert_eq!(subresource("/exec/ns/p/c"), "proxy");
+    }
+}

@@ -1,0 +1,167 @@
+//! TLS of the node API's main port: the serving pair from
+//! `--tls-cert-file`/`--tls-private-key-file`, or a self-signed one kept
+//! under `--cert-dir`; with `--client-ca-file`, client certificates are
+//! asked for (not required) and verified against that CA, so a
+//! certificate from another CA fails the handshake and a client without
+//! one goes on to authentication as anonymous.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use log::{info, warn};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::atomic_file::{write_file, Durability};
+
+/// Names of the self-signed pair under `--cert-dir`, as upstream's.
+pub const CERT_FILE: &str = "kubelet.crt";
+pub const KEY_FILE: &str = "kubelet.key";
+
+/// Where the serving pair comes from.
+pub struct Serving<'a> {
+    /// `--tls-cert-file` and `--tls-private-key-file`, when given.
+    pub files: Option<(&'a Path, &'a Path)>,
+    /// `--cert-dir`, for the self-signed pair.
+    pub cert_dir: &'a Path,
+    /// The node's name and IPs, for a new self-signed pair.
+    pub host: &'a str,
+    pub ips: &'a [IpAddr],
+}
+
+fn load_pair(
+    cert: &Path,
+    key: &Path,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| format!("{}: {e}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: {e}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no CERTIFICATE block", cert.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
+    Ok((certs, key))
+}
+
+/// The self-signed pair's paths under `dir`, made when missing or
+/// unreadable (then both are replaced), else reused as they are.
+pub fn ensure_self_signed(
+    dir: &Path,
+    host: &str,
+    ips: &[IpAddr],
+) -> Result<(PathBuf, PathBuf), String> {
+    let cert = dir.join(CERT_FILE);
+    let key = dir.join(KEY_FILE);
+    match load_pair(&cert, &key) {
+        Ok(_) => return Ok((cert, key)),
+        Err(e) if cert.exists() || key.exists() => {
+            warn!("self-signed serving certificate: {e}; making a new pair")
+        }
+        Err(_) => {}
+    }
+    crate::paths::ensure_dir(dir, crate::paths::PRIVATE_DIR_MODE)
+        .map_err(|e| format!("--cert-dir {}: {e}", dir.display()))?;
+    let pair = super::cert::generate(host, ips, std::time::SystemTime::now())?;
+    write_file(
+        &key,
+        super::cert::pem("PRIVATE KEY", &pair.key_pkcs8).as_bytes(),
+        0o600,
+        Durability::Fsync,
+    )
+    .map_err(|e| format!("{}: {e}", key.display()))?;
+    write_file(
+        &cert,
+        super::cert::pem("CERTIFICATE", &pair.cert_der).as_bytes(),
+        0o644,
+        Durability::Fsync,
+    )
+    .map_err(|e| format!("{}: {e}", cert.display()))?;
+    info!(
+        "made a self-signed serving certificate {} for {host}",
+        cert.display()
+    );
+    Ok((cert, key))
+}
+
+/// The main port's TLS configuration. Errors name the flag and the file.
+pub fn server_config(
+    serving: &Serving,
+    client_ca: Option<&Path>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let (certs, key) = match serving.files {
+        Some((cert, key)) => load_pair(cert, key)
+            .map_err(|e| format!("--tls-cert-file/--tls-private-key-file: {e}"))?,
+        None => {
+            let (cert, key) = ensure_self_signed(serving.cert_dir, serving.host, serving.ips)
+                .map_err(|e| format!("--cert-dir: {e}"))?;
+            load_pair(&cert, &key).map_err(|e| format!("--cert-dir: {e}"))?
+        }
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?;
+    let builder = match client_ca {
+        Some(path) => {
+            let shown = path.display();
+            let mut roots = rustls::RootCertStore::empty();
+            let iter = CertificateDer::pem_file_iter(path)
+                .map_err(|e| format!("--client-ca-file {shown}: {e}"))?;
+            for cert in iter {
+                let cert = cert.map_err(|e| format!("--client-ca-file {shown}: {e}"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("--client-ca-file {shown}: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err(format!("--client-ca-file {shown}: no CERTIFICATE block"));
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| format!("--client-ca-file {shown}: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("--tls-cert-file/--tls-private-key-file: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_self_signed_pair_is_made_once_private_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        let (cert, key) = ensure_self_signed(&pki, "edge-1", &[]).unwrap();
+        let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let first = (std::fs::read(&cert).unwrap(), std::fs::read(&key).unwrap());
+        ensure_self_signed(&pki, "edge-1", &[]).unwrap();
+        let again = (std::fs::read(&cert).unwrap(), std::fs::read(&key).unwrap());
+        assert_eq!(first, again, "the pair was made again");
+        // An unreadable pair is replaced.
+        std::fs::write(&key, "garbage").unwrap();
+        ensure_self_signed(&pki, "edge-1", &[]).unwrap();
+        assert_ne!(std::fs::read(&cert).unwrap(), first.0);
+        let serving = Serving {
+            files: None,
+            cert_dir: &pki,
+            host: "edge-1",
+            ips: &[],
+        };
+        server_config(&serving, None).unwrap();
+    }
+}

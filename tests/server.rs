@@ -1,0 +1,414 @@
+//! The node API of the real `tinylet` binary (against the fake CRI): TLS
+//! with client certificates, the read-only and healthz ports, `/pods`,
+//! and the limits that keep slow, oversized and idle clients harmless.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::support::agent::{running_containers, Agent};
+use crate::support::containerd::write_manifest;
+use crate::support::fake_cri::FakeCri;
+
+const POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  containers:
+  - name: app
+    image: busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "1000"]
+"#;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Sends `raw` and reads the whole answer (the request asks to close).
+fn exchange(stream: &mut impl ReadWrite, raw: &[u8]) -> (u16, String) {
+    stream.write_all(raw).expect("send");
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+fn get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
+    exchange(&mut s, req.as_bytes())
+}
+
+fn wait_listening(agent: &mut Agent, port: u16) {
+    agent.wait("the port listens", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+}
+
+/// Accepts any server certificate: these tests are about client ones.
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS GET to the main port, with the client pair `cert` (PEM files).
+fn tls_get(port: u16, path: &str, cert: Option<(&Path, &Path)>) -> Result<(u16, String), String> {
+    use rustls::pki_types::pem::PemObject;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
+    let config = match cert {
+        Some((c, k)) => {
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(c)
+                .unwrap()
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(k).unwrap();
+            builder.with_client_auth_cert(certs, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let req = format!("GET {path} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
+    tls.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    match tls.read_to_end(&mut out) {
+        Ok(_) => {}
+        // The server closes without close_notify after the answer.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    Ok((status, body))
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA (`<name>-ca.crt`) and a client pair it signed
+/// (`<name>-client.crt`, `<name>-client.key`) under `dir`.
+fn make_ca_and_client(dir: &Path, name: &str) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let ca_key = format!("{name}-ca.key");
+    let ca = format!("{name}-ca.crt");
+    let mut args = vec!["req", "-x509"];
+    args.extend(ec);
+    args.extend(["-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj"]);
+    let subj = format!("/CN={name}-ca");
+    args.push(&subj);
+    openssl(dir, &args);
+    let key = format!("{name}-client.key");
+    let csr = format!("{name}-client.csr");
+    let crt = format!("{name}-client.crt");
+    let mut args = vec!["req"];
+    args.extend(ec);
+    args.extend([
+        "-keyout",
+        &key,
+        "-out",
+        &csr,
+        "-subj",
+        "/CN=client/O=testers",
+    ]);
+    openssl(dir, &args);
+    std::fs::write(dir.join("ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &ca,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ],
+    );
+}
+
+#[test]
+fn tls_client_certificates_and_the_self_signed_pair() {
+    let certs = tempfile::tempdir().unwrap();
+    make_ca_and_client(certs.path(), "good");
+    make_ca_and_client(certs.path(), "other");
+    let fake = FakeCri::start();
+    let port = free_port();
+    let port_s = port.to_string();
+    let ca = certs.path().join("good-ca.crt");
+    let mut agent = Agent::start(
+        &fake.endpoint(),
+        &[
+            "--port",
+            &port_s,
+            "--address",
+            "127.0.0.1",
+            "--client-ca-file",
+            ca.to_str().unwrap(),
+        ],
+    );
+    wait_listening(&mut agent, port);
+    let good = (
+        certs.path().join("good-client.crt"),
+        certs.path().join("good-client.key"),
+    );
+    let other = (
+        certs.path().join("other-client.crt"),
+        certs.path().join("other-client.key"),
+    );
+    let (status, body) =
+        tls_get(port, "/healthz", Some((&good.0, &good.1))).expect("the CA's client is served");
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let (status, body) = tls_get(port, "/healthz", None).expect("a client without a certificate");
+    assert_eq!((status, body.as_str()), (401, "Unauthorized"));
+    assert!(
+        tls_get(port, "/healthz", Some((&other.0, &other.1))).is_err(),
+        "a certificate from another CA was taken"
+    );
+
+    // The self-signed pair: private key, and the same bytes after a restart.
+    let pki = agent.root_dir().join("pki");
+    let key_mode = {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(pki.join("kubelet.key"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(key_mode, 0o600);
+    let before = (
+        std::fs::read(pki.join("kubelet.crt")).unwrap(),
+        std::fs::read(pki.join("kubelet.key")).unwrap(),
+    );
+    agent.restart_with(&[]);
+    wait_listening(&mut agent, port);
+    assert_eq!(
+        tls_get(port, "/healthz/ping", Some((&good.0, &good.1)))
+            .unwrap()
+            .0,
+        200
+    );
+    let after = (
+        std::fs::read(pki.join("kubelet.crt")).unwrap(),
+        std::fs::read(pki.join("kubelet.key")).unwrap(),
+    );
+    assert!(before == after, "the self-signed pair was made again");
+}
+
+#[test]
+fn read_only_and_healthz_ports_serve_their_paths_only() {
+    let fake = FakeCri::start();
+    let (ro, hz) = (free_port(), free_port());
+    let (ro_s, hz_s) = (ro.to_string(), hz.to_string());
+    let mut agent = Agent::start(
+        &fake.endpoint(),
+        &[
+            "--read-only-port",
+            &ro_s,
+            "--address",
+            "127.0.0.1",
+            "--healthz-port",
+            &hz_s,
+        ],
+    );
+    write_manifest(&agent.manifests(), "web.yaml", POD);
+    agent.wait("web runs", || running_containers(&fake, "web-edge-1") == 1);
+    wait_listening(&mut agent, ro);
+    agent.wait("/pods lists web", || {
+        let (status, body) = get(ro, "/pods");
+        status == 200 && body.contains("\"name\":\"web-edge-1\"")
+    });
+    let (_, body) = get(ro, "/pods");
+    let list: serde_json::Value = serde_json::from_str(&body).expect("a PodList");
+    assert_eq!(list["kind"], "PodList");
+    assert_eq!(list["apiVersion"], "v1");
+    assert_eq!(list["items"][0]["metadata"]["namespace"], "default");
+    assert_eq!(get(ro, "/containerLogs/default/web-edge-1/app").0, 404);
+    assert_eq!(get(ro, "/configz").0, 404);
+    agent.wait("/runningpods/ lists web", || {
+        let (status, body) = get(ro, "/runningpods/");
+        status == 200 && body.contains("web-edge-1")
+    });
+    assert_eq!(get(hz, "/healthz"), (200, "ok".to_string()));
+    assert_eq!(get(hz, "/healthz/syncloop"), (200, "ok".to_string()));
+    assert_eq!(get(hz, "/pods").0, 404);
+    // The main port is not opened unasked on a standalone node.
+    assert!(
+        !agent.log().contains("node API (HTTPS) listening"),
+        "{}",
+        agent.log()
+    );
+}
+
+/// The thread names of the agent's process (found by its root dir).
+fn server_threads(agent: &Agent) -> usize {
+    let root = agent.root_dir().display().to_string();
+    let mut count = 0;
+    for p in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmd = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmd).contains(&root) {
+            continue;
+        }
+        for t in std::fs::read_dir(p.path().join("task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.starts_with("server-") {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+#[test]
+fn slow_oversized_and_idle_clients_do_not_stop_the_server() {
+    let fake = FakeCri::start();
+    let ro = free_port();
+    let ro_s = ro.to_string();
+    let mut agent = Agent::start(
+        &fake.endpoint(),
+        &["--read-only-port", &ro_s, "--address", "127.0.0.1"],
+    );
+    wait_listening(&mut agent, ro);
+    agent.wait("healthy", || get(ro, "/healthz").0 == 200);
+
+    // A slow client: half a head, then nothing. Others are served
+    // meanwhile, and it is cut after the head timeout.
+    let mut slow = TcpStream::connect(("127.0.0.1", ro)).unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(get(ro, "/healthz"), (200, "ok".to_string()));
+    slow.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let n = slow.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the slow client got an answer");
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "the slow client was not cut"
+    );
+
+    // An oversized head: 431.
+    let big = format!(
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(40 * 1024)
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", ro)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    assert_eq!(exchange(&mut s, big.as_bytes()).0, 431);
+
+    // 1000 idle connections: /healthz is still answered and the server's
+    // threads stay within the pool's bounds.
+    let mut idle = Vec::new();
+    for _ in 0..1000 {
+        if let Ok(s) = TcpStream::connect(("127.0.0.1", ro)) {
+            idle.push(s);
+        }
+    }
+    assert!(idle.len() >= 900, "only {} connections", idle.len());
+    assert_eq!(get(ro, "/healthz"), (200, "ok".to_string()));
+    assert_eq!(get(ro, "/pods").0, 200);
+    let threads = server_threads(&agent);
+    assert!(
+        (1..=1 + 4 + 16).contains(&threads),
+        "{threads} server threads with 1000 idle clients"
+    );
+    drop(idle);
+    assert!(agent.running());
+}
