@@ -4,5 +4,6 @@
 //! health and read-only ports. It reads the node's state and the runtime,
 //! and never changes a pod.
 
+pub mod auth;
 pub mod conn;
 pub mod head;
