@@ -86,6 +86,11 @@ pub struct Options {
     pub registry_qps: f32,
     /// Image pulls in a burst (`--registry-burst`).
     pub registry_burst: u32,
+    /// Who may call the node's API: `--anonymous-auth`, the token webhook,
+    /// `--authorization-mode` and the cache TTLs (the configuration file's
+    /// `authentication` and `authorization`). `node_name` is left empty:
+    /// the caller sets it. `mode` is Webhook with a kubeconfig unless given.
+    pub auth: crate::server::auth::AuthConfig,
 }
 
 /// A node taint: `key[=value]:Effect`.
@@ -140,6 +145,7 @@ impl Default for Options {
             serialize_image_pulls: true,
             registry_qps: 5.0,
             registry_burst: 10,
+            auth: crate::server::auth::AuthConfig::default(),
         }
     }
 }
@@ -220,6 +226,20 @@ Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --node-labels list                   labels added at registration, k=v,k2=v2 (kubernetes.io
                                        and k8s.io keys only where NodeRestriction allows them)
   --register-with-taints list          taints added at registration, key=value:Effect,...
+
+Node API authentication and authorization:
+  --anonymous-auth bool                let requests without credentials in as
+                                       system:anonymous (default false)
+  --authentication-token-webhook bool  check bearer tokens by TokenReview (needs --kubeconfig)
+  --authentication-token-webhook-cache-ttl duration
+                                       how long TokenReview answers are kept (default 2m0s)
+  --authorization-mode string          Webhook (SubjectAccessReview; the default with
+                                       --kubeconfig) or AlwaysAllow; without either a
+                                       standalone node refuses every request
+  --authorization-webhook-cache-authorized-ttl duration
+                                       how long allowed answers are kept (default 5m0s)
+  --authorization-webhook-cache-unauthorized-ttl duration
+                                       how long refused answers are kept (default 30s)
 
 Garbage collection:
   --image-gc-high-threshold int        percent of the image filesystem in use that starts
@@ -467,6 +487,17 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                 o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&v)
                     .map_err(|e| format!("flag --{name}: {e}"))?
             }
+            "anonymous-auth" => o.auth.anonymous = boolean(name, &v)?,
+            "authentication-token-webhook" => o.auth.token_webhook = boolean(name, &v)?,
+            "authentication-token-webhook-cache-ttl" => o.auth.token_cache_ttl = dur(&v)?,
+            "authorization-mode" => {
+                o.auth.mode = Some(
+                    crate::server::auth::AuthorizationMode::parse(&v)
+                        .map_err(|e| format!("flag --{name}: {e}"))?,
+                );
+            }
+            "authorization-webhook-cache-authorized-ttl" => o.auth.authorized_ttl = dur(&v)?,
+            "authorization-webhook-cache-unauthorized-ttl" => o.auth.unauthorized_ttl = dur(&v)?,
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -535,7 +566,35 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
         Some(file) => format!("{e} (flags or --config {})", file.display()),
         None => e,
     })?;
+    resolve_auth(&mut o)?;
     Ok(Command::Run(Box::new(o)))
+}
+
+/// Webhook authorization by default on a cluster node; the webhooks need
+/// the apiserver, so asking for one without `--kubeconfig` is an error.
+fn resolve_auth(o: &mut Options) -> Result<(), String> {
+    use crate::server::auth::AuthorizationMode;
+    if o.kubeconfig.is_some() {
+        o.auth.mode.get_or_insert(AuthorizationMode::Webhook);
+        return Ok(());
+    }
+    let or_file = |field: &str| match &o.config_file {
+        Some(file) => format!(" (or {field} in --config {})", file.display()),
+        None => String::new(),
+    };
+    if o.auth.mode == Some(AuthorizationMode::Webhook) {
+        return Err(format!(
+            "flag --authorization-mode=Webhook{}: needs --kubeconfig (the apiserver answers SubjectAccessReviews); use AlwaysAllow on a standalone node",
+            or_file("authorization.mode")
+        ));
+    }
+    if o.auth.token_webhook {
+        return Err(format!(
+            "flag --authentication-token-webhook{}: needs --kubeconfig (the apiserver answers TokenReviews)",
+            or_file("authentication.webhook.enabled")
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -590,6 +649,12 @@ const FLAGS: &[&str] = &[
     "serialize-image-pulls",
     "registry-qps",
     "registry-burst",
+    "anonymous-auth",
+    "authentication-token-webhook",
+    "authentication-token-webhook-cache-ttl",
+    "authorization-mode",
+    "authorization-webhook-cache-authorized-ttl",
+    "authorization-webhook-cache-unauthorized-ttl",
 ];
 
 /// The boolean ones among `FLAGS`: alone they mean true.
@@ -598,6 +663,8 @@ const BOOL_FLAGS: &[&str] = &[
     "serialize-image-pulls",
     "allow-privileged",
     "cgroups-per-qos",
+    "anonymous-auth",
+    "authentication-token-webhook",
 ];
 
 /// Boolean flags of the upstream kubelet, v1.20 to v1.34, that tinylet
@@ -608,8 +675,6 @@ const BOOL_FLAGS: &[&str] = &[
 pub const IGNORED_BOOL_FLAGS: &[&str] = &[
     "add-dir-header",
     "alsologtostderr",
-    "anonymous-auth",
-    "authentication-token-webhook",
     "contention-profiling",
     "cpu-cfs-quota",
     "docker-only",
@@ -653,10 +718,6 @@ pub const IGNORED_BOOL_FLAGS: &[&str] = &[
 pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "address",
     "application-metrics-count-limit",
-    "authentication-token-webhook-cache-ttl",
-    "authorization-mode",
-    "authorization-webhook-cache-authorized-ttl",
-    "authorization-webhook-cache-unauthorized-ttl",
     "azure-container-registry-config",
     "boot-id-file",
     "bootstrap-kubeconfig",
@@ -1100,6 +1161,55 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                     o.register_with_taints.append(&mut parsed);
                 }
             }
+            "authentication" | "authorization" => {
+                let Value::Object(section) = v else {
+                    return Err(err(field, format!("expected an object, found {v}")));
+                };
+                for (key, sub) in section {
+                    let at = format!("{field}.{key}");
+                    match (field.as_str(), key.as_str()) {
+                        ("authorization", "mode") => {
+                            o.auth.mode = Some(
+                                crate::server::auth::AuthorizationMode::parse(&string(&at, sub)?)
+                                    .map_err(|e| err(&at, e))?,
+                            );
+                        }
+                        ("authentication", "anonymous" | "webhook")
+                        | ("authorization", "webhook") => {
+                            let Value::Object(inner) = sub else {
+                                return Err(err(&at, format!("expected an object, found {sub}")));
+                            };
+                            for (name, x) in inner {
+                                let at = format!("{at}.{name}");
+                                let flag = |x: &Value| {
+                                    x.as_bool().ok_or_else(|| {
+                                        err(&at, format!("expected true or false, found {x}"))
+                                    })
+                                };
+                                match (field.as_str(), key.as_str(), name.as_str()) {
+                                    ("authentication", "anonymous", "enabled") => {
+                                        o.auth.anonymous = flag(x)?
+                                    }
+                                    ("authentication", "webhook", "enabled") => {
+                                        o.auth.token_webhook = flag(x)?
+                                    }
+                                    ("authentication", "webhook", "cacheTTL") => {
+                                        o.auth.token_cache_ttl = duration(&at, x)?
+                                    }
+                                    ("authorization", "webhook", "cacheAuthorizedTTL") => {
+                                        o.auth.authorized_ttl = duration(&at, x)?
+                                    }
+                                    ("authorization", "webhook", "cacheUnauthorizedTTL") => {
+                                        o.auth.unauthorized_ttl = duration(&at, x)?
+                                    }
+                                    _ => o.ignored_config_fields.push(at),
+                                }
+                            }
+                        }
+                        _ => o.ignored_config_fields.push(at),
+                    }
+                }
+            }
             _ => o.ignored_config_fields.push(field.clone()),
         }
     }
@@ -1368,7 +1478,12 @@ cgroupDriver: systemd
         assert_eq!(o.container_runtime_endpoint, "unix:///run/crio/crio.sock");
         assert_eq!(o.pod_logs_dir, PathBuf::from("/srv/logs"));
         assert_eq!(o.runtime_request_timeout, Duration::from_secs(15));
-        assert_eq!(o.ignored_config_fields, ["authentication"]);
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
+        assert!(!o.auth.anonymous);
         assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
         assert_eq!(
             (o.kube_api_qps, o.kube_api_burst, o.max_pods),
@@ -1748,6 +1863,131 @@ cgroupDriver: systemd
         // The kubelet's `--version=false` asks for nothing.
         assert_eq!(run(&["--version=false", "--max-pods", "2"]).max_pods, 2);
         assert_eq!(parse(&["--version=raw"]), Ok(Command::Version));
+    }
+
+    #[test]
+    fn auth_flags_and_config_sections() {
+        use crate::server::auth::{AuthConfig, AuthorizationMode};
+        // Standalone: nothing asked, nothing allowed; anonymous off.
+        let o = run(&[]);
+        assert_eq!(o.auth, AuthConfig::default());
+        assert_eq!(o.auth.mode, None);
+        assert!(!o.auth.anonymous && !o.auth.token_webhook);
+        assert_eq!(
+            (
+                o.auth.token_cache_ttl,
+                o.auth.authorized_ttl,
+                o.auth.unauthorized_ttl
+            ),
+            (
+                Duration::from_secs(120),
+                Duration::from_secs(300),
+                Duration::from_secs(30)
+            )
+        );
+        // A cluster node authorizes by webhook unless told otherwise.
+        let o = run(&["--kubeconfig", "/k"]);
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::Webhook));
+        let o = run(&[
+            "--kubeconfig",
+            "/k",
+            "--anonymous-auth",
+            "--authentication-token-webhook=true",
+            "--authentication-token-webhook-cache-ttl=10s",
+            "--authorization-mode",
+            "AlwaysAllow",
+            "--authorization-webhook-cache-authorized-ttl",
+            "1m",
+            "--authorization-webhook-cache-unauthorized-ttl=0s",
+        ]);
+        assert!(o.auth.anonymous && o.auth.token_webhook);
+        assert_eq!(o.auth.token_cache_ttl, Duration::from_secs(10));
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::AlwaysAllow));
+        assert_eq!(o.auth.authorized_ttl, Duration::from_secs(60));
+        assert_eq!(o.auth.unauthorized_ttl, Duration::ZERO);
+        assert!(o.ignored_flags.is_empty(), "{:?}", o.ignored_flags);
+        assert_eq!(
+            run(&["--authorization-mode=AlwaysAllow"]).auth.mode,
+            Some(AuthorizationMode::AlwaysAllow)
+        );
+
+        // The webhooks need the apiserver.
+        let e = parse(&["--authorization-mode=Webhook"]).unwrap_err();
+        assert!(
+            e.contains("--authorization-mode=Webhook") && e.contains("--kubeconfig"),
+            "{e}"
+        );
+        let e = parse(&["--authentication-token-webhook"]).unwrap_err();
+        assert!(
+            e.contains("--authentication-token-webhook") && e.contains("--kubeconfig"),
+            "{e}"
+        );
+        let e = parse(&["--authorization-mode=RBAC"]).unwrap_err();
+        assert!(
+            e.contains("flag --authorization-mode") && e.contains("RBAC"),
+            "{e}"
+        );
+        assert!(parse(&["--anonymous-auth=maybe"]).is_err());
+
+        // The configuration file's sections, as upstream names them; flags win.
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(
+            &dir,
+            "auth.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: true, cacheTTL: 45s}
+  x509: {clientCAFile: /etc/kubernetes/pki/ca.crt}
+authorization:
+  mode: Webhook
+  webhook: {cacheAuthorizedTTL: 7m, cacheUnauthorizedTTL: 5s}
+",
+        );
+        let o = run(&["--config", &file, "--kubeconfig", "/k"]);
+        assert!(o.auth.anonymous && o.auth.token_webhook);
+        assert_eq!(o.auth.token_cache_ttl, Duration::from_secs(45));
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::Webhook));
+        assert_eq!(o.auth.authorized_ttl, Duration::from_secs(420));
+        assert_eq!(o.auth.unauthorized_ttl, Duration::from_secs(5));
+        assert_eq!(o.ignored_config_fields, ["authentication.x509"]);
+        let o = run(&[
+            "--config",
+            &file,
+            "--kubeconfig=/k",
+            "--anonymous-auth=false",
+            "--authorization-mode=AlwaysAllow",
+        ]);
+        assert!(!o.auth.anonymous);
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::AlwaysAllow));
+        // Without a kubeconfig the file's webhooks are refused, naming it.
+        let e = parse(&["--config", &file]).unwrap_err();
+        assert!(e.contains("authorization.mode") && e.contains(&file), "{e}");
+
+        for (text, field) in [
+            ("authentication: yes", "authentication"),
+            (
+                "authentication: {anonymous: {enabled: 1}}",
+                "authentication.anonymous.enabled",
+            ),
+            (
+                "authentication: {webhook: {cacheTTL: soon}}",
+                "authentication.webhook.cacheTTL",
+            ),
+            ("authorization: {mode: Node}", "authorization.mode"),
+            ("authorization: {webhook: []}", "authorization.webhook"),
+        ] {
+            let file = config_file(
+                &dir,
+                "bad.yaml",
+                &format!(
+                    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{text}\n"
+                ),
+            );
+            let e = parse(&["--config", &file]).unwrap_err();
+            assert!(e.contains(&file) && e.contains(field), "{text}: {e}");
+        }
     }
 
     /// The ignored flags are sorted, distinct, none is one tinylet
