@@ -21,7 +21,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -224,11 +224,7 @@ impl Auth {
     }
 
     fn token_key(&self, token: &str) -> u128 {
-        let half = |s: &RandomState| {
-            let mut h = s.build_hasher();
-            token.hash(&mut h);
-            h.finish() as u128
-        };
+        let half = |s: &RandomState| s.hash_one(token) as u128;
         half(&self.token_keys.0) << 64 | half(&self.token_keys.1)
     }
 
@@ -548,7 +544,7 @@ fn directory_string(tag: u8, bytes: &[u8]) -> Result<String, String> {
         // T61String, read as Latin-1 as Go does.
         0x14 => Ok(bytes.iter().map(|&b| b as char).collect()),
         // BMPString: UTF-16BE.
-        0x1e if bytes.len() % 2 == 0 => {
+        0x1e if bytes.len().is_multiple_of(2) => {
             let units = bytes.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]));
             char::decode_utf16(units)
                 .collect::<Result<String, _>>()
