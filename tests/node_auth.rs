@@ -96,6 +96,19 @@ fn bearer_tokens_are_checked_by_token_review_and_cached() {
     assert_eq!(auth.authenticate(None, &bad), Err(AuthError::InvalidToken));
     assert_eq!(fake.count("POST", TOKEN_REVIEWS), 2);
 
+    // A token in the WebSocket subprotocol is checked the same way (this
+    // one from the cache), also after a refused Authorization header.
+    let mut ws = request("GET", "/exec/ns/p/c", Some("stolen"));
+    ws.headers.push((
+        "Sec-WebSocket-Protocol".into(),
+        "v4.channel.k8s.io, base64url.bearer.authorization.k8s.io.bWV0cmljcy10b2tlbg".into(),
+    ));
+    assert_eq!(
+        auth.authenticate(None, &ws).unwrap().map(|u| u.name),
+        Some("system:serviceaccount:mon:prom".to_string())
+    );
+    assert_eq!(fake.count("POST", TOKEN_REVIEWS), 2);
+
     // No credentials: nobody, and anonymous is off by default.
     assert_eq!(
         auth.authenticate(None, &request("GET", "/pods", None)),

@@ -3,8 +3,9 @@
 //!
 //! Authentication, in upstream's order: the verified client certificate's
 //! subject (CN the user, each O a group; a certificate without a CN does
-//! not authenticate), then a bearer token checked by the apiserver's
-//! TokenReview when the token webhook is on. The first that succeeds
+//! not authenticate), then a bearer token (the Authorization header, then
+//! a WebSocket subprotocol) checked by the apiserver's TokenReview when the
+//! token webhook is on. The first that succeeds
 //! wins, and an authenticated user also gets `system:authenticated`. A
 //! request with neither is anonymous, which the caller allows only when
 //! [`Auth::anonymous`] gives a user; a refused token is an error, never
@@ -24,6 +25,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
@@ -124,6 +126,8 @@ pub enum AuthError {
     TokenReview(String),
     /// The SubjectAccessReview failed or its answer could not be used.
     AccessReview(String),
+    /// The WebSocket bearer token subprotocol is malformed.
+    TokenProtocol(String),
 }
 
 impl fmt::Display for AuthError {
@@ -133,6 +137,7 @@ impl fmt::Display for AuthError {
             AuthError::InvalidToken => write!(f, "invalid bearer token"),
             AuthError::TokenReview(e) => write!(f, "TokenReview: {e}"),
             AuthError::AccessReview(e) => write!(f, "SubjectAccessReview: {e}"),
+            AuthError::TokenProtocol(e) => write!(f, "WebSocket token subprotocol: {e}"),
         }
     }
 }
@@ -182,15 +187,27 @@ impl Auth {
                 Err(e) => cert_error = Some(AuthError::Certificate(e)),
             }
         }
-        let token = match self.cfg.token_webhook {
-            true => bearer_token(head),
-            false => None,
-        };
-        match (token, cert_error) {
-            (Some(token), _) => self.review_token(token).map(Some),
-            (None, Some(e)) => Err(e),
-            (None, None) => Ok(None),
+        if !self.cfg.token_webhook {
+            return cert_error.map_or(Ok(None), Err);
         }
+        // Then the Authorization header, then the WebSocket protocol
+        // header, each tried when the one before did not authenticate.
+        let mut error = cert_error;
+        if let Some(token) = bearer_token(head) {
+            match self.review_token(token) {
+                Ok(user) => return Ok(Some(user)),
+                Err(e) => error = Some(e),
+            }
+        }
+        match protocol_token(head) {
+            Ok(Some(token)) => match self.review_token(&token) {
+                Ok(user) => return Ok(Some(user)),
+                Err(e) => error = Some(e),
+            },
+            Ok(None) => {}
+            Err(e) => error = Some(e),
+        }
+        error.map_or(Ok(None), Err)
     }
 
     /// The anonymous user, when `--anonymous-auth` allows one.
@@ -332,6 +349,66 @@ pub fn bearer_token(head: &RequestHead) -> Option<&str> {
     let scheme = parts.next()?;
     let token = parts.next()?;
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The WebSocket subprotocol that carries a bearer token (browsers cannot
+/// set an Authorization header on a WebSocket).
+const TOKEN_PROTOCOL_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
+const PROTOCOL_HEADER: &str = "sec-websocket-protocol";
+
+/// The token of a `base64url.bearer.authorization.k8s.io.<token>`
+/// WebSocket subprotocol, as upstream reads it: at most one, unpadded
+/// base64url of UTF-8, and another subprotocol beside it (the one the
+/// server will answer with).
+fn protocol_token(head: &RequestHead) -> Result<Option<String>, AuthError> {
+    let bad = |what: &str| Err(AuthError::TokenProtocol(what.to_string()));
+    let (mut token, mut others) = (None, 0);
+    let protocols = head
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(PROTOCOL_HEADER))
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim);
+    for protocol in protocols {
+        let Some(encoded) = protocol.strip_prefix(TOKEN_PROTOCOL_PREFIX) else {
+            others += 1;
+            continue;
+        };
+        if token.is_some() {
+            return bad("more than one token subprotocol");
+        }
+        let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded) else {
+            return bad("the token is not unpadded base64url");
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
+            return bad("the token is not UTF-8");
+        };
+        token = Some(text);
+    }
+    match token {
+        Some(t) if t.is_empty() => Ok(None),
+        Some(_) if others == 0 => bad("no other subprotocol beside the token"),
+        t => Ok(t),
+    }
+}
+
+/// Removes the bearer token subprotocol from the request's
+/// `Sec-WebSocket-Protocol` headers, as upstream does once the token
+/// authenticated the request: the session is relayed to the runtime
+/// without the caller's token.
+pub fn strip_token_protocol(head: &mut RequestHead) {
+    head.headers.retain_mut(|(name, value)| {
+        if !name.eq_ignore_ascii_case(PROTOCOL_HEADER) {
+            return true;
+        }
+        let kept: Vec<&str> = value
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty() && !p.starts_with(TOKEN_PROTOCOL_PREFIX))
+            .collect();
+        *value = kept.join(",");
+        !value.is_empty()
+    });
 }
 
 /// The user of a TokenReview answer: Some for an authenticated token, None
@@ -795,6 +872,67 @@ mod tests {
             (anon.name.as_str(), anon.groups.as_slice()),
             ("system:anonymous", &[ALL_UNAUTHENTICATED.to_string()][..])
         );
+    }
+
+    #[test]
+    fn websocket_token_subprotocols_as_upstream_reads_them() {
+        let with = |values: &[&str]| RequestHead {
+            headers: values
+                .iter()
+                .map(|v| ("Sec-WebSocket-Protocol".to_string(), v.to_string()))
+                .collect(),
+            ..head("GET", "/exec/ns/p/c")
+        };
+        // "tok-1" in unpadded base64url.
+        let p = "base64url.bearer.authorization.k8s.io.dG9rLTE";
+        assert_eq!(
+            protocol_token(&with(&[&format!("v4.channel.k8s.io, {p}")])),
+            Ok(Some("tok-1".into()))
+        );
+        assert_eq!(
+            protocol_token(&with(&[p, "channel.k8s.io"])),
+            Ok(Some("tok-1".into()))
+        );
+        assert_eq!(protocol_token(&with(&["v4.channel.k8s.io"])), Ok(None));
+        assert_eq!(protocol_token(&head("GET", "/")), Ok(None));
+        assert_eq!(
+            protocol_token(&with(&["x, base64url.bearer.authorization.k8s.io."])),
+            Ok(None)
+        );
+        for bad in [
+            vec![p],
+            vec!["x", p, p],
+            vec!["x, base64url.bearer.authorization.k8s.io.dG9rLTE="],
+            vec!["x, base64url.bearer.authorization.k8s.io.!!"],
+            // 0xff is not UTF-8.
+            vec!["x, base64url.bearer.authorization.k8s.io._w"],
+        ] {
+            assert!(
+                matches!(
+                    protocol_token(&with(&bad)),
+                    Err(AuthError::TokenProtocol(_))
+                ),
+                "{bad:?}"
+            );
+        }
+
+        let mut h = with(&[&format!("v4.channel.k8s.io, {p}"), p]);
+        h.headers.push(("Upgrade".into(), "websocket".into()));
+        strip_token_protocol(&mut h);
+        assert_eq!(
+            h.headers,
+            [
+                (
+                    "Sec-WebSocket-Protocol".to_string(),
+                    "v4.channel.k8s.io".to_string()
+                ),
+                ("Upgrade".to_string(), "websocket".to_string())
+            ]
+        );
+
+        // Without the token webhook the subprotocol is not a credential.
+        let auth = Auth::new(AuthConfig::default(), None);
+        assert_eq!(auth.authenticate(None, &with(&[p])), Ok(None));
     }
 
     #[test]
