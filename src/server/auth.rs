@@ -268,7 +268,7 @@ impl Auth {
         if !ttl.is_zero() {
             self.tokens
                 .lock()
-                .insert(key, user.clone(), Instant::now() + ttl);
+                .insert(key, user.clone(), deadline(Instant::now(), ttl));
         }
         user.ok_or(AuthError::InvalidToken)
     }
@@ -320,12 +320,21 @@ impl Auth {
             false => self.cfg.unauthorized_ttl,
         };
         if !ttl.is_zero() {
-            self.access
-                .lock()
-                .insert(key, (allowed, reason.clone()), Instant::now() + ttl);
+            self.access.lock().insert(
+                key,
+                (allowed, reason.clone()),
+                deadline(Instant::now(), ttl),
+            );
         }
         Ok((allowed, reason))
     }
+}
+
+/// When an answer cached at `now` for `ttl` expires: a TTL too long for
+/// the clock (the flags take any duration) is cut to a year.
+fn deadline(now: Instant, ttl: Duration) -> Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    now.checked_add(ttl.min(YEAR)).unwrap_or(now)
 }
 
 /// A user authenticated by certificate or token, with
@@ -1035,6 +1044,18 @@ mod tests {
         // Inserting again renews an entry.
         c.insert("a", 3, t0 + Duration::from_secs(200));
         assert_eq!(c.get(&"a", t0 + Duration::from_secs(150)), Some(3));
+    }
+
+    #[test]
+    fn a_ttl_of_any_length_gives_a_deadline() {
+        let now = Instant::now();
+        let year = Duration::from_secs(365 * 24 * 3600);
+        assert_eq!(deadline(now, Duration::MAX), now + year);
+        assert_eq!(deadline(now, Duration::from_secs(u64::MAX)), now + year);
+        assert_eq!(
+            deadline(now, Duration::from_secs(30)),
+            now + Duration::from_secs(30)
+        );
     }
 
     #[test]
