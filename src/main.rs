@@ -490,7 +490,13 @@ fn run(opts: Options) -> anyhow::Result<()> {
             running: running_pods.clone(),
             cache: cache.clone(),
             configz: tinylet::server::configz(&opts),
-            auth: tinylet::server::auth::Auth::default(),
+            auth: tinylet::server::auth::Auth::new(
+                tinylet::server::auth::AuthConfig {
+                    node_name: node.clone(),
+                    ..opts.auth.clone()
+                },
+                client.clone(),
+            ),
         },
     )?;
     let (pleg_tx, pleg_rx) = bounded(EVENTS_CAPACITY);

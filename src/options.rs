@@ -110,6 +110,11 @@ pub struct Options {
     /// address alone opens nothing).
     pub port_given: bool,
     pub healthz_given: bool,
+    /// Who may call the node's API: `--anonymous-auth`, the token webhook,
+    /// `--authorization-mode` and the cache TTLs (the configuration file's
+    /// `authentication` and `authorization`). `node_name` is left empty:
+    /// the caller sets it. `mode` is Webhook with a kubeconfig unless given.
+    pub auth: crate::server::auth::AuthConfig,
 }
 
 /// Where the node's API listens; `None`: that listener is off.
@@ -216,6 +221,7 @@ impl Default for Options {
             enable_server: None,
             port_given: false,
             healthz_given: false,
+            auth: crate::server::auth::AuthConfig::default(),
         }
     }
 }
@@ -296,6 +302,20 @@ Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --node-labels list                   labels added at registration, k=v,k2=v2 (kubernetes.io
                                        and k8s.io keys only where NodeRestriction allows them)
   --register-with-taints list          taints added at registration, key=value:Effect,...
+
+Node API authentication and authorization:
+  --anonymous-auth bool                let requests without credentials in as
+                                       system:anonymous (default false)
+  --authentication-token-webhook bool  check bearer tokens by TokenReview (needs --kubeconfig)
+  --authentication-token-webhook-cache-ttl duration
+                                       how long TokenReview answers are kept (default 2m0s)
+  --authorization-mode string          Webhook (SubjectAccessReview; the default with
+                                       --kubeconfig) or AlwaysAllow; without either a
+                                       standalone node refuses every request
+  --authorization-webhook-cache-authorized-ttl duration
+                                       how long allowed answers are kept (default 5m0s)
+  --authorization-webhook-cache-unauthorized-ttl duration
+                                       how long refused answers are kept (default 30s)
 
 Garbage collection:
   --image-gc-high-threshold int        percent of the image filesystem in use that starts
@@ -589,6 +609,17 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "cert-dir" => o.cert_dir = (!v.is_empty()).then(|| PathBuf::from(v)),
             "client-ca-file" => o.client_ca_file = (!v.is_empty()).then(|| PathBuf::from(v)),
             "enable-server" => o.enable_server = Some(boolean(name, &v)?),
+            "anonymous-auth" => o.auth.anonymous = boolean(name, &v)?,
+            "authentication-token-webhook" => o.auth.token_webhook = boolean(name, &v)?,
+            "authentication-token-webhook-cache-ttl" => o.auth.token_cache_ttl = dur(&v)?,
+            "authorization-mode" => {
+                o.auth.mode = Some(
+                    crate::server::auth::AuthorizationMode::parse(&v)
+                        .map_err(|e| format!("flag --{name}: {e}"))?,
+                );
+            }
+            "authorization-webhook-cache-authorized-ttl" => o.auth.authorized_ttl = dur(&v)?,
+            "authorization-webhook-cache-unauthorized-ttl" => o.auth.unauthorized_ttl = dur(&v)?,
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -664,7 +695,35 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
         Some(file) => format!("{e} (flags or --config {})", file.display()),
         None => e,
     })?;
+    resolve_auth(&mut o)?;
     Ok(Command::Run(Box::new(o)))
+}
+
+/// Webhook authorization by default on a cluster node; the webhooks need
+/// the apiserver, so asking for one without `--kubeconfig` is an error.
+fn resolve_auth(o: &mut Options) -> Result<(), String> {
+    use crate::server::auth::AuthorizationMode;
+    if o.kubeconfig.is_some() {
+        o.auth.mode.get_or_insert(AuthorizationMode::Webhook);
+        return Ok(());
+    }
+    let or_file = |field: &str| match &o.config_file {
+        Some(file) => format!(" (or {field} in --config {})", file.display()),
+        None => String::new(),
+    };
+    if o.auth.mode == Some(AuthorizationMode::Webhook) {
+        return Err(format!(
+            "flag --authorization-mode=Webhook{}: needs --kubeconfig (the apiserver answers SubjectAccessReviews); use AlwaysAllow on a standalone node",
+            or_file("authorization.mode")
+        ));
+    }
+    if o.auth.token_webhook {
+        return Err(format!(
+            "flag --authentication-token-webhook{}: needs --kubeconfig (the apiserver answers TokenReviews)",
+            or_file("authentication.webhook.enabled")
+        ));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -729,6 +788,12 @@ const FLAGS: &[&str] = &[
     "cert-dir",
     "client-ca-file",
     "enable-server",
+    "anonymous-auth",
+    "authentication-token-webhook",
+    "authentication-token-webhook-cache-ttl",
+    "authorization-mode",
+    "authorization-webhook-cache-authorized-ttl",
+    "authorization-webhook-cache-unauthorized-ttl",
 ];
 
 /// The boolean ones among `FLAGS`: alone they mean true.
@@ -738,6 +803,8 @@ const BOOL_FLAGS: &[&str] = &[
     "allow-privileged",
     "cgroups-per-qos",
     "enable-server",
+    "anonymous-auth",
+    "authentication-token-webhook",
 ];
 
 /// Boolean flags of the upstream kubelet, v1.20 to v1.34, that tinylet
@@ -748,8 +815,6 @@ const BOOL_FLAGS: &[&str] = &[
 pub const IGNORED_BOOL_FLAGS: &[&str] = &[
     "add-dir-header",
     "alsologtostderr",
-    "anonymous-auth",
-    "authentication-token-webhook",
     "contention-profiling",
     "cpu-cfs-quota",
     "docker-only",
@@ -791,10 +856,6 @@ pub const IGNORED_BOOL_FLAGS: &[&str] = &[
 /// sources as `IGNORED_BOOL_FLAGS`) that tinylet accepts and ignores.
 pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "application-metrics-count-limit",
-    "authentication-token-webhook-cache-ttl",
-    "authorization-mode",
-    "authorization-webhook-cache-authorized-ttl",
-    "authorization-webhook-cache-unauthorized-ttl",
     "azure-container-registry-config",
     "boot-id-file",
     "bootstrap-kubeconfig",
@@ -1275,13 +1336,60 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                         .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?,
                 );
             }
-            // Only the x509 client CA is read here; the rest of the
-            // section belongs to the authenticator.
-            "authentication" => {
-                let at = "authentication.x509.clientCAFile";
-                if let Some(ca) = v.get("x509").and_then(|x| x.get("clientCAFile")) {
-                    let s = string(at, ca)?;
-                    o.client_ca_file = (!s.is_empty()).then(|| PathBuf::from(s));
+            "authentication" | "authorization" => {
+                let Value::Object(section) = v else {
+                    return Err(err(field, format!("expected an object, found {v}")));
+                };
+                for (key, sub) in section {
+                    let at = format!("{field}.{key}");
+                    match (field.as_str(), key.as_str()) {
+                        ("authorization", "mode") => {
+                            o.auth.mode = Some(
+                                crate::server::auth::AuthorizationMode::parse(&string(&at, sub)?)
+                                    .map_err(|e| err(&at, e))?,
+                            );
+                        }
+                        ("authentication", "x509") => {
+                            let ca = sub.get("clientCAFile").unwrap_or(&Value::Null);
+                            if !ca.is_null() {
+                                let s = string(&format!("{at}.clientCAFile"), ca)?;
+                                o.client_ca_file = (!s.is_empty()).then(|| PathBuf::from(s));
+                            }
+                        }
+                        ("authentication", "anonymous" | "webhook")
+                        | ("authorization", "webhook") => {
+                            let Value::Object(inner) = sub else {
+                                return Err(err(&at, format!("expected an object, found {sub}")));
+                            };
+                            for (name, x) in inner {
+                                let at = format!("{at}.{name}");
+                                let flag = |x: &Value| {
+                                    x.as_bool().ok_or_else(|| {
+                                        err(&at, format!("expected true or false, found {x}"))
+                                    })
+                                };
+                                match (field.as_str(), key.as_str(), name.as_str()) {
+                                    ("authentication", "anonymous", "enabled") => {
+                                        o.auth.anonymous = flag(x)?
+                                    }
+                                    ("authentication", "webhook", "enabled") => {
+                                        o.auth.token_webhook = flag(x)?
+                                    }
+                                    ("authentication", "webhook", "cacheTTL") => {
+                                        o.auth.token_cache_ttl = duration(&at, x)?
+                                    }
+                                    ("authorization", "webhook", "cacheAuthorizedTTL") => {
+                                        o.auth.authorized_ttl = duration(&at, x)?
+                                    }
+                                    ("authorization", "webhook", "cacheUnauthorizedTTL") => {
+                                        o.auth.unauthorized_ttl = duration(&at, x)?
+                                    }
+                                    _ => o.ignored_config_fields.push(at),
+                                }
+                            }
+                        }
+                        _ => o.ignored_config_fields.push(at),
+                    }
                 }
             }
             _ => o.ignored_config_fields.push(field.clone()),
@@ -1558,6 +1666,7 @@ cgroupDriver: systemd
             "{:?}",
             o.ignored_config_fields
         );
+        assert!(!o.auth.anonymous);
         assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
         assert_eq!(
             (o.kube_api_qps, o.kube_api_burst, o.max_pods),
@@ -2003,6 +2112,131 @@ cgroupDriver: systemd
         );
         let e = parse(&["--config", &bad]).unwrap_err();
         assert!(e.contains("port") && e.contains("bad.yaml"), "{e}");
+    }
+
+    #[test]
+    fn auth_flags_and_config_sections() {
+        use crate::server::auth::{AuthConfig, AuthorizationMode};
+        // Standalone: nothing asked, nothing allowed; anonymous off.
+        let o = run(&[]);
+        assert_eq!(o.auth, AuthConfig::default());
+        assert_eq!(o.auth.mode, None);
+        assert!(!o.auth.anonymous && !o.auth.token_webhook);
+        assert_eq!(
+            (
+                o.auth.token_cache_ttl,
+                o.auth.authorized_ttl,
+                o.auth.unauthorized_ttl
+            ),
+            (
+                Duration::from_secs(120),
+                Duration::from_secs(300),
+                Duration::from_secs(30)
+            )
+        );
+        // A cluster node authorizes by webhook unless told otherwise.
+        let o = run(&["--kubeconfig", "/k"]);
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::Webhook));
+        let o = run(&[
+            "--kubeconfig",
+            "/k",
+            "--anonymous-auth",
+            "--authentication-token-webhook=true",
+            "--authentication-token-webhook-cache-ttl=10s",
+            "--authorization-mode",
+            "AlwaysAllow",
+            "--authorization-webhook-cache-authorized-ttl",
+            "1m",
+            "--authorization-webhook-cache-unauthorized-ttl=0s",
+        ]);
+        assert!(o.auth.anonymous && o.auth.token_webhook);
+        assert_eq!(o.auth.token_cache_ttl, Duration::from_secs(10));
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::AlwaysAllow));
+        assert_eq!(o.auth.authorized_ttl, Duration::from_secs(60));
+        assert_eq!(o.auth.unauthorized_ttl, Duration::ZERO);
+        assert!(o.ignored_flags.is_empty(), "{:?}", o.ignored_flags);
+        assert_eq!(
+            run(&["--authorization-mode=AlwaysAllow"]).auth.mode,
+            Some(AuthorizationMode::AlwaysAllow)
+        );
+
+        // The webhooks need the apiserver.
+        let e = parse(&["--authorization-mode=Webhook"]).unwrap_err();
+        assert!(
+            e.contains("--authorization-mode=Webhook") && e.contains("--kubeconfig"),
+            "{e}"
+        );
+        let e = parse(&["--authentication-token-webhook"]).unwrap_err();
+        assert!(
+            e.contains("--authentication-token-webhook") && e.contains("--kubeconfig"),
+            "{e}"
+        );
+        let e = parse(&["--authorization-mode=RBAC"]).unwrap_err();
+        assert!(
+            e.contains("flag --authorization-mode") && e.contains("RBAC"),
+            "{e}"
+        );
+        assert!(parse(&["--anonymous-auth=maybe"]).is_err());
+
+        // The configuration file's sections, as upstream names them; flags win.
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(
+            &dir,
+            "auth.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: true, cacheTTL: 45s}
+  x509: {clientCAFile: /etc/kubernetes/pki/ca.crt}
+authorization:
+  mode: Webhook
+  webhook: {cacheAuthorizedTTL: 7m, cacheUnauthorizedTTL: 5s}
+",
+        );
+        let o = run(&["--config", &file, "--kubeconfig", "/k"]);
+        assert!(o.auth.anonymous && o.auth.token_webhook);
+        assert_eq!(o.auth.token_cache_ttl, Duration::from_secs(45));
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::Webhook));
+        assert_eq!(o.auth.authorized_ttl, Duration::from_secs(420));
+        assert_eq!(o.auth.unauthorized_ttl, Duration::from_secs(5));
+        assert_eq!(o.ignored_config_fields, ["authentication.x509"]);
+        let o = run(&[
+            "--config",
+            &file,
+            "--kubeconfig=/k",
+            "--anonymous-auth=false",
+            "--authorization-mode=AlwaysAllow",
+        ]);
+        assert!(!o.auth.anonymous);
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::AlwaysAllow));
+        // Without a kubeconfig the file's webhooks are refused, naming it.
+        let e = parse(&["--config", &file]).unwrap_err();
+        assert!(e.contains("authorization.mode") && e.contains(&file), "{e}");
+
+        for (text, field) in [
+            ("authentication: yes", "authentication"),
+            (
+                "authentication: {anonymous: {enabled: 1}}",
+                "authentication.anonymous.enabled",
+            ),
+            (
+                "authentication: {webhook: {cacheTTL: soon}}",
+                "authentication.webhook.cacheTTL",
+            ),
+            ("authorization: {mode: Node}", "authorization.mode"),
+            ("authorization: {webhook: []}", "authorization.webhook"),
+        ] {
+            let file = config_file(
+                &dir,
+                "bad.yaml",
+                &format!(
+                    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{text}\n"
+                ),
+            );
+            let e = parse(&["--config", &file]).unwrap_err();
+            assert!(e.contains(&file) && e.contains(field), "{text}: {e}");
+        }
     }
 
     /// The ignored flags are sorted, distinct, none is one tinylet

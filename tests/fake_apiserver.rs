@@ -1872,3 +1872,94 @@ fn ureq_with_a_client_certificate_talks_to_the_tls_fake() {
     let users: Vec<_> = f.requests().iter().map(|r| r.user.clone()).collect();
     assert_eq!(users, ["system:node:edge-1", "system:node:edge-1"]);
 }
+
+#[test]
+fn token_and_subject_access_reviews_answer_as_the_api_does() {
+    let f = fake();
+    f.add_token("viewer-token", "viewer", &["viewers"]);
+    f.allow_access("node-logs", "viewers", "get", "nodes/log");
+    let tokens = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let reviews = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let post = |c: &mut Client, target: &str, body: Value| {
+        c.send(
+            "POST",
+            target,
+            Some("application/json"),
+            body.to_string().as_bytes(),
+        )
+    };
+
+    let review = |token: &str| {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+               "spec": {"token": token}})
+    };
+    let r = post(&mut Client::node(&f), tokens, review("viewer-token"));
+    assert_eq!(r.code, 201, "{}", r.text());
+    let v = r.json();
+    assert_eq!(
+        (v["kind"].as_str(), v["apiVersion"].as_str()),
+        (Some("TokenReview"), Some("authentication.k8s.io/v1"))
+    );
+    assert_eq!(v["spec"]["token"], "viewer-token");
+    assert_eq!(v["status"]["authenticated"], true);
+    assert_eq!(v["status"]["user"]["username"], "viewer");
+    assert_eq!(
+        v["status"]["user"]["groups"],
+        json!(["viewers", "system:authenticated"])
+    );
+    let v = post(&mut Client::node(&f), tokens, review("nope")).json();
+    assert_eq!(v["status"], json!({"user": {}}));
+    let r = post(&mut Client::node(&f), tokens, review(""));
+    assert_eq!(r.code, 400, "{}", r.text());
+
+    let access = |user: &str, groups: &[&str], sub: &str| {
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+               "spec": {"user": user, "groups": groups, "resourceAttributes": {
+                   "verb": "get", "version": "v1", "resource": "nodes",
+                   "subresource": sub, "name": "edge-1"}}})
+    };
+    let r = post(
+        &mut Client::admin(&f),
+        reviews,
+        access("viewer", &["viewers"], "log"),
+    );
+    assert_eq!(r.code, 201, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["spec"]["resourceAttributes"]["subresource"], "log");
+    assert_eq!(v["status"]["allowed"], true);
+    assert_eq!(
+        v["status"]["reason"],
+        "RBAC: allowed by ClusterRoleBinding \"node-logs\" of ClusterRole \"node-logs\" to Group \"viewers\""
+    );
+    let v = post(
+        &mut Client::node(&f),
+        reviews,
+        access("viewer", &["viewers"], "proxy"),
+    )
+    .json();
+    assert_eq!(v["status"], json!({"allowed": false}));
+    let v = post(
+        &mut Client::node(&f),
+        reviews,
+        access("root", &["system:masters"], "proxy"),
+    )
+    .json();
+    assert_eq!(v["status"]["allowed"], true);
+    let r = post(
+        &mut Client::node(&f),
+        reviews,
+        json!({"spec": {"resourceAttributes": {}}}),
+    );
+    assert_eq!(r.code, 422, "{}", r.text());
+
+    // Only create is served, and only to nodes and admins.
+    assert_eq!(Client::node(&f).get(tokens).code, 405);
+    let r = post(
+        &mut Client::new(&f, Some("viewer-token")),
+        reviews,
+        access("x", &[], "log"),
+    );
+    assert_eq!(r.code, 403, "{}", r.text());
+    assert_eq!(r.json()["reason"], "Forbidden");
+    assert_eq!(f.count("POST", tokens), 3);
+}

@@ -27,5 +27,6 @@ mod fake_cri;
 mod fuzz_regressions;
 mod hostile_watch;
 mod http_source;
+mod node_auth;
 mod server;
 mod tidy;

@@ -1,48 +1,1082 @@
-//! Authentication and authorization of the node API's main port.
+//! Who may call the node's API (upstream `pkg/kubelet/server/auth.go` and
+//! the apiserver's delegating authenticator and webhook authorizer).
 //!
-//! A minimal stand-in with the final interface: a verified client
-//! certificate is user `x509`, a request without one has no credentials,
-//! and every authenticated user is allowed.
+//! Authentication, in upstream's order: the verified client certificate's
+//! subject (CN the user, each O a group; a certificate without a CN does
+//! not authenticate), then a bearer token (the Authorization header, then
+//! a WebSocket subprotocol) checked by the apiserver's TokenReview when the
+//! token webhook is on. The first that succeeds
+//! wins, and an authenticated user also gets `system:authenticated`. A
+//! request with neither is anonymous, which the caller allows only when
+//! [`Auth::anonymous`] gives a user; a refused token is an error, never
+//! anonymous.
+//!
+//! Authorization: every request is a `nodes/<subresource>` request on the
+//! node's own Node (`proxy` unless the path is a stats, metrics, logs or
+//! spec path), with the verb from the HTTP method, asked of the apiserver
+//! by SubjectAccessReview (`Webhook`) or allowed without asking
+//! (`AlwaysAllow`). Answers are cached with their own TTLs in bounded
+//! caches; errors (no answer, a bad answer) are never cached. No lock is
+//! held across a request to the apiserver.
 
-use super::head::RequestHead;
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::time::{Duration, Instant};
 
-/// An authenticated user.
+use base64::Engine as _;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+
+use super::head::{percent_decode, RequestHead};
+use crate::kube::Client;
+
+/// Entries kept in each cache; the oldest is dropped for a new one.
+pub const CACHE_ENTRIES: usize = 1024;
+
+const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+const ALL_AUTHENTICATED: &str = "system:authenticated";
+const ALL_UNAUTHENTICATED: &str = "system:unauthenticated";
+
+/// `--authorization-mode`: the two modes the kubelet accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    Webhook,
+}
+
+impl AuthorizationMode {
+    pub fn parse(s: &str) -> Result<AuthorizationMode, String> {
+        match s {
+            "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
+            "Webhook" => Ok(AuthorizationMode::Webhook),
+            _ => Err(format!(
+                "unknown authorization mode {s:?} (want AlwaysAllow or Webhook)"
+            )),
+        }
+    }
+}
+
+/// The settings of authentication and authorization, resolved from the
+/// flags and the configuration file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthConfig {
+    /// The Node every request is authorized against.
+    pub node_name: String,
+    /// `--anonymous-auth` (tinylet's default: false).
+    pub anonymous: bool,
+    /// `--authentication-token-webhook`.
+    pub token_webhook: bool,
+    /// `--authentication-token-webhook-cache-ttl`, for accepted and
+    /// refused tokens alike; zero: no cache.
+    pub token_cache_ttl: Duration,
+    /// `--authorization-mode`; none (standalone without the flag): every
+    /// request is refused.
+    pub mode: Option<AuthorizationMode>,
+    /// `--authorization-webhook-cache-authorized-ttl`.
+    pub authorized_ttl: Duration,
+    /// `--authorization-webhook-cache-unauthorized-ttl`.
+    pub unauthorized_ttl: Duration,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            node_name: String::new(),
+            anonymous: false,
+            token_webhook: false,
+            token_cache_ttl: Duration::from_secs(2 * 60),
+            mode: None,
+            authorized_ttl: Duration::from_secs(5 * 60),
+            unauthorized_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     pub name: String,
     pub groups: Vec<String>,
 }
 
-/// Why a request could not be authenticated or authorized (not a refusal:
-/// the server answers 500 and logs it).
-#[derive(Debug)]
-pub struct AuthError(pub String);
+/// An authorization decision with the attributes it was made on (the
+/// server names them in its 403 text, as upstream).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub allowed: bool,
+    pub verb: String,
+    pub resource: String,
+    pub subresource: String,
+    /// The authorizer's reason, for the log only.
+    pub reason: String,
+}
 
-impl std::fmt::Display for AuthError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+/// Why a request could not be authenticated or authorized. Displayed in
+/// the node's log; the client only gets the status code.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuthError {
+    /// The client certificate could not be read.
+    Certificate(String),
+    /// The apiserver's TokenReview said the token is not valid.
+    InvalidToken,
+    /// The TokenReview failed or its answer could not be used.
+    TokenReview(String),
+    /// The SubjectAccessReview failed or its answer could not be used.
+    AccessReview(String),
+    /// The WebSocket bearer token subprotocol is malformed.
+    TokenProtocol(String),
+}
+
+impl fmt::Display for AuthError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AuthError::Certificate(e) => write!(f, "client certificate: {e}"),
+            AuthError::InvalidToken => write!(f, "invalid bearer token"),
+            AuthError::TokenReview(e) => write!(f, "TokenReview: {e}"),
+            AuthError::AccessReview(e) => write!(f, "SubjectAccessReview: {e}"),
+            AuthError::TokenProtocol(e) => write!(f, "WebSocket token subprotocol: {e}"),
+        }
     }
 }
 
-#[derive(Default)]
-pub struct Auth {}
+impl std::error::Error for AuthError {}
+
+/// The node API's authenticator and authorizer; shared by the server's
+/// threads.
+pub struct Auth {
+    cfg: AuthConfig,
+    client: Option<Client>,
+    /// Token answers by keyed hash of the token: the user, or none for a
+    /// refused token.
+    tokens: Mutex<TtlCache<u128, Option<User>>>,
+    /// SubjectAccessReview answers by the review's spec: (allowed, reason).
+    access: Mutex<TtlCache<String, (bool, String)>>,
+    /// The secret keys of the token hash, fresh in each process.
+    token_keys: (RandomState, RandomState),
+}
 
 impl Auth {
-    /// The request's user; `None` when it brings no credentials.
-    /// `peer_cert` is the client's verified leaf certificate (DER).
+    pub fn new(cfg: AuthConfig, client: Option<Client>) -> Auth {
+        Auth {
+            cfg,
+            client,
+            tokens: Mutex::new(TtlCache::new(CACHE_ENTRIES)),
+            access: Mutex::new(TtlCache::new(CACHE_ENTRIES)),
+            token_keys: (RandomState::new(), RandomState::new()),
+        }
+    }
+
+    /// The request's user from its client certificate (`peer_cert`: the
+    /// leaf's DER, already verified against `--client-ca-file`) or its
+    /// bearer token. None: the request carries no credentials.
     pub fn authenticate(
         &self,
         peer_cert: Option<&[u8]>,
-        _head: &RequestHead,
+        head: &RequestHead,
     ) -> Result<Option<User>, AuthError> {
-        Ok(peer_cert.map(|_| User {
-            name: "x509".into(),
-            groups: Vec::new(),
-        }))
+        // As upstream's union: a certificate that fails does not stop a
+        // token from authenticating the request.
+        let mut cert_error = None;
+        if let Some(der) = peer_cert {
+            match subject(der) {
+                Ok((Some(cn), orgs)) => return Ok(Some(with_authenticated(cn, orgs))),
+                Ok((None, _)) => {}
+                Err(e) => cert_error = Some(AuthError::Certificate(e)),
+            }
+        }
+        if !self.cfg.token_webhook {
+            return cert_error.map_or(Ok(None), Err);
+        }
+        // Then the Authorization header, then the WebSocket protocol
+        // header, each tried when the one before did not authenticate.
+        let mut error = cert_error;
+        if let Some(token) = bearer_token(head) {
+            match self.review_token(token) {
+                Ok(user) => return Ok(Some(user)),
+                Err(e) => error = Some(e),
+            }
+        }
+        match protocol_token(head) {
+            Ok(Some(token)) => match self.review_token(&token) {
+                Ok(user) => return Ok(Some(user)),
+                Err(e) => error = Some(e),
+            },
+            Ok(None) => {}
+            Err(e) => error = Some(e),
+        }
+        error.map_or(Ok(None), Err)
+    }
+
+    /// The anonymous user, when `--anonymous-auth` allows one.
+    pub fn anonymous(&self) -> Option<User> {
+        self.cfg.anonymous.then(|| User {
+            name: "system:anonymous".into(),
+            groups: vec![ALL_UNAUTHENTICATED.into()],
+        })
     }
 
     /// Whether `user` may make this request.
-    pub fn authorize(&self, _user: &User, _head: &RequestHead) -> Result<bool, AuthError> {
-        Ok(true)
+    pub fn authorize(&self, user: &User, head: &RequestHead) -> Result<Decision, AuthError> {
+        let (verb, subresource) = attributes(head);
+        let mut decision = Decision {
+            allowed: false,
+            verb: verb.to_string(),
+            resource: "nodes".into(),
+            subresource: subresource.to_string(),
+            reason: String::new(),
+        };
+        match self.cfg.mode {
+            None => decision.reason = "no authorization mode (standalone)".into(),
+            Some(AuthorizationMode::AlwaysAllow) => decision.allowed = true,
+            Some(AuthorizationMode::Webhook) => {
+                let (allowed, reason) = self.review_access(user, verb, subresource)?;
+                decision.allowed = allowed;
+                decision.reason = reason;
+            }
+        }
+        Ok(decision)
+    }
+
+    fn token_key(&self, token: &str) -> u128 {
+        let half = |s: &RandomState| s.hash_one(token) as u128;
+        half(&self.token_keys.0) << 64 | half(&self.token_keys.1)
+    }
+
+    /// The user of a bearer token, from the cache or the apiserver's
+    /// TokenReview.
+    fn review_token(&self, token: &str) -> Result<User, AuthError> {
+        let key = self.token_key(token);
+        if let Some(answer) = self.tokens.lock().get(&key, Instant::now()) {
+            return answer.ok_or(AuthError::InvalidToken);
+        }
+        let Some(client) = &self.client else {
+            return Err(AuthError::TokenReview("no API client".into()));
+        };
+        let body = json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        });
+        let answer = client
+            .create(TOKEN_REVIEWS, &body)
+            .map_err(|e| AuthError::TokenReview(e.to_string()))?;
+        let user = token_review_user(&answer).map_err(AuthError::TokenReview)?;
+        let ttl = self.cfg.token_cache_ttl;
+        if !ttl.is_zero() {
+            self.tokens
+                .lock()
+                .insert(key, user.clone(), deadline(Instant::now(), ttl));
+        }
+        user.ok_or(AuthError::InvalidToken)
+    }
+
+    /// (allowed, reason) for `user` doing `verb` on the node's
+    /// `subresource`, from the cache or a SubjectAccessReview.
+    fn review_access(
+        &self,
+        user: &User,
+        verb: &str,
+        subresource: &str,
+    ) -> Result<(bool, String), AuthError> {
+        let mut attrs = serde_json::Map::new();
+        // The API's omitempty fields: namespace and group are empty here,
+        // and so is the verb of a method upstream has no verb for.
+        if !verb.is_empty() {
+            attrs.insert("verb".into(), verb.into());
+        }
+        attrs.insert("version".into(), "v1".into());
+        attrs.insert("resource".into(), "nodes".into());
+        attrs.insert("subresource".into(), subresource.into());
+        attrs.insert("name".into(), self.cfg.node_name.as_str().into());
+        let mut spec = serde_json::Map::new();
+        spec.insert("resourceAttributes".into(), Value::Object(attrs));
+        spec.insert("user".into(), user.name.as_str().into());
+        if !user.groups.is_empty() {
+            spec.insert("groups".into(), json!(user.groups));
+        }
+        let spec = Value::Object(spec);
+        // Keyed, as upstream, by the whole spec.
+        let key = spec.to_string();
+        if let Some(answer) = self.access.lock().get(&key, Instant::now()) {
+            return Ok(answer);
+        }
+        let Some(client) = &self.client else {
+            return Err(AuthError::AccessReview("no API client".into()));
+        };
+        let body = json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": spec,
+        });
+        let answer = client
+            .create(ACCESS_REVIEWS, &body)
+            .map_err(|e| AuthError::AccessReview(e.to_string()))?;
+        let (allowed, reason) = access_review_status(&answer).map_err(AuthError::AccessReview)?;
+        let ttl = match allowed {
+            true => self.cfg.authorized_ttl,
+            false => self.cfg.unauthorized_ttl,
+        };
+        if !ttl.is_zero() {
+            self.access.lock().insert(
+                key,
+                (allowed, reason.clone()),
+                deadline(Instant::now(), ttl),
+            );
+        }
+        Ok((allowed, reason))
+    }
+}
+
+/// When an answer cached at `now` for `ttl` expires: a TTL too long for
+/// the clock (the flags take any duration) is cut to a year.
+fn deadline(now: Instant, ttl: Duration) -> Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+    now.checked_add(ttl.min(YEAR)).unwrap_or(now)
+}
+
+/// A user authenticated by certificate or token, with
+/// `system:authenticated` added as upstream's group adder does (unless it,
+/// or `system:unauthenticated`, is there already).
+fn with_authenticated(name: String, mut groups: Vec<String>) -> User {
+    if !groups
+        .iter()
+        .any(|g| g == ALL_AUTHENTICATED || g == ALL_UNAUTHENTICATED)
+    {
+        groups.push(ALL_AUTHENTICATED.into());
+    }
+    User { name, groups }
+}
+
+/// The token of `Authorization: Bearer <token>` (scheme case-insensitive);
+/// none for another scheme or an empty token, as upstream.
+pub fn bearer_token(head: &RequestHead) -> Option<&str> {
+    let value = head.header("authorization")?.trim();
+    let mut parts = value.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The WebSocket subprotocol that carries a bearer token (browsers cannot
+/// set an Authorization header on a WebSocket).
+const TOKEN_PROTOCOL_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
+const PROTOCOL_HEADER: &str = "sec-websocket-protocol";
+
+/// The token of a `base64url.bearer.authorization.k8s.io.<token>`
+/// WebSocket subprotocol, as upstream reads it: at most one, unpadded
+/// base64url of UTF-8, and another subprotocol beside it (the one the
+/// server will answer with).
+fn protocol_token(head: &RequestHead) -> Result<Option<String>, AuthError> {
+    let bad = |what: &str| Err(AuthError::TokenProtocol(what.to_string()));
+    let (mut token, mut others) = (None, 0);
+    let protocols = head
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(PROTOCOL_HEADER))
+        .flat_map(|(_, v)| v.split(','))
+        .map(str::trim);
+    for protocol in protocols {
+        let Some(encoded) = protocol.strip_prefix(TOKEN_PROTOCOL_PREFIX) else {
+            others += 1;
+            continue;
+        };
+        if token.is_some() {
+            return bad("more than one token subprotocol");
+        }
+        let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded) else {
+            return bad("the token is not unpadded base64url");
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
+            return bad("the token is not UTF-8");
+        };
+        token = Some(text);
+    }
+    match token {
+        Some(t) if t.is_empty() => Ok(None),
+        Some(_) if others == 0 => bad("no other subprotocol beside the token"),
+        t => Ok(t),
+    }
+}
+
+/// Removes the bearer token subprotocol from the request's
+/// `Sec-WebSocket-Protocol` headers, as upstream does once the token
+/// authenticated the request: the session is relayed to the runtime
+/// without the caller's token.
+pub fn strip_token_protocol(head: &mut RequestHead) {
+    head.headers.retain_mut(|(name, value)| {
+        if !name.eq_ignore_ascii_case(PROTOCOL_HEADER) {
+            return true;
+        }
+        let kept: Vec<&str> = value
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty() && !p.starts_with(TOKEN_PROTOCOL_PREFIX))
+            .collect();
+        *value = kept.join(",");
+        !value.is_empty()
+    });
+}
+
+/// The user of a TokenReview answer: Some for an authenticated token, None
+/// for a refused one; Err for an answer that says neither (its `error`, or
+/// a field of the wrong type), which is not cached.
+fn token_review_user(answer: &Value) -> Result<Option<User>, String> {
+    let status = answer
+        .get("status")
+        .filter(|s| s.is_object())
+        .ok_or("the answer has no status")?;
+    let authenticated = match status.get("authenticated") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(format!(
+                "status.authenticated: expected a boolean, found {v}"
+            ))
+        }
+    };
+    if !authenticated {
+        return match status.get("error").and_then(Value::as_str) {
+            Some(e) if !e.is_empty() => Err(format!("status.error: {e}")),
+            _ => Ok(None),
+        };
+    }
+    let user = status.get("user").unwrap_or(&Value::Null);
+    let name = match user.get("username") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(v) => return Err(format!("status.user.username: expected a name, found {v}")),
+        None => return Err("status.user.username: missing".into()),
+    };
+    let groups = match user.get("groups") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut groups = Vec::with_capacity(items.len());
+            for (i, g) in items.iter().enumerate() {
+                let g = g.as_str().ok_or_else(|| {
+                    format!("status.user.groups[{i}]: expected a string, found {g}")
+                })?;
+                groups.push(g.to_string());
+            }
+            groups
+        }
+        Some(v) => return Err(format!("status.user.groups: expected a list, found {v}")),
+    };
+    Ok(Some(with_authenticated(name, groups)))
+}
+
+/// (allowed, reason) of a SubjectAccessReview answer. Neither allowed nor
+/// denied is no opinion, which refuses the request as upstream's kubelet
+/// does.
+fn access_review_status(answer: &Value) -> Result<(bool, String), String> {
+    let status = answer
+        .get("status")
+        .filter(|s| s.is_object())
+        .ok_or("the answer has no status")?;
+    let allowed = match status.get("allowed") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(format!("status.allowed: expected a boolean, found {v}")),
+    };
+    let reason = status
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let error = status
+        .get("evaluationError")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let reason = match (reason.is_empty(), error.is_empty()) {
+        (_, true) => reason.to_string(),
+        (true, false) => error.to_string(),
+        (false, false) => format!("{reason} ({error})"),
+    };
+    Ok((allowed, reason))
+}
+
+/// The verb and the `nodes` subresource of a request, as upstream's
+/// kubelet maps them (v1.20). The verb comes from the method by
+/// upstream's table, which has no entry for HEAD or other methods (their
+/// verb is empty, so only a `*` rule allows them). The path is decoded as
+/// Go's URL.Path is. `/spec` is v1.20's (v1.21 dropped it with the
+/// endpoint); paths of later versions' fine-grained authorization
+/// (`/pods`, `/healthz`, `/configz`) stay `proxy`, which their fallback
+/// also asks.
+pub fn attributes(head: &RequestHead) -> (&'static str, &'static str) {
+    let verb = match head.method.as_str() {
+        "POST" => "create",
+        "GET" => "get",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" => "delete",
+        _ => "",
+    };
+    let path = percent_decode(head.path(), false);
+    let subresource = if is_subpath(&path, "/stats/") {
+        "stats"
+    } else if is_subpath(&path, "/metrics") {
+        "metrics"
+    } else if is_subpath(&path, "/logs/") {
+        "log"
+    } else if is_subpath(&path, "/spec/") {
+        "spec"
+    } else {
+        "proxy"
+    };
+    (verb, subresource)
+}
+
+/// `path` is `prefix` (without its trailing slash) or below it.
+fn is_subpath(path: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    match path.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Certificate subjects
+
+/// One DER element: (tag, contents, the rest after it).
+fn der(buf: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
+    let (&tag, rest) = buf.split_first().ok_or("truncated (no tag)")?;
+    if tag & 0x1f == 0x1f {
+        return Err(format!("unsupported multi-byte tag {tag:#04x}"));
+    }
+    let (&first, mut rest) = rest.split_first().ok_or("truncated (no length)")?;
+    let len = if first < 0x80 {
+        first as usize
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 {
+            return Err(format!("unsupported length form {first:#04x}"));
+        }
+        if rest.len() < n {
+            return Err("truncated length".into());
+        }
+        let len = rest[..n].iter().fold(0usize, |l, b| l << 8 | *b as usize);
+        rest = &rest[n..];
+        len
+    };
+    if rest.len() < len {
+        return Err(format!(
+            "element {tag:#04x} of {len} bytes, {} left",
+            rest.len()
+        ));
+    }
+    Ok((tag, &rest[..len], &rest[len..]))
+}
+
+/// The contents of an element that must have `want` as its tag.
+fn expect<'a>(buf: &'a [u8], want: u8, what: &str) -> Result<(&'a [u8], &'a [u8]), String> {
+    let (tag, body, rest) = der(buf).map_err(|e| format!("{what}: {e}"))?;
+    if tag != want {
+        return Err(format!(
+            "{what}: expected tag {want:#04x}, found {tag:#04x}"
+        ));
+    }
+    Ok((body, rest))
+}
+
+const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
+const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
+
+/// The subject's common name (the last one, none when empty) and
+/// organizations, in order, from a certificate's DER.
+pub fn subject(cert: &[u8]) -> Result<(Option<String>, Vec<String>), String> {
+    let (certificate, _) = expect(cert, 0x30, "Certificate")?;
+    let (tbs, _) = expect(certificate, 0x30, "TBSCertificate")?;
+    let mut rest = tbs;
+    // [0] EXPLICIT version, optional.
+    if rest.first() == Some(&0xa0) {
+        rest = der(rest).map_err(|e| format!("version: {e}"))?.2;
+    }
+    for what in ["serialNumber", "signature", "issuer", "validity"] {
+        rest = der(rest).map_err(|e| format!("{what}: {e}"))?.2;
+    }
+    let (mut name, _) = expect(rest, 0x30, "subject")?;
+    let (mut cn, mut orgs) = (None, Vec::new());
+    while !name.is_empty() {
+        let (rdn, after) = expect(name, 0x31, "subject RDN")?;
+        name = after;
+        let mut rdn = rdn;
+        while !rdn.is_empty() {
+            let (atv, after) = expect(rdn, 0x30, "subject attribute")?;
+            rdn = after;
+            let (oid, value) = expect(atv, 0x06, "attribute type")?;
+            if oid != OID_CN && oid != OID_O {
+                continue;
+            }
+            let (tag, bytes, _) = der(value).map_err(|e| format!("attribute value: {e}"))?;
+            let text = directory_string(tag, bytes)?;
+            if oid == OID_CN {
+                cn = Some(text);
+            } else {
+                orgs.push(text);
+            }
+        }
+    }
+    Ok((cn.filter(|c| !c.is_empty()), orgs))
+}
+
+/// A DirectoryString (or IA5String) as text.
+fn directory_string(tag: u8, bytes: &[u8]) -> Result<String, String> {
+    match tag {
+        // UTF8String, PrintableString, IA5String.
+        0x0c | 0x13 | 0x16 => String::from_utf8(bytes.to_vec())
+            .map_err(|_| format!("string {tag:#04x} is not valid UTF-8")),
+        // T61String, read as Latin-1 as Go does.
+        0x14 => Ok(bytes.iter().map(|&b| b as char).collect()),
+        // BMPString: UTF-16BE.
+        0x1e if bytes.len().is_multiple_of(2) => {
+            let units = bytes.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]));
+            char::decode_utf16(units)
+                .collect::<Result<String, _>>()
+                .map_err(|_| "BMPString is not valid UTF-16".to_string())
+        }
+        _ => Err(format!("unsupported string type {tag:#04x}")),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Caches
+
+/// A map whose entries expire, bounded: when full, the oldest entry
+/// (by insertion) makes room for a new one.
+pub struct TtlCache<K, V> {
+    entries: HashMap<K, (u64, Instant, V)>,
+    /// Insertion order: sequence number to key.
+    order: BTreeMap<u64, K>,
+    next: u64,
+    cap: usize,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
+    pub fn new(cap: usize) -> Self {
+        TtlCache {
+            entries: HashMap::new(),
+            order: BTreeMap::new(),
+            next: 0,
+            cap: cap.max(1),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The value of `key` unless it expired by `now` (then it is dropped).
+    pub fn get(&mut self, key: &K, now: Instant) -> Option<V> {
+        let (seq, expires, value) = self.entries.get(key)?;
+        if now < *expires {
+            return Some(value.clone());
+        }
+        let seq = *seq;
+        self.entries.remove(key);
+        self.order.remove(&seq);
+        None
+    }
+
+    pub fn insert(&mut self, key: K, value: V, expires: Instant) {
+        if let Some((seq, _, _)) = self.entries.remove(&key) {
+            self.order.remove(&seq);
+        }
+        while self.entries.len() >= self.cap {
+            let Some((_, oldest)) = self.order.pop_first() else {
+                break;
+            };
+            self.entries.remove(&oldest);
+        }
+        let seq = self.next;
+        self.next += 1;
+        self.order.insert(seq, key.clone());
+        self.entries.insert(key, (seq, expires, value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(method: &str, target: &str) -> RequestHead {
+        RequestHead {
+            method: method.into(),
+            target: target.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// A self-signed certificate's DER with this subject, made by openssl.
+    fn cert(subject: &str) -> Vec<u8> {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("c.der");
+        let status = std::process::Command::new("openssl")
+            .args(["req", "-x509", "-utf8", "-nodes", "-days", "1"])
+            .args(["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+            .arg("-keyout")
+            .arg(dir.path().join("k.pem"))
+            .args(["-subj", subject, "-outform", "DER", "-out"])
+            .arg(&out)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run openssl");
+        assert!(status.success(), "openssl req -subj {subject}");
+        std::fs::read(out).unwrap()
+    }
+
+    #[test]
+    fn subject_gives_the_common_name_and_organizations_in_order() {
+        let der = cert("/O=system:masters/CN=apiserver-kubelet-client/O=dev team");
+        assert_eq!(
+            subject(&der).unwrap(),
+            (
+                Some("apiserver-kubelet-client".to_string()),
+                vec!["system:masters".to_string(), "dev team".to_string()]
+            )
+        );
+        let der = cert("/CN=jürgen/OU=not a group");
+        assert_eq!(subject(&der).unwrap(), (Some("jürgen".to_string()), vec![]));
+        // No CN: the certificate names no user.
+        let der = cert("/O=only-a-group");
+        assert_eq!(subject(&der).unwrap(), (None, vec!["only-a-group".into()]));
+
+        let auth = Auth::new(AuthConfig::default(), None);
+        let der = cert("/CN=alice/O=ops");
+        let user = auth
+            .authenticate(Some(&der), &head("GET", "/pods"))
+            .unwrap();
+        assert_eq!(
+            user,
+            Some(User {
+                name: "alice".into(),
+                groups: vec!["ops".into(), ALL_AUTHENTICATED.into()]
+            })
+        );
+        let der = cert("/O=ops");
+        assert_eq!(auth.authenticate(Some(&der), &head("GET", "/")), Ok(None));
+    }
+
+    #[test]
+    fn malformed_certificates_are_errors_never_panics() {
+        let der = cert("/CN=alice/O=ops");
+        // Every truncation, and every single-byte corruption of the part
+        // before and in the subject: an error or some subject, no panic.
+        for n in 0..der.len() {
+            assert!(subject(&der[..n]).is_err(), "truncated at {n}");
+        }
+        for i in 0..der.len().min(400) {
+            for x in [0x00, 0x80, 0x84, 0xff, 0x1f] {
+                let mut bad = der.clone();
+                bad[i] ^= x;
+                let _ = subject(&bad);
+            }
+        }
+        for garbage in [
+            &b""[..],
+            &[0x30],
+            &[0x30, 0x80, 0, 0],
+            &[0x30, 0x85, 1, 1, 1, 1, 1],
+            &[0x30, 0x84, 0xff, 0xff, 0xff, 0xff],
+            &[0x30, 0x02, 0x30, 0x00],
+            b"-----BEGIN CERTIFICATE-----",
+        ] {
+            assert!(subject(garbage).is_err(), "{garbage:?}");
+        }
+        let auth = Auth::new(AuthConfig::default(), None);
+        let e = auth
+            .authenticate(Some(&der[..der.len() / 2]), &head("GET", "/pods"))
+            .unwrap_err();
+        assert!(matches!(e, AuthError::Certificate(_)), "{e}");
+    }
+
+    #[test]
+    fn every_upstream_path_maps_to_its_subresource() {
+        for (path, want) in [
+            ("/stats/summary", "stats"),
+            ("/stats", "stats"),
+            ("/stats/", "stats"),
+            ("/stats/container", "stats"),
+            ("/statsfoo", "proxy"),
+            ("/metrics", "metrics"),
+            ("/metrics/cadvisor", "metrics"),
+            ("/metrics/probes", "metrics"),
+            ("/metrics/resource", "metrics"),
+            ("/metricsx", "proxy"),
+            ("/logs/", "log"),
+            ("/logs", "log"),
+            ("/logs/syslog", "log"),
+            ("/spec/", "spec"),
+            ("/spec", "spec"),
+            ("/containerLogs/ns/pod/c", "proxy"),
+            ("/exec/ns/pod/c", "proxy"),
+            ("/attach/ns/pod/c", "proxy"),
+            ("/portForward/ns/pod", "proxy"),
+            ("/run/ns/pod/c", "proxy"),
+            ("/pods", "proxy"),
+            ("/runningpods/", "proxy"),
+            ("/healthz", "proxy"),
+            ("/configz", "proxy"),
+            ("/debug/pprof/", "proxy"),
+            ("/", "proxy"),
+            // Decoded as Go's URL.Path; the query is not the path.
+            ("/%73tats/summary", "stats"),
+            ("/pods?x=/stats/", "proxy"),
+            ("/metrics?x=1", "metrics"),
+        ] {
+            assert_eq!(attributes(&head("GET", path)), ("get", want), "{path}");
+        }
+    }
+
+    #[test]
+    fn verbs_follow_upstreams_method_table() {
+        for (method, want) in [
+            ("GET", "get"),
+            ("POST", "create"),
+            ("PUT", "update"),
+            ("PATCH", "patch"),
+            ("DELETE", "delete"),
+            // Upstream's table has no HEAD or OPTIONS: no verb.
+            ("HEAD", ""),
+            ("OPTIONS", ""),
+            ("get", ""),
+        ] {
+            assert_eq!(attributes(&head(method, "/exec/a/b/c")).0, want, "{method}");
+        }
+    }
+
+    #[test]
+    fn bearer_tokens_as_upstream_reads_the_header() {
+        let with = |v: &str| RequestHead {
+            headers: vec![("Authorization".into(), v.into())],
+            ..head("GET", "/pods")
+        };
+        assert_eq!(bearer_token(&with("Bearer abc")), Some("abc"));
+        assert_eq!(bearer_token(&with("  bearer abc  ")), Some("abc"));
+        assert_eq!(bearer_token(&with("Bearer abc def")), Some("abc"));
+        assert_eq!(bearer_token(&with("Bearer  abc")), None);
+        assert_eq!(bearer_token(&with("Bearer")), None);
+        assert_eq!(bearer_token(&with("Basic YTpi")), None);
+        assert_eq!(bearer_token(&head("GET", "/")), None);
+
+        // Without the token webhook a token is not a credential; anonymous
+        // only when enabled.
+        let auth = Auth::new(AuthConfig::default(), None);
+        assert_eq!(auth.authenticate(None, &with("Bearer abc")), Ok(None));
+        assert_eq!(auth.anonymous(), None);
+        let auth = Auth::new(
+            AuthConfig {
+                anonymous: true,
+                ..AuthConfig::default()
+            },
+            None,
+        );
+        let anon = auth.anonymous().unwrap();
+        assert_eq!(
+            (anon.name.as_str(), anon.groups.as_slice()),
+            ("system:anonymous", &[ALL_UNAUTHENTICATED.to_string()][..])
+        );
+    }
+
+    #[test]
+    fn websocket_token_subprotocols_as_upstream_reads_them() {
+        let with = |values: &[&str]| RequestHead {
+            headers: values
+                .iter()
+                .map(|v| ("Sec-WebSocket-Protocol".to_string(), v.to_string()))
+                .collect(),
+            ..head("GET", "/exec/ns/p/c")
+        };
+        // "tok-1" in unpadded base64url.
+        let p = "base64url.bearer.authorization.k8s.io.dG9rLTE";
+        assert_eq!(
+            protocol_token(&with(&[&format!("v4.channel.k8s.io, {p}")])),
+            Ok(Some("tok-1".into()))
+        );
+        assert_eq!(
+            protocol_token(&with(&[p, "channel.k8s.io"])),
+            Ok(Some("tok-1".into()))
+        );
+        assert_eq!(protocol_token(&with(&["v4.channel.k8s.io"])), Ok(None));
+        assert_eq!(protocol_token(&head("GET", "/")), Ok(None));
+        assert_eq!(
+            protocol_token(&with(&["x, base64url.bearer.authorization.k8s.io."])),
+            Ok(None)
+        );
+        for bad in [
+            vec![p],
+            vec!["x", p, p],
+            vec!["x, base64url.bearer.authorization.k8s.io.dG9rLTE="],
+            vec!["x, base64url.bearer.authorization.k8s.io.!!"],
+            // 0xff is not UTF-8.
+            vec!["x, base64url.bearer.authorization.k8s.io._w"],
+        ] {
+            assert!(
+                matches!(
+                    protocol_token(&with(&bad)),
+                    Err(AuthError::TokenProtocol(_))
+                ),
+                "{bad:?}"
+            );
+        }
+
+        let mut h = with(&[&format!("v4.channel.k8s.io, {p}"), p]);
+        h.headers.push(("Upgrade".into(), "websocket".into()));
+        strip_token_protocol(&mut h);
+        assert_eq!(
+            h.headers,
+            [
+                (
+                    "Sec-WebSocket-Protocol".to_string(),
+                    "v4.channel.k8s.io".to_string()
+                ),
+                ("Upgrade".to_string(), "websocket".to_string())
+            ]
+        );
+
+        // Without the token webhook the subprotocol is not a credential.
+        let auth = Auth::new(AuthConfig::default(), None);
+        assert_eq!(auth.authenticate(None, &with(&[p])), Ok(None));
+    }
+
+    #[test]
+    fn token_review_answers_are_read_strictly() {
+        let user = |v: Value| token_review_user(&v);
+        assert_eq!(
+            user(json!({"status": {"authenticated": true,
+                "user": {"username": "sa", "groups": ["system:serviceaccounts"]}}})),
+            Ok(Some(User {
+                name: "sa".into(),
+                groups: vec!["system:serviceaccounts".into(), ALL_AUTHENTICATED.into()]
+            }))
+        );
+        assert_eq!(
+            user(json!({"status": {"authenticated": true,
+                "user": {"username": "x", "groups": [ALL_AUTHENTICATED]}}}))
+            .unwrap()
+            .unwrap()
+            .groups,
+            [ALL_AUTHENTICATED]
+        );
+        assert_eq!(user(json!({"status": {"user": {}}})), Ok(None));
+        assert_eq!(user(json!({"status": {"authenticated": false}})), Ok(None));
+        for bad in [
+            json!({}),
+            json!([]),
+            json!({"status": "yes"}),
+            json!({"status": {"authenticated": "true"}}),
+            json!({"status": {"authenticated": false, "error": "webhook down"}}),
+            json!({"status": {"authenticated": true}}),
+            json!({"status": {"authenticated": true, "user": {"username": ""}}}),
+            json!({"status": {"authenticated": true, "user": {"username": "u", "groups": "g"}}}),
+            json!({"status": {"authenticated": true, "user": {"username": "u", "groups": [1]}}}),
+        ] {
+            assert!(user(bad.clone()).is_err(), "{bad}");
+        }
+
+        let status = |v: Value| access_review_status(&v);
+        assert_eq!(
+            status(json!({"status": {"allowed": true, "reason": "r"}})),
+            Ok((true, "r".into()))
+        );
+        assert_eq!(
+            status(json!({"status": {"allowed": false, "denied": true}})),
+            Ok((false, String::new()))
+        );
+        assert_eq!(status(json!({"status": {}})), Ok((false, String::new())));
+        assert!(status(json!({"status": {"allowed": "true"}})).is_err());
+        assert!(status(json!({"kind": "Status"})).is_err());
+    }
+
+    #[test]
+    fn authorization_without_webhook_allows_only_when_asked() {
+        let user = User {
+            name: "u".into(),
+            groups: vec![],
+        };
+        let cfg = |mode| AuthConfig {
+            mode,
+            ..AuthConfig::default()
+        };
+        let allow = Auth::new(cfg(Some(AuthorizationMode::AlwaysAllow)), None);
+        let d = allow
+            .authorize(&user, &head("POST", "/exec/a/b/c"))
+            .unwrap();
+        assert!(d.allowed);
+        assert_eq!(
+            (d.verb.as_str(), d.resource.as_str(), d.subresource.as_str()),
+            ("create", "nodes", "proxy")
+        );
+        let none = Auth::new(cfg(None), None);
+        assert!(
+            !none
+                .authorize(&user, &head("GET", "/pods"))
+                .unwrap()
+                .allowed
+        );
+        // Webhook without a client: an error, not an answer.
+        let webhook = Auth::new(cfg(Some(AuthorizationMode::Webhook)), None);
+        assert!(webhook.authorize(&user, &head("GET", "/pods")).is_err());
+        assert_eq!(
+            AuthorizationMode::parse("Webhook"),
+            Ok(AuthorizationMode::Webhook)
+        );
+        assert!(AuthorizationMode::parse("RBAC").is_err());
+    }
+
+    #[test]
+    fn cache_entries_expire_at_their_deadline() {
+        let t0 = Instant::now();
+        let mut c = TtlCache::new(8);
+        c.insert("a", 1, t0 + Duration::from_secs(120));
+        c.insert("b", 2, t0 + Duration::from_secs(30));
+        assert_eq!(c.get(&"a", t0 + Duration::from_secs(119)), Some(1));
+        assert_eq!(c.get(&"b", t0 + Duration::from_secs(29)), Some(2));
+        assert_eq!(c.get(&"b", t0 + Duration::from_secs(30)), None);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c.get(&"a", t0 + Duration::from_secs(120)), None);
+        assert!(c.is_empty());
+        // Inserting again renews an entry.
+        c.insert("a", 3, t0 + Duration::from_secs(200));
+        assert_eq!(c.get(&"a", t0 + Duration::from_secs(150)), Some(3));
+    }
+
+    #[test]
+    fn a_ttl_of_any_length_gives_a_deadline() {
+        let now = Instant::now();
+        let year = Duration::from_secs(365 * 24 * 3600);
+        assert_eq!(deadline(now, Duration::MAX), now + year);
+        assert_eq!(deadline(now, Duration::from_secs(u64::MAX)), now + year);
+        assert_eq!(
+            deadline(now, Duration::from_secs(30)),
+            now + Duration::from_secs(30)
+        );
+    }
+
+    #[test]
+    fn a_full_cache_drops_its_oldest_entry() {
+        let far = Instant::now() + Duration::from_secs(3600);
+        let mut c = TtlCache::new(3);
+        for k in 0..3 {
+            c.insert(k, k, far);
+        }
+        // Re-inserting 0 makes it the newest; 1 is now the oldest.
+        c.insert(0, 10, far);
+        c.insert(3, 3, far);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.get(&1, Instant::now()), None);
+        assert_eq!(c.get(&0, Instant::now()), Some(10));
+        for k in 4..10_000 {
+            c.insert(k, k, far);
+        }
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.order.len(), 3);
+        assert_eq!(c.get(&9_999, Instant::now()), Some(9_999));
+        assert_eq!(c.get(&9_996, Instant::now()), None);
     }
 }

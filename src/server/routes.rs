@@ -105,35 +105,6 @@ fn not_found(c: &mut Client) -> std::io::Result<()> {
     c.text(404, "404 page not found\n")
 }
 
-/// The authorizer's verb for an HTTP method, as upstream maps it.
-pub fn verb(method: &str) -> &'static str {
-    match method {
-        "POST" => "create",
-        "PUT" => "update",
-        "PATCH" => "patch",
-        "DELETE" => "delete",
-        _ => "get",
-    }
-}
-
-/// The `nodes` subresource a path is authorized as, as upstream maps it.
-pub fn subresource(path: &str) -> &'static str {
-    let under = |p: &str| path == p || path.starts_with(&format!("{p}/"));
-    if under("/stats") {
-        "stats"
-    } else if under("/metrics") {
-        "metrics"
-    } else if under("/logs") {
-        "log"
-    } else if under("/spec") {
-        "spec"
-    } else if under("/checkpoint") {
-        "checkpoint"
-    } else {
-        "proxy"
-    }
-}
-
 impl State {
     /// Authenticates and authorizes a main-port request; a refusal is
     /// answered (401, 403, or 500 for an error, logged, with no detail).
@@ -146,7 +117,10 @@ impl State {
         };
         let user = match self.auth.authenticate(cert.as_deref(), head) {
             Ok(Some(u)) => u,
-            Ok(None) => return refuse(c, 401, "Unauthorized"),
+            Ok(None) => match self.auth.anonymous() {
+                Some(u) => u,
+                None => return refuse(c, 401, "Unauthorized"),
+            },
             Err(e) => {
                 error!(
                     "node API: authenticating {} {}: {e}",
@@ -157,13 +131,18 @@ impl State {
             }
         };
         match self.auth.authorize(&user, head) {
-            Ok(true) => true,
-            Ok(false) => {
-                let msg = format!(
-                    "Forbidden (user={}, verb={}, resource=nodes, subresource={})",
+            Ok(d) if d.allowed => true,
+            Ok(d) => {
+                debug!(
+                    "node API: {} {} refused for {}: {}",
+                    head.method,
+                    head.path(),
                     user.name,
-                    verb(&head.method),
-                    subresource(head.path())
+                    d.reason
+                );
+                let msg = format!(
+                    "Forbidden (user={}, verb={}, resource={}, subresource={})",
+                    user.name, d.verb, d.resource, d.subresource
                 );
                 refuse(c, 403, &msg)
             }
@@ -353,17 +332,5 @@ mod tests {
         }
         assert!(ask(&state, Port::Healthz, "/pods").starts_with("HTTP/1.1 404 "));
         assert!(ask(&state, Port::Main, "/pods").starts_with("HTTP/1.1 401 "));
-    }
-
-    #[test]
-    fn verbs_and_subresources_are_upstream_s() {
-        assert_eq!(verb("GET"), "get");
-        assert_eq!(verb("POST"), "create");
-        assert_eq!(subresource("/stats/summary"), "stats");
-        assert_eq!(subresource("/metrics/cadvisor"), "metrics");
-        assert_eq!(subresource("/logs/syslog"), "log");
-        assert_eq!(subresource("/containerLogs/ns/p/c"), "proxy");
-        assert_eq!(subresource("/statsx"), "proxy");
-        assert_eq!(subresource("/exec/ns/p/c"), "proxy");
     }
 }

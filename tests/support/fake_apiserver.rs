@@ -16,10 +16,14 @@
 //! admission defaults for pods (service account token volume, tolerations,
 //! QoS class) and nodes (not-ready taint); bearer tokens, TLS client
 //! certificates and anonymous requests; the Node authorizer and NodeRestriction
-//! refusals with the recorded messages; Status bodies in the recorded key
+//! refusals with the recorded messages; TokenReview and SubjectAccessReview
+//! (never stored: the request's spec echoed with the status filled in, from
+//! the token table and the access rules a test sets; admins and nodes may
+//! create them); Status bodies in the recorded key
 //! order; recorded headers (APF, nosniff, chunking above 2048 bytes).
 //!
-//! What tests control: tokens and kubeconfigs, objects through handles that act
+//! What tests control: tokens and kubeconfigs, what SubjectAccessReviews
+//! allow (`allow_access`), objects through handles that act
 //! as the admin, every request recorded, and faults: the listener down, a
 //! black hole (connections accepted, nothing ever answered on them, even
 //! after it ends), watches cut mid-stream, history compaction, scripted error
@@ -1111,6 +1115,21 @@ struct State {
     sa_suffix: String,
     /// TokenRequests answered so far (each token is distinct).
     tokens_issued: u64,
+    /// What SubjectAccessReviews allow (RBAC bindings, in effect).
+    access_rules: Vec<AccessRule>,
+}
+
+/// One grant a SubjectAccessReview finds: a ClusterRoleBinding of a role
+/// with one rule, to a user or a group.
+#[derive(Clone, Debug)]
+struct AccessRule {
+    binding: String,
+    /// A user name, or a group the user is in.
+    subject: String,
+    /// A verb or "*".
+    verb: String,
+    /// `resource/subresource`, `resource/*` or "*".
+    resource: String,
 }
 
 impl State {
@@ -1128,6 +1147,7 @@ impl State {
             bookmark_interval: Duration::from_secs(60),
             sa_suffix: name_suffix(),
             tokens_issued: 0,
+            access_rules: Vec::new(),
         }
     }
 
@@ -1732,6 +1752,18 @@ impl FakeApiServer {
             u.groups.push("system:authenticated".into());
         }
         self.shared.state.lock().tokens.insert(token.to_string(), u);
+    }
+
+    /// Lets SubjectAccessReviews allow `subject` (a user name or a group)
+    /// to `verb` (or "*") `resource` (`nodes/proxy`, `nodes/*` or "*"), as a
+    /// ClusterRoleBinding named `binding` would.
+    pub fn allow_access(&self, binding: &str, subject: &str, verb: &str, resource: &str) {
+        self.shared.state.lock().access_rules.push(AccessRule {
+            binding: binding.to_string(),
+            subject: subject.to_string(),
+            verb: verb.to_string(),
+            resource: resource.to_string(),
+        });
     }
 
     /// Issues a client certificate for `user` in `groups`, signed by the
@@ -2674,6 +2706,9 @@ fn dispatch(
     if let Some(s) = take_fault(st, req) {
         return reply(Resp::status(&s));
     }
+    if let Some(review) = review_kind(&req.path) {
+        return reply(create_review(st, &user, req, review).unwrap_or_else(|s| Resp::status(&s)));
+    }
     let Some(t) = parse_target(&req.path) else {
         // Non-resource paths.
         if !is_public_path(&req.path) && !user.is_admin() {
@@ -3113,6 +3148,155 @@ fn create(
 /// The lifetime of the fake's service account tokens when the request names
 /// none (the API's default).
 const TOKEN_SECONDS: i64 = 3600;
+
+/// The review APIs the kubelet's webhooks call: (group, resource, kind).
+fn review_kind(path: &str) -> Option<(&'static str, &'static str, &'static str)> {
+    match path.trim_end_matches('/') {
+        "/apis/authentication.k8s.io/v1/tokenreviews" => {
+            Some(("authentication.k8s.io", "tokenreviews", "TokenReview"))
+        }
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews" => Some((
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+        )),
+        _ => None,
+    }
+}
+
+/// A TokenReview or SubjectAccessReview: never stored, answered 201 with
+/// the request's spec and the status filled in. Admins and nodes may
+/// create them (the bootstrap policy's node rules), others get RBAC's 403.
+fn create_review(
+    st: &State,
+    user: &User,
+    req: &Request,
+    (group, resource, kind): (&str, &str, &str),
+) -> Result<Resp, Status> {
+    if req.method != "POST" {
+        return Err(Status::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    if !user.is_admin() && user.node_name().is_none() {
+        let mut s = Status::new(
+            403,
+            "Forbidden",
+            format!(
+                "{resource}.{group} is forbidden: User {} cannot create resource {} in API group {} at the cluster scope",
+                q(&user.name),
+                q(resource),
+                q(group)
+            ),
+        )
+        .with_details(Details {
+            group: group.to_string(),
+            kind: resource.to_string(),
+            ..Details::default()
+        });
+        s.nosniff = true;
+        return Err(s);
+    }
+    let body = parse_body(req)?;
+    let api_version = format!("{group}/v1");
+    if body
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k != kind)
+        || body
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v != api_version)
+    {
+        return Err(bad_request(format!(
+            "the API version in the data ({}) does not match the expected API version ({api_version})",
+            sv(&body, &["apiVersion"])
+        )));
+    }
+    let spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let status = if kind == "TokenReview" {
+        let token = sv(&spec, &["token"]);
+        if token.is_empty() {
+            return Err(bad_request(
+                "token is required for TokenReview in authentication",
+            ));
+        }
+        match st.tokens.get(token) {
+            Some(u) => json!({
+                "authenticated": true,
+                "user": {"username": u.name, "groups": u.groups},
+                "audiences": ["https://kubernetes.default.svc.cluster.local"],
+            }),
+            None => json!({"user": {}}),
+        }
+    } else {
+        let name = sv(&spec, &["user"]);
+        let groups: Vec<&str> = spec
+            .get("groups")
+            .and_then(Value::as_array)
+            .map(|g| g.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if name.is_empty() && groups.is_empty() {
+            return Err(invalid_review(
+                "spec.user",
+                "at least one of user or group must be specified",
+            ));
+        }
+        let Some(attrs) = spec.get("resourceAttributes") else {
+            return Err(invalid_review(
+                "spec.resourceAttributes",
+                "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+            ));
+        };
+        let verb = sv(attrs, &["verb"]);
+        let mut res = sv(attrs, &["resource"]).to_string();
+        if !sv(attrs, &["subresource"]).is_empty() {
+            res = format!("{res}/{}", sv(attrs, &["subresource"]));
+        }
+        let base = res.split('/').next().unwrap_or_default().to_string();
+        let grant = st.access_rules.iter().find(|r| {
+            (r.subject == name || groups.contains(&r.subject.as_str()))
+                && (r.verb == "*" || r.verb == verb)
+                && (r.resource == "*" || r.resource == res || r.resource == format!("{base}/*"))
+        });
+        if groups.contains(&"system:masters") {
+            json!({"allowed": true})
+        } else if let Some(r) = grant {
+            let to = match r.subject == name {
+                true => format!("User {}", q(name)),
+                false => format!("Group {}", q(&r.subject)),
+            };
+            json!({
+                "allowed": true,
+                "reason": format!(
+                    "RBAC: allowed by ClusterRoleBinding {} of ClusterRole {} to {to}",
+                    q(&r.binding),
+                    q(&r.binding)
+                ),
+            })
+        } else {
+            json!({"allowed": false})
+        }
+    };
+    let answer = json!({
+        "kind": kind,
+        "apiVersion": api_version,
+        "metadata": {"creationTimestamp": null},
+        "spec": spec,
+        "status": status,
+    });
+    Ok(Resp::object(201, &answer))
+}
+
+fn invalid_review(field: &str, message: &str) -> Status {
+    Status::new(
+        422,
+        "Invalid",
+        format!("SubjectAccessReview.authorization.k8s.io \"\" is invalid: {field}: Invalid value: \"null\": {message}"),
+    )
+}
 
 /// TokenRequest (`POST .../serviceaccounts/<name>/token`), with
 /// NodeRestriction's rules for nodes: the token must be bound to a pod that

@@ -1,0 +1,331 @@
+//! The node API's authentication and authorization (`server::auth`)
+//! against the fake apiserver's TokenReview and SubjectAccessReview: the
+//! node's own API client asks, answers are cached (counted on the fake),
+//! errors are not, and certificates from the fake's CA name their user.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::Value;
+use tinylet::kube::{load_kubeconfig, Client, ClientOptions};
+use tinylet::server::auth::{Auth, AuthConfig, AuthError, AuthorizationMode, User};
+use tinylet::server::head::RequestHead;
+
+use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+
+const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+/// The node's API client, as `system:node:edge-1`.
+fn node_client(fake: &FakeApiServer, dir: &tempfile::TempDir) -> Client {
+    let path = fake.write_kubeconfig(dir.path(), "system:node:edge-1", KubeconfigAuth::token());
+    let config = load_kubeconfig(&path).unwrap();
+    let options = ClientOptions {
+        qps: 0.0,
+        burst: 10,
+        timeout: Duration::from_secs(10),
+        user_agent: "tinylet-test".into(),
+    };
+    Client::new(&config, options).unwrap()
+}
+
+fn config() -> AuthConfig {
+    AuthConfig {
+        node_name: "edge-1".into(),
+        token_webhook: true,
+        mode: Some(AuthorizationMode::Webhook),
+        ..AuthConfig::default()
+    }
+}
+
+fn request(method: &str, target: &str, token: Option<&str>) -> RequestHead {
+    RequestHead {
+        method: method.into(),
+        target: target.into(),
+        headers: token
+            .map(|t| vec![("Authorization".to_string(), format!("Bearer {t}"))])
+            .unwrap_or_default(),
+    }
+}
+
+fn user(name: &str, groups: &[&str]) -> User {
+    User {
+        name: name.into(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    }
+}
+
+/// The bodies of the reviews the fake answered, as JSON.
+fn review_bodies(fake: &FakeApiServer, path: &str) -> Vec<Value> {
+    fake.requests()
+        .iter()
+        .filter(|r| r.path == path)
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect()
+}
+
+#[test]
+fn bearer_tokens_are_checked_by_token_review_and_cached() {
+    let fake = FakeApiServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    fake.add_token(
+        "metrics-token",
+        "system:serviceaccount:mon:prom",
+        &["system:serviceaccounts"],
+    );
+    let auth = Auth::new(config(), Some(node_client(&fake, &dir)));
+
+    let want = user(
+        "system:serviceaccount:mon:prom",
+        &["system:serviceaccounts", "system:authenticated"],
+    );
+    let head = request("GET", "/metrics", Some("metrics-token"));
+    assert_eq!(auth.authenticate(None, &head), Ok(Some(want.clone())));
+    let sent = review_bodies(&fake, TOKEN_REVIEWS);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["apiVersion"], "authentication.k8s.io/v1");
+    assert_eq!(sent[0]["kind"], "TokenReview");
+    assert_eq!(sent[0]["spec"]["token"], "metrics-token");
+    // The second request is answered from the cache.
+    assert_eq!(auth.authenticate(None, &head), Ok(Some(want)));
+    assert_eq!(fake.count("POST", TOKEN_REVIEWS), 1);
+
+    // A token the apiserver does not know: refused, and cached too.
+    let bad = request("GET", "/metrics", Some("stolen"));
+    assert_eq!(auth.authenticate(None, &bad), Err(AuthError::InvalidToken));
+    assert_eq!(auth.authenticate(None, &bad), Err(AuthError::InvalidToken));
+    assert_eq!(fake.count("POST", TOKEN_REVIEWS), 2);
+
+    // A token in the WebSocket subprotocol is checked the same way (this
+    // one from the cache), also after a refused Authorization header.
+    let mut ws = request("GET", "/exec/ns/p/c", Some("stolen"));
+    ws.headers.push((
+        "Sec-WebSocket-Protocol".into(),
+        "v4.channel.k8s.io, base64url.bearer.authorization.k8s.io.bWV0cmljcy10b2tlbg".into(),
+    ));
+    assert_eq!(
+        auth.authenticate(None, &ws).unwrap().map(|u| u.name),
+        Some("system:serviceaccount:mon:prom".to_string())
+    );
+    assert_eq!(fake.count("POST", TOKEN_REVIEWS), 2);
+
+    // No credentials: nobody, and anonymous is off by default.
+    assert_eq!(
+        auth.authenticate(None, &request("GET", "/pods", None)),
+        Ok(None)
+    );
+    assert_eq!(auth.anonymous(), None);
+    assert_eq!(fake.count("POST", TOKEN_REVIEWS), 2);
+}
+
+#[test]
+fn a_failed_token_review_refuses_the_request_and_is_not_cached() {
+    let fake = FakeApiServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    fake.add_token("t1", "alice", &[]);
+    let auth = Auth::new(config(), Some(node_client(&fake, &dir)));
+    let head = request("GET", "/pods", Some("t1"));
+
+    fake.fail_next(
+        "POST",
+        "tokenreviews",
+        500,
+        "InternalError",
+        "etcd is gone",
+        1,
+    );
+    let e = auth.authenticate(None, &head).unwrap_err();
+    assert!(matches!(e, AuthError::TokenReview(_)), "{e}");
+    assert!(e.to_string().contains("etcd is gone"), "{e}");
+    fake.fail_next("POST", "tokenreviews", 403, "Forbidden", "no", 1);
+    assert!(matches!(
+        auth.authenticate(None, &head),
+        Err(AuthError::TokenReview(_))
+    ));
+    // The next request asks again and gets in.
+    assert_eq!(
+        auth.authenticate(None, &head),
+        Ok(Some(user("alice", &["system:authenticated"])))
+    );
+    assert_eq!(fake.count("POST", TOKEN_REVIEWS), 3);
+
+    // The apiserver unreachable: refused, never anonymous.
+    let auth = Auth::new(
+        AuthConfig {
+            anonymous: true,
+            ..config()
+        },
+        Some(node_client(&fake, &dir)),
+    );
+    fake.set_down(true);
+    assert!(matches!(
+        auth.authenticate(None, &head),
+        Err(AuthError::TokenReview(_))
+    ));
+}
+
+#[test]
+fn requests_are_authorized_by_subject_access_review_and_cached() {
+    let fake = FakeApiServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    fake.allow_access("log-readers", "ops", "get", "nodes/log");
+    fake.allow_access(
+        "metrics-scrapers",
+        "system:serviceaccount:mon:prom",
+        "get",
+        "nodes/metrics",
+    );
+    let auth = Auth::new(config(), Some(node_client(&fake, &dir)));
+    let alice = user("alice", &["ops", "system:authenticated"]);
+
+    let d = auth
+        .authorize(&alice, &request("GET", "/logs/syslog", None))
+        .unwrap();
+    assert!(d.allowed);
+    assert_eq!(
+        (d.verb.as_str(), d.resource.as_str(), d.subresource.as_str()),
+        ("get", "nodes", "log")
+    );
+    assert!(d.reason.contains("log-readers"), "{}", d.reason);
+    let sent = review_bodies(&fake, ACCESS_REVIEWS);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["apiVersion"], "authorization.k8s.io/v1");
+    assert_eq!(sent[0]["kind"], "SubjectAccessReview");
+    assert_eq!(
+        sent[0]["spec"],
+        serde_json::json!({
+            "resourceAttributes": {
+                "verb": "get", "version": "v1", "resource": "nodes",
+                "subresource": "log", "name": "edge-1",
+            },
+            "user": "alice",
+            "groups": ["ops", "system:authenticated"],
+        })
+    );
+
+    // exec is nodes/proxy with verb create: not granted.
+    let exec = request("POST", "/exec/default/web/c?command=sh", None);
+    let d = auth.authorize(&alice, &exec).unwrap();
+    assert!(!d.allowed);
+    assert_eq!(
+        (d.verb.as_str(), d.subresource.as_str()),
+        ("create", "proxy")
+    );
+    assert_eq!(fake.count("POST", ACCESS_REVIEWS), 2);
+
+    // The same requests again: both answers come from the cache.
+    assert!(
+        auth.authorize(&alice, &request("GET", "/logs/", None))
+            .unwrap()
+            .allowed
+    );
+    assert!(!auth.authorize(&alice, &exec).unwrap().allowed);
+    assert_eq!(fake.count("POST", ACCESS_REVIEWS), 2);
+
+    // Another user is another question.
+    let prom = user("system:serviceaccount:mon:prom", &["system:authenticated"]);
+    assert!(
+        auth.authorize(&prom, &request("GET", "/metrics/cadvisor", None))
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        !auth
+            .authorize(&prom, &request("GET", "/stats/summary", None))
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(fake.count("POST", ACCESS_REVIEWS), 4);
+
+    // A failed review is an error, and the next request asks again.
+    let bob = user("bob", &["ops"]);
+    fake.fail_next(
+        "POST",
+        "subjectaccessreviews",
+        500,
+        "InternalError",
+        "boom",
+        1,
+    );
+    assert!(matches!(
+        auth.authorize(&bob, &request("GET", "/logs/", None)),
+        Err(AuthError::AccessReview(_))
+    ));
+    assert!(
+        auth.authorize(&bob, &request("GET", "/logs/", None))
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(fake.count("POST", ACCESS_REVIEWS), 6);
+}
+
+#[test]
+fn cached_answers_expire_after_their_ttl() {
+    // TTLs far shorter than the pause between requests (the unit tests
+    // check the deadlines themselves with given instants), so nothing here
+    // depends on how fast the machine is.
+    let fake = FakeApiServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    fake.add_token("t", "alice", &[]);
+    let auth = Auth::new(
+        AuthConfig {
+            token_cache_ttl: Duration::from_millis(1),
+            authorized_ttl: Duration::from_millis(1),
+            // Refused answers are not kept at all.
+            unauthorized_ttl: Duration::ZERO,
+            ..config()
+        },
+        Some(node_client(&fake, &dir)),
+    );
+    fake.allow_access("b", "alice", "*", "nodes/*");
+    let alice = user("alice", &["system:authenticated"]);
+    let head = request("GET", "/pods", Some("t"));
+    let bob = user("bob", &[]);
+    for round in 1..=2 {
+        assert!(auth.authenticate(None, &head).unwrap().is_some());
+        assert!(auth.authorize(&alice, &head).unwrap().allowed);
+        assert!(!auth.authorize(&bob, &head).unwrap().allowed);
+        assert_eq!(fake.count("POST", TOKEN_REVIEWS), round);
+        assert_eq!(fake.count("POST", ACCESS_REVIEWS), 2 * round);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// DER of the first certificate in a PEM text.
+fn pem_to_der(pem: &str) -> Vec<u8> {
+    let b64: String = pem
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap()
+}
+
+#[test]
+fn client_certificates_name_the_user_before_any_token() {
+    let fake = FakeApiServer::start_tls();
+    let dir = tempfile::tempdir().unwrap();
+    let auth = Auth::new(config(), Some(node_client(&fake, &dir)));
+    let (cert, _key) = fake.client_cert("kube-apiserver-kubelet-client", &["system:masters"]);
+    let der = pem_to_der(&cert);
+
+    let head = request("GET", "/containerLogs/ns/p/c", Some("whatever"));
+    assert_eq!(
+        auth.authenticate(Some(&der), &head),
+        Ok(Some(user(
+            "kube-apiserver-kubelet-client",
+            &["system:masters", "system:authenticated"]
+        )))
+    );
+    // The certificate decided: no TokenReview was made.
+    assert_eq!(fake.count("POST", TOKEN_REVIEWS), 0);
+
+    // A cut certificate without a token: refused with the reason.
+    let e = auth
+        .authenticate(Some(&der[..40]), &request("GET", "/pods", None))
+        .unwrap_err();
+    assert!(matches!(e, AuthError::Certificate(_)), "{e}");
+}
