@@ -6,3 +6,4 @@
 
 pub mod conn;
 pub mod head;
+pub mod stream;
