@@ -792,7 +792,7 @@ fn relay(conn: &mut Conn, backend: &mut TcpStream, mut to_client: Buf) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::thread::{spawn_named, JoinOnDrop};
+    use crate::thread::spawn_named;
     use crossbeam_channel::{bounded, Receiver};
     use parking_lot::Mutex;
     use std::net::TcpListener;
@@ -944,6 +944,26 @@ mod tests {
     fn bound_waits(s: &TcpStream) {
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+        small_buffers(s.as_raw_fd());
+    }
+
+    /// Small socket buffers, so that the kernel cannot hide a relay that
+    /// stops reading one side while it waits to write the other.
+    fn small_buffers(fd: std::os::fd::RawFd) {
+        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+            let v: libc::c_int = 16 * 1024;
+            // SAFETY: setsockopt on an open socket with a pointer to an int.
+            let rc = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&v as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(rc, 0);
+        }
     }
 
     fn read_until_head_end(s: &mut impl Read) -> Vec<u8> {
@@ -977,11 +997,13 @@ mod tests {
 
     /// A fake streaming server for one connection; the receiver gets the
     /// request head it read, then what it received, once it is done.
-    fn backend(mode: Backend) -> (String, Receiver<Vec<u8>>, JoinOnDrop<()>) {
+    /// Test threads are detached, so that a stuck relay fails its test
+    /// (a receive times out) instead of hanging it in a join.
+    fn backend(mode: Backend) -> (String, Receiver<Vec<u8>>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/exec/tok?x=1", l.local_addr().unwrap());
         let (tx, rx) = bounded(4);
-        let t = spawn_named("test-backend", move || {
+        spawn_named("test-backend", move || {
             let (mut s, _) = l.accept().unwrap();
             let _ = tx.send(read_until_head_end(&mut s));
             if let Backend::NotFound = mode {
@@ -1027,8 +1049,9 @@ mod tests {
             }
             let _ = tx.send(got);
         })
-        .unwrap();
-        (url, rx, t)
+        .unwrap()
+        .detach();
+        (url, rx)
     }
 
     fn head(target: &str, upgrade: bool) -> RequestHead {
@@ -1062,25 +1085,27 @@ mod tests {
         kind: StreamKind,
         h: RequestHead,
         rt: Arc<Runtime>,
-    ) -> (TcpStream, Receiver<io::Result<()>>, JoinOnDrop<()>) {
+    ) -> (TcpStream, Receiver<io::Result<()>>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        small_buffers(l.as_raw_fd());
         let mut client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
         bound_waits(&client);
         let (server, _) = l.accept().unwrap();
         client.write_all(request_text(&h).as_bytes()).unwrap();
         let (tx, rx) = bounded(1);
-        let t = spawn_named("test-serve", move || {
+        spawn_named("test-serve", move || {
             let mut server = server;
             read_until_head_end(&mut server);
             let _ = tx.send(serve(kind, Conn::Plain(server), &h, rt.as_ref()));
         })
-        .unwrap();
-        (client, rx, t)
+        .unwrap()
+        .detach();
+        (client, rx)
     }
 
     fn answer_of(kind: StreamKind, target: &str, upgrade: bool) -> String {
         let rt = Arc::new(Runtime::new("http://127.0.0.1:1/x".into()));
-        let (mut c, rx, _t) = start_plain(kind, head(target, upgrade), rt);
+        let (mut c, rx) = start_plain(kind, head(target, upgrade), rt);
         let mut out = String::new();
         c.read_to_string(&mut out).unwrap();
         rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
@@ -1185,7 +1210,7 @@ mod tests {
             let mut h = head(&format!("/portForward/default/web{q}"), false);
             h.headers.push(("Connection".into(), "Upgrade".into()));
             h.headers.push(("Upgrade".into(), "websocket".into()));
-            let (mut c, rx, _t) = start_plain(StreamKind::PortForward, h, rt.clone());
+            let (mut c, rx) = start_plain(StreamKind::PortForward, h, rt.clone());
             let mut out = String::new();
             c.read_to_string(&mut out).unwrap();
             rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
@@ -1196,10 +1221,10 @@ mod tests {
 
     #[test]
     fn exec_options_reach_the_runtime_and_a_refusal_of_its_server_is_relayed() {
-        let (url, heads, _b) = backend(Backend::NotFound);
+        let (url, heads) = backend(Backend::NotFound);
         let rt = Arc::new(Runtime::new(url));
         let target = "/exec/default/web/u1/app?command=sh&command=-c&command=echo+hi&input=1&output=1&error=1&tty=1";
-        let (mut c, rx, _t) = start_plain(StreamKind::Exec, head(target, true), rt.clone());
+        let (mut c, rx) = start_plain(StreamKind::Exec, head(target, true), rt.clone());
         let mut out = String::new();
         c.read_to_string(&mut out).unwrap();
         rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
@@ -1232,13 +1257,16 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&head)
         );
+        // Once the backend's bytes are on their way, the client's must
+        // still go through while the client reads none of them.
+        let mut back = vec![0u8; 1];
+        client.read_exact(&mut back).unwrap();
         let sent = pattern(0xaa, MIB);
         for chunk in sent.chunks(50_000) {
             client.write_all(chunk).unwrap();
         }
         client.flush().unwrap();
         std::thread::sleep(Duration::from_millis(200));
-        let mut back = Vec::new();
         let mut buf = [0u8; 4096];
         loop {
             match client.read(&mut buf) {
@@ -1263,10 +1291,10 @@ mod tests {
 
     #[test]
     fn a_mebibyte_each_way_with_a_slow_reader_over_plain_tcp() {
-        let (url, got, _b) = backend(Backend::Duplex);
+        let (url, got) = backend(Backend::Duplex);
         let rt = Arc::new(Runtime::new(url));
         let target = "/exec/default/web/app?command=cat&input=1&output=1";
-        let (mut c, rx, _t) = start_plain(StreamKind::Exec, head(target, true), rt);
+        let (mut c, rx) = start_plain(StreamKind::Exec, head(target, true), rt);
         duplex_mebibyte(&mut c, &got);
         rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
     }
@@ -1274,10 +1302,10 @@ mod tests {
     #[test]
     fn a_client_that_goes_away_ends_the_session() {
         // The backend waits for more (echo): the client's FIN is passed on.
-        let (url, got, _b) = backend(Backend::Echo);
+        let (url, got) = backend(Backend::Echo);
         let rt = Arc::new(Runtime::new(url));
         let target = "/attach/default/web/app?input=1&output=1";
-        let (mut c, rx, _t) = start_plain(StreamKind::Attach, head(target, true), rt);
+        let (mut c, rx) = start_plain(StreamKind::Attach, head(target, true), rt);
         assert!(read_until_head_end(&mut c).starts_with(b"HTTP/1.1 101 "));
         c.write_all(b"ping").unwrap();
         let mut b = [0u8; 4];
@@ -1289,9 +1317,9 @@ mod tests {
         assert_eq!(got.recv_timeout(Duration::from_secs(30)).unwrap(), b"ping");
 
         // The backend floods a client that stops reading and vanishes.
-        let (url, _got, _b) = backend(Backend::Flood);
+        let (url, _got) = backend(Backend::Flood);
         let rt = Arc::new(Runtime::new(url));
-        let (mut c, rx, _t) = start_plain(StreamKind::Attach, head(target, true), rt);
+        let (mut c, rx) = start_plain(StreamKind::Attach, head(target, true), rt);
         assert!(read_until_head_end(&mut c).starts_with(b"HTTP/1.1 101 "));
         let mut b = [0u8; 1000];
         c.read_exact(&mut b).unwrap();
@@ -1404,22 +1432,24 @@ mod tests {
         fn a_mebibyte_each_way_with_a_slow_reader_over_tls() {
             let dir = tempfile::tempdir().unwrap();
             let (server_cfg, client_cfg) = configs(dir.path());
-            let (url, got, _b) = backend(Backend::Duplex);
+            let (url, got) = backend(Backend::Duplex);
             let rt = Arc::new(Runtime::new(url));
             let h = head("/exec/default/web/app?command=cat&input=1&output=1", true);
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            small_buffers(l.as_raw_fd());
             let sock = TcpStream::connect(l.local_addr().unwrap()).unwrap();
             bound_waits(&sock);
             let (server_sock, _) = l.accept().unwrap();
             let (tx, rx) = bounded(1);
             let hs = h.clone();
-            let _t = spawn_named("test-serve", move || {
+            spawn_named("test-serve", move || {
                 let tls = rustls::ServerConnection::new(server_cfg).unwrap();
                 let mut conn = Conn::Tls(server_sock, Box::new(tls));
                 read_until_head_end(&mut conn);
                 let _ = tx.send(serve(StreamKind::Exec, conn, &hs, rt.as_ref()));
             })
-            .unwrap();
+            .unwrap()
+            .detach();
             let name = ServerName::try_from("127.0.0.1").unwrap();
             let tls = rustls::ClientConnection::new(client_cfg, name).unwrap();
             let mut client = rustls::StreamOwned::new(tls, sock);
