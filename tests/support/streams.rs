@@ -516,7 +516,7 @@ impl WebSocket {
         }
         match opcode {
             // Continuation frames are not expected from this server.
-            0 | 1 | 2 => {
+            0..=2 => {
                 if let Some((&ch, rest)) = payload.split_first() {
                     self.channels.entry(ch).or_default().extend(rest);
                 }
