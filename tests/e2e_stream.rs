@@ -168,3 +168,135 @@ fn attach_and_port_forward_over_spdy() {
     assert!(seen, "port-forward data: {:?}", pf.text(data));
     pf.close();
 }
+
+/// `host:port` and path of a streaming URL.
+fn split_url(url: &str) -> (String, String) {
+    let rest = url
+        .strip_prefix("http://")
+        .expect("an http:// streaming URL");
+    let i = rest.find('/').unwrap_or(rest.len());
+    (rest[..i].to_string(), rest[i..].to_string())
+}
+
+/// Port-forwards to `port` and reads until `bytes` arrived; the time
+/// taken from the stream's opening, or None when the listener was not
+/// there yet (the pod's loop restarts it after each connection).
+fn forward(addr: &str, target: &str, port: &str, bytes: usize) -> Option<Duration> {
+    let mut pf = Spdy::connect(addr, target, "portforward.k8s.io").unwrap();
+    let headers = |kind| [("streamtype", kind), ("port", port), ("requestid", "1")];
+    let error = pf.open(&headers("error")).unwrap();
+    let data = pf.open(&headers("data")).unwrap();
+    let start = std::time::Instant::now();
+    pf.until(|c| c.data.get(&data).map_or(0, Vec::len) >= bytes || c.data.contains_key(&error))
+        .unwrap();
+    let took = start.elapsed();
+    let got = pf.data.get(&data).map_or(0, Vec::len);
+    pf.close();
+    (got >= bytes).then_some(took)
+}
+
+/// `forward` to wherever `place` says (a streaming URL serves once, so
+/// the direct path needs a new one each time), until it delivers.
+fn forward_retrying(
+    mut place: impl FnMut() -> (String, String),
+    port: &str,
+    bytes: usize,
+) -> Duration {
+    for _ in 0..50 {
+        let (addr, target) = place();
+        if let Some(took) = forward(&addr, &target, port, bytes) {
+            return took;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("port-forward to port {port} never delivered {bytes} bytes");
+}
+
+/// Time from an exec request to its first byte of output, and a bulk
+/// port-forward's throughput, through `serve` and straight to the
+/// runtime's streaming server (the floor), printed for the bench.
+/// `TINYLET_STREAM_BENCH_MIB` sets the port-forward's size (default 16;
+/// the bench uses 100). It asserts only that every byte arrives.
+#[test]
+fn exec_first_byte_and_port_forward_throughput_through_serve_and_directly() {
+    use tinylet::cri::api;
+    let mib: usize = std::env::var("TINYLET_STREAM_BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    let bytes = mib << 20;
+    let bulk = format!("while :; do head -c {bytes} /dev/zero | nc -l -p 8081; done");
+    let (_ctd, _kubelet, rt) = setup(&[
+        ("sh", pod("sh", LONG_RUNNING, "")),
+        ("bulk", pod("bulk", &bulk, "")),
+    ]);
+    let labels = |pod: &str| {
+        std::collections::HashMap::from([
+            (
+                "io.kubernetes.pod.namespace".to_string(),
+                "default".to_string(),
+            ),
+            (
+                "io.kubernetes.pod.name".to_string(),
+                format!("{pod}-{NODE}"),
+            ),
+        ])
+    };
+
+    // Exec: request to first byte of stdout.
+    let exec_addr = serve_on_loopback(StreamKind::Exec, rt.clone()).to_string();
+    let target = format!("/exec/default/sh-{NODE}/app?command=echo&command=hi&output=1");
+    let first_byte = |addr: &str, target: &str| {
+        let start = std::time::Instant::now();
+        let mut e = SpdyExec::start(addr, target, false, true, false, false).unwrap();
+        let out = e.stdout.unwrap();
+        assert!(e.conn.until(|c| c.data.contains_key(&out)).unwrap());
+        let took = start.elapsed();
+        assert_eq!(e.finish().unwrap().0, "hi\n");
+        took
+    };
+    let mut filter = api::ContainerFilter::new();
+    filter.label_selector = labels("sh");
+    let cid = rt.list_containers(Some(filter)).unwrap()[0].id.clone();
+    let direct_exec = || {
+        let start = std::time::Instant::now();
+        let mut req = api::ExecRequest::new();
+        req.container_id = cid.clone();
+        req.cmd = vec!["echo".into(), "hi".into()];
+        req.stdout = true;
+        let (host, path) = split_url(&rt.exec(req).unwrap());
+        let _ = first_byte(&host, &path);
+        start.elapsed()
+    };
+    let (mut via, mut direct) = (Duration::MAX, Duration::MAX);
+    for _ in 0..5 {
+        via = via.min(first_byte(&exec_addr, &target));
+        direct = direct.min(direct_exec());
+    }
+
+    // Port-forward: a bulk copy out of the pod.
+    let pf_addr = serve_on_loopback(StreamKind::PortForward, rt.clone()).to_string();
+    let pf_target = format!("/portForward/default/bulk-{NODE}");
+    let through = forward_retrying(|| (pf_addr.clone(), pf_target.clone()), "8081", bytes);
+    let mut filter = api::PodSandboxFilter::new();
+    filter.label_selector = labels("bulk");
+    let sid = rt.list_pod_sandbox(Some(filter)).unwrap()[0].id.clone();
+    let floor = forward_retrying(
+        || {
+            let mut req = api::PortForwardRequest::new();
+            req.pod_sandbox_id = sid.clone();
+            split_url(&rt.port_forward(req).unwrap())
+        },
+        "8081",
+        bytes,
+    );
+    let rate = |d: Duration| mib as f64 / d.as_secs_f64();
+    eprintln!(
+        "stream bench: exec request to first byte (best of 5): serve {:.1} ms, runtime directly {:.1} ms\n\
+         stream bench: port-forward {mib} MiB: serve {:.0} MiB/s, runtime directly {:.0} MiB/s",
+        via.as_secs_f64() * 1e3,
+        direct.as_secs_f64() * 1e3,
+        rate(through),
+        rate(floor)
+    );
+}
