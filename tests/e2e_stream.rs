@@ -131,9 +131,9 @@ fn exec_over_spdy_and_websocket_reaches_the_container() {
 }
 
 /// Attach to a container's stdin and stdout, and port-forward to a
-/// listener in a pod, both over SPDY.
+/// listener in a pod over SPDY and over WebSocket.
 #[test]
-fn attach_and_port_forward_over_spdy() {
+fn attach_and_port_forward_over_spdy_and_websocket() {
     let nc = "while :; do echo hello-from-nc | nc -l -p 8080; done";
     let (_ctd, _kubelet, rt) = setup(&[
         ("cat", pod("cat", "cat", "    stdin: true\n")),
@@ -167,6 +167,25 @@ fn attach_and_port_forward_over_spdy() {
         .unwrap();
     assert!(seen, "port-forward data: {:?}", pf.text(data));
     pf.close();
+
+    // Over WebSocket the ports are in the query; each channel starts with
+    // its port (little-endian), then the data (channel 0) follows. The
+    // pod's loop starts a new listener after each connection.
+    let target = format!("/portForward/default/nc-{NODE}?port=8080");
+    let mut last = String::new();
+    for _ in 0..50 {
+        let mut ws = WebSocket::connect(&addr, &target, "v4.channel.k8s.io").unwrap();
+        let seen = ws.until(|w| w.text(0).contains("hello-from-nc")).unwrap();
+        let data = ws.channels.get(&0).cloned().unwrap_or_default();
+        ws.close();
+        if seen {
+            assert_eq!(data[..2], 8080u16.to_le_bytes(), "{data:?}");
+            return;
+        }
+        last = String::from_utf8_lossy(&data).into_owned();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("WebSocket port-forward never answered: {last:?}");
 }
 
 /// `host:port` and path of a streaming URL.

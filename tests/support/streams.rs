@@ -531,7 +531,23 @@ impl WebSocket {
         Ok(true)
     }
 
-    /// Reads until the server closes; what arrived on `channel`, as text.
+    /// Steps until `done` says so or the server closes; whether `done`
+    /// was met.
+    pub fn until(&mut self, mut done: impl FnMut(&WebSocket) -> bool) -> io::Result<bool> {
+        while !done(self) {
+            if !self.step()? {
+                return Ok(done(self));
+            }
+        }
+        Ok(true)
+    }
+
+    /// Closes the connection.
+    pub fn close(self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Reads until the server closes.
     pub fn finish(&mut self) -> io::Result<()> {
         while self.step()? {}
         Ok(())
