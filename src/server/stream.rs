@@ -1328,6 +1328,55 @@ mod tests {
         let _ = rx.recv_timeout(Duration::from_secs(30)).unwrap();
     }
 
+    /// CPU time (user + system, in clock ticks) a thread of this process
+    /// has used so far.
+    fn cpu_ticks(tid: libc::pid_t) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        // The fields after the command (which ends with the last ')').
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = rest.split(' ').collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    }
+
+    #[test]
+    fn an_idle_session_waits_without_using_the_cpu() {
+        let (url, _got) = backend(Backend::Echo);
+        let rt = Arc::new(Runtime::new(url));
+        let h = head("/attach/default/web/app?input=1&output=1", true);
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        bound_waits(&c);
+        let (server, _) = l.accept().unwrap();
+        c.write_all(request_text(&h).as_bytes()).unwrap();
+        let (tx, rx) = bounded(2);
+        spawn_named("test-serve", move || {
+            // SAFETY: gettid has no preconditions.
+            let _ = tx.send(Ok(unsafe { libc::gettid() }));
+            let mut server = server;
+            read_until_head_end(&mut server);
+            let _ = tx
+                .send(serve(StreamKind::Attach, Conn::Plain(server), &h, rt.as_ref()).map(|()| 0));
+        })
+        .unwrap()
+        .detach();
+        let tid = rx.recv().unwrap().unwrap();
+        assert!(read_until_head_end(&mut c).starts_with(b"HTTP/1.1 101 "));
+        c.write_all(b"x").unwrap();
+        c.read_exact(&mut [0u8; 1]).unwrap();
+        let before = cpu_ticks(tid);
+        std::thread::sleep(Duration::from_secs(1));
+        let used = cpu_ticks(tid) - before;
+        // A loop that spins would use about a second (100 ticks).
+        assert!(used < 30, "an idle second cost {used} ticks");
+        // Still alive and relaying after the pause.
+        c.write_all(b"y").unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"y");
+        drop(c);
+        rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+    }
+
     mod tls {
         use super::*;
         use rustls::pki_types::pem::PemObject;
