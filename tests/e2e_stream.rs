@@ -112,9 +112,10 @@ fn exec_over_spdy_and_websocket_reaches_the_container() {
     assert_eq!(ws.text(2), "oops\n");
     assert_eq!(exit_code(&ws.text(3)), 3, "{}", ws.text(3));
 
-    // A terminal: output on stdout, no stderr stream, and a resize stream.
+    // A terminal: output on stdout and a resize stream. The apiserver may
+    // ask for stderr too; a terminal has none (the runtime refuses both).
     let script = commands(&["sh", "-c", "test -t 1 && stty size"]);
-    let target = format!("/exec/default/sh-{NODE}/app?{script}output=1&tty=1");
+    let target = format!("/exec/default/sh-{NODE}/app?{script}output=1&error=1&tty=1");
     let mut tty = SpdyExec::start(&addr, &target, false, true, false, true).unwrap();
     tty.resize(100, 30).unwrap();
     let (out, _, status) = tty.finish().unwrap();
