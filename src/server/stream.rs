@@ -1477,11 +1477,19 @@ mod tests {
             (Arc::new(server), Arc::new(client))
         }
 
-        #[test]
-        fn a_mebibyte_each_way_with_a_slow_reader_over_tls() {
+        /// A TLS client of a session over a fresh connection; the
+        /// receiver gets serve's result.
+        fn start_tls(
+            backend_mode: Backend,
+        ) -> (
+            rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+            Receiver<Vec<u8>>,
+            Receiver<io::Result<()>>,
+            tempfile::TempDir,
+        ) {
             let dir = tempfile::tempdir().unwrap();
             let (server_cfg, client_cfg) = configs(dir.path());
-            let (url, got) = backend(Backend::Duplex);
+            let (url, got) = backend(backend_mode);
             let rt = Arc::new(Runtime::new(url));
             let h = head("/exec/default/web/app?command=cat&input=1&output=1", true);
             let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1503,8 +1511,29 @@ mod tests {
             let tls = rustls::ClientConnection::new(client_cfg, name).unwrap();
             let mut client = rustls::StreamOwned::new(tls, sock);
             client.write_all(request_text(&h).as_bytes()).unwrap();
+            (client, got, rx, dir)
+        }
+
+        #[test]
+        fn a_mebibyte_each_way_with_a_slow_reader_over_tls() {
+            let (mut client, got, rx, _dir) = start_tls(Backend::Duplex);
             duplex_mebibyte(&mut client, &got);
             rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+        }
+
+        #[test]
+        fn a_tls_client_that_closes_ends_the_session() {
+            let (mut client, got, rx, _dir) = start_tls(Backend::Echo);
+            assert!(read_until_head_end(&mut client).starts_with(b"HTTP/1.1 101 "));
+            client.write_all(b"ping").unwrap();
+            let mut b = [0u8; 4];
+            client.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"ping");
+            client.conn.send_close_notify();
+            client.flush().unwrap();
+            rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+            got.recv_timeout(Duration::from_secs(30)).unwrap();
+            assert_eq!(got.recv_timeout(Duration::from_secs(30)).unwrap(), b"ping");
         }
     }
 }
