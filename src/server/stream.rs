@@ -1477,16 +1477,18 @@ mod tests {
             (Arc::new(server), Arc::new(client))
         }
 
-        /// A TLS client of a session over a fresh connection; the
-        /// receiver gets serve's result.
-        fn start_tls(
-            backend_mode: Backend,
-        ) -> (
+        /// The client's end, the backend's receiver, serve's result, and
+        /// the certificates' directory.
+        type TlsSession = (
             rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
             Receiver<Vec<u8>>,
             Receiver<io::Result<()>>,
             tempfile::TempDir,
-        ) {
+        );
+
+        /// A TLS client of a session over a fresh connection; the
+        /// receiver gets serve's result.
+        fn start_tls(backend_mode: Backend) -> TlsSession {
             let dir = tempfile::tempdir().unwrap();
             let (server_cfg, client_cfg) = configs(dir.path());
             let (url, got) = backend(backend_mode);
