@@ -6,7 +6,8 @@
 //!
 //! `http` is the bounded, synchronous machinery (threads, timeouts,
 //! limits), `tls` and `cert` the main port's TLS, `auth` who may ask,
-//! `routes` what each path answers.
+//! `routes` what each path answers, `stream` the exec, attach and
+//! port-forward sessions relayed to the runtime's streaming server.
 
 pub mod auth;
 pub mod cert;
@@ -14,6 +15,7 @@ pub mod conn;
 pub mod head;
 pub mod http;
 pub mod routes;
+pub mod stream;
 pub mod tls;
 
 use std::net::{SocketAddr, TcpListener};

@@ -6,3 +6,4 @@ pub mod containerd;
 pub mod fake_apiserver;
 pub mod fake_cri;
 pub mod registry;
+pub mod streams;
