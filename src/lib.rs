@@ -24,6 +24,7 @@ pub mod pleg;
 pub mod pod_workers;
 pub mod prober;
 pub mod quantity;
+pub mod runonce;
 pub mod runtime;
 pub mod server;
 pub mod status;

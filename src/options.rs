@@ -86,6 +86,10 @@ pub struct Options {
     pub registry_qps: f32,
     /// Image pulls in a burst (`--registry-burst`).
     pub registry_burst: u32,
+    /// Run the file and URL sources' pods once and exit (`--runonce`).
+    pub runonce: bool,
+    /// How long `--runonce` waits for its pods (`--runonce-timeout`).
+    pub runonce_timeout: Duration,
 }
 
 /// A node taint: `key[=value]:Effect`.
@@ -140,6 +144,8 @@ impl Default for Options {
             serialize_image_pulls: true,
             registry_qps: 5.0,
             registry_burst: 10,
+            runonce: false,
+            runonce_timeout: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -196,6 +202,11 @@ Flags:
                                        backs off; 0: unlimited (default 5)
   --registry-burst int                 image pulls allowed in a burst, with --registry-qps
                                        above 0 (default 10)
+  --runonce bool                       start the pods of --pod-manifest-path and --manifest-url
+                                       once, wait until each runs or fails, print one line
+                                       per pod and exit: 0 when all run, 1 otherwise;
+                                       containers keep running (not with --kubeconfig)
+  --runonce-timeout duration           how long --runonce waits for its pods (default 5m0s)
 
 Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --kubeconfig string                  kubeconfig of the API server; joins the cluster as
@@ -467,6 +478,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                 o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&v)
                     .map_err(|e| format!("flag --{name}: {e}"))?
             }
+            "runonce" => o.runonce = boolean(name, &v)?,
+            "runonce-timeout" => o.runonce_timeout = dur(&v)?,
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -535,6 +548,25 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
         Some(file) => format!("{e} (flags or --config {})", file.display()),
         None => e,
     })?;
+    if o.runonce {
+        // Upstream's run-once mode takes the local sources' pods only.
+        if o.kubeconfig.is_some() {
+            return Err(
+                "flag --runonce cannot be used with --kubeconfig: run-once mode runs \
+                        only the pods of --pod-manifest-path and --manifest-url"
+                    .into(),
+            );
+        }
+        if o.pod_manifest_path.is_none() && o.manifest_url.is_none() {
+            return Err(
+                "flag --runonce needs --pod-manifest-path or --manifest-url: there are no pods to run"
+                    .into(),
+            );
+        }
+        if o.runonce_timeout.is_zero() {
+            return Err("flag --runonce-timeout: must be greater than 0".into());
+        }
+    }
     Ok(Command::Run(Box::new(o)))
 }
 
@@ -590,6 +622,8 @@ const FLAGS: &[&str] = &[
     "serialize-image-pulls",
     "registry-qps",
     "registry-burst",
+    "runonce",
+    "runonce-timeout",
 ];
 
 /// The boolean ones among `FLAGS`: alone they mean true.
@@ -598,6 +632,7 @@ const BOOL_FLAGS: &[&str] = &[
     "serialize-image-pulls",
     "allow-privileged",
     "cgroups-per-qos",
+    "runonce",
 ];
 
 /// Boolean flags of the upstream kubelet, v1.20 to v1.34, that tinylet
@@ -641,7 +676,6 @@ pub const IGNORED_BOOL_FLAGS: &[&str] = &[
     "register-schedulable",
     "rotate-certificates",
     "rotate-server-certificates",
-    "runonce",
     "seccomp-default",
     "skip-headers",
     "skip-log-headers",
@@ -1689,13 +1723,16 @@ cgroupDriver: systemd
             "--fail-swap-on",
             "--node-ip",
             "192.0.2.1",
-            "--runonce",
+            "--make-iptables-util-chains",
             "--register-node",
             "--max-pods",
             "7",
             "--allow-privileged",
         ]);
-        assert_eq!(o.ignored_flags, ["fail-swap-on", "runonce"]);
+        assert_eq!(
+            o.ignored_flags,
+            ["fail-swap-on", "make-iptables-util-chains"]
+        );
         assert_eq!(o.node_ip, Some("192.0.2.1".parse().unwrap()));
         assert_eq!(o.max_pods, 7);
         assert!(o.register_node && o.allow_privileged);
@@ -1810,5 +1847,47 @@ cgroupDriver: systemd
         let mut want: Vec<String> = ignored.iter().map(|s| s.to_string()).collect();
         want.sort();
         assert_eq!(documented, want, "README.md's table of ignored flags");
+    }
+
+    #[test]
+    fn runonce_needs_a_local_source_and_refuses_a_kubeconfig() {
+        let o = run(&["--runonce", "--pod-manifest-path", "/m"]);
+        assert!(o.runonce);
+        assert_eq!(o.runonce_timeout, Duration::from_secs(300));
+        assert!(o.ignored_flags.is_empty());
+        let o = run(&[
+            "--runonce=true",
+            "--manifest-url",
+            "http://h/p",
+            "--runonce-timeout=30s",
+        ]);
+        assert_eq!(o.runonce_timeout, Duration::from_secs(30));
+        assert!(!run(&["--runonce=false", "--kubeconfig", "/k"]).runonce);
+        let err = parse(&[
+            "--runonce",
+            "--pod-manifest-path",
+            "/m",
+            "--kubeconfig",
+            "/k",
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("--runonce cannot be used with --kubeconfig"),
+            "{err}"
+        );
+        let err = parse(&["--runonce"]).unwrap_err();
+        assert!(
+            err.contains("--pod-manifest-path or --manifest-url"),
+            "{err}"
+        );
+        let err = parse(&[
+            "--runonce",
+            "--pod-manifest-path",
+            "/m",
+            "--runonce-timeout",
+            "0",
+        ])
+        .unwrap_err();
+        assert!(err.contains("--runonce-timeout"), "{err}");
     }
 }
