@@ -28,6 +28,7 @@ pub mod runonce;
 pub mod runtime;
 pub mod server;
 pub mod status;
+pub mod status_cmd;
 pub mod sysctl;
 pub mod thread;
 pub mod version;

@@ -36,6 +36,11 @@ use tinylet::volume::{ApiObjects, VolumeManager};
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
         Ok(Command::Run(o)) => *o,
+        Ok(Command::Status(o)) => return tinylet::status_cmd::main(&o),
+        Ok(Command::StatusHelp) => {
+            print!("{}", tinylet::options::STATUS_USAGE);
+            return ExitCode::SUCCESS;
+        }
         Ok(Command::Help) => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
