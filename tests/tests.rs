@@ -27,4 +27,5 @@ mod fake_cri;
 mod fuzz_regressions;
 mod hostile_watch;
 mod http_source;
+mod runonce;
 mod tidy;
