@@ -1,0 +1,193 @@
+//! `tinylet status` against a small HTTP server in the test that serves a
+//! canned `/pods` PodList as the node's read-only port would, and its
+//! fallback when no source answers.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tinylet");
+
+/// A PodList as the node's `/pods` gives it, with fields the table does not
+/// use, and one item of odd shape.
+const POD_LIST: &str = r#"{"kind":"PodList","apiVersion":"v1","metadata":{},"items":[
+ {"metadata":{"name":"web-edge-1","namespace":"default","uid":"u1",
+   "creationTimestamp":"2020-01-01T00:00:00Z",
+   "annotations":{"kubernetes.io/config.source":"file","kubernetes.io/config.hash":"u1"}},
+  "spec":{"containers":[{"name":"app","image":"busybox"},{"name":"side","image":"nginx"}],
+   "restartPolicy":"Always"},
+  "status":{"phase":"Running","podIP":"10.88.0.9","conditions":[{"type":"Ready","status":"False"}],
+   "containerStatuses":[
+    {"name":"app","ready":true,"restartCount":4,"image":"busybox","imageID":"sha256:1",
+     "state":{"running":{"startedAt":"2020-01-01T00:00:01Z"}}},
+    {"name":"side","ready":false,"restartCount":1,"image":"nginx","imageID":"",
+     "state":{"waiting":{"reason":"CrashLoopBackOff","message":"back-off"}}}]}},
+ {"metadata":{"name":"lonely","namespace":"kube-system",
+   "annotations":{"kubernetes.io/config.source":"api"}},
+  "status":{"phase":"Pending"}}
+]}"#;
+
+/// Serves `body` with `status` to every connection; returns its port and
+/// the request lines it saw.
+fn serve(status: &'static str, body: &'static str) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            log.lock().expect("lock").push(line.trim_end().to_string());
+            // The rest of the head.
+            loop {
+                let mut h = String::new();
+                match reader.read_line(&mut h) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if h == "\r\n" => break,
+                    Ok(_) => {}
+                }
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, seen)
+}
+
+fn status(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .arg("status")
+        .args(args)
+        // No runtime here: the last source fails fast.
+        .args([
+            "--container-runtime-endpoint",
+            "unix:///nonexistent/cri.sock",
+        ])
+        .output()
+        .expect("run tinylet status");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+#[test]
+fn status_reads_the_read_only_port_and_prints_the_table() {
+    let (port, seen) = serve("200 OK", POD_LIST);
+    let port = port.to_string();
+    let (code, out, err) = status(&["--read-only-port", &port]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "from the read-only port, http://127.0.0.1:{port}/pods"
+        )),
+        "{err}"
+    );
+    assert_eq!(seen.lock().unwrap()[0], "GET /pods HTTP/1.1");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(
+        words(lines[0]),
+        [
+            "NAMESPACE",
+            "NAME",
+            "PHASE",
+            "READY",
+            "RESTARTS",
+            "AGE",
+            "IP",
+            "SOURCE"
+        ]
+    );
+    let web = words(lines[1]);
+    assert_eq!(
+        [web[0], web[1], web[2], web[3], web[4], web[6], web[7]],
+        [
+            "default",
+            "web-edge-1",
+            "Running",
+            "1/2",
+            "5",
+            "10.88.0.9",
+            "file"
+        ],
+        "{out}"
+    );
+    // Created in 2020: years old.
+    assert!(web[5].contains('y'), "{out}");
+    assert_eq!(
+        words(lines[2]),
+        [
+            "kube-system",
+            "lonely",
+            "Pending",
+            "0/0",
+            "0",
+            "<unknown>",
+            "<none>",
+            "api"
+        ]
+    );
+    // Columns line up: every cell of a column starts where its header does.
+    let col = |l: &str, name: &str| l.find(name).expect(name);
+    assert_eq!(col(lines[0], "PHASE"), col(lines[1], "Running"));
+    assert_eq!(col(lines[0], "PHASE"), col(lines[2], "Pending"));
+    assert_eq!(col(lines[0], "SOURCE"), col(lines[1], "file"));
+    assert_eq!(col(lines[0], "SOURCE"), col(lines[2], "api"));
+
+    let (code, out, _) = status(&["--read-only-port", &port, "-o", "wide"]);
+    assert_eq!(code, 0);
+    let side = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("side "))
+        .expect("a row for container side");
+    assert_eq!(
+        words(side),
+        ["side", "Waiting:", "CrashLoopBackOff", "0/1", "1", "nginx"]
+    );
+
+    let (code, out, _) = status(&["--read-only-port", &port, "-o", "json"]);
+    assert_eq!(code, 0);
+    let list: serde_json::Value = serde_json::from_str(&out).expect("-o json is JSON");
+    assert_eq!(list["kind"], "PodList");
+    assert_eq!(list["items"][0]["metadata"]["name"], "web-edge-1");
+    assert_eq!(list["items"][0]["status"]["conditions"][0]["type"], "Ready");
+}
+
+#[test]
+fn status_without_any_source_answering_names_each_and_exits_1() {
+    // A port nothing listens on.
+    let closed = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = closed.local_addr().expect("addr").port().to_string();
+    drop(closed);
+    let (code, out, err) = status(&["--read-only-port", &port]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("the read-only port:"), "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(
+        err.contains("the container runtime unix:///nonexistent/cri.sock"),
+        "{err}"
+    );
+
+    // An answer that is not a PodList, or an error status, is no answer.
+    for (code_line, body) in [("200 OK", "[1, 2]"), ("500 Internal Server Error", "{}")] {
+        let (port, _) = serve(code_line, body);
+        let (code, _, err) = status(&["--read-only-port", &port.to_string()]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains("the read-only port: GET "), "{err}");
+        assert!(err.contains("/pods"), "{err}");
+    }
+}
