@@ -77,7 +77,7 @@ fn runonce_starts_every_pod_reports_running_exits_0_and_leaves_them_running() {
 }
 
 #[test]
-fn runonce_with_an_image_that_cannot_be_pulled_says_failed_and_exits_1() {
+fn runonce_with_an_image_that_cannot_be_pulled_or_a_refused_pod_says_failed_and_exits_1() {
     let fake = FakeCri::start();
     let dir = tempfile::tempdir().expect("temp dir");
     write_manifest(dir.path(), "a-web.yaml", &pod("web", "busybox", "Always"));
@@ -86,16 +86,27 @@ fn runonce_with_an_image_that_cannot_be_pulled_says_failed_and_exits_1() {
         "b-bad.yaml",
         &pod("bad", "registry.invalid/no/such:1", "Always"),
     );
+    // Refused at admission: an unsafe sysctl nobody allowed.
+    let refused = pod("sys", "busybox", "Always").replace(
+        "spec:\n",
+        "spec:\n  securityContext:\n    sysctls:\n    - name: kernel.msgmax\n      value: \"65536\"\n",
+    );
+    write_manifest(dir.path(), "c-sys.yaml", &refused);
     let mut agent = runonce(&fake, dir.path(), &[]);
     let status = agent.wait_exit();
     assert_eq!(status.code(), Some(1), "{}", agent.log());
     let lines = report(&agent);
-    assert_eq!(lines.len(), 2, "{lines:?}\n{}", agent.log());
+    assert_eq!(lines.len(), 3, "{lines:?}\n{}", agent.log());
     assert_eq!(lines[0], "default/web-edge-1: running");
     assert!(
         lines[1].starts_with("default/bad-edge-1: failed: container app: ErrImagePull"),
         "{lines:?}"
     );
+    assert!(
+        lines[2].starts_with("default/sys-edge-1: failed: SysctlForbidden"),
+        "{lines:?}"
+    );
+    assert_eq!(running_containers(&fake, "sys-edge-1"), 0);
     assert_eq!(running_containers(&fake, "web-edge-1"), 1);
 }
 
