@@ -209,6 +209,7 @@ fn connect_runtime(
         )
     })?;
     let mut delay = Duration::from_millis(500);
+    let started = Instant::now();
     loop {
         match runtime.wait_ready(Duration::from_secs(5)) {
             Ok(v) => {
@@ -220,6 +221,12 @@ fn connect_runtime(
                     opts.container_runtime_endpoint
                 );
                 return Ok(Some((runtime, v.runtime_name)));
+            }
+            Err(e) if opts.runonce && started.elapsed() >= opts.runonce_timeout => {
+                bail!(
+                    "container runtime not ready within --runonce-timeout {}s: {e}",
+                    opts.runonce_timeout.as_secs()
+                );
             }
             Err(e) => {
                 warn!(
