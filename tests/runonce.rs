@@ -161,3 +161,79 @@ fn runonce_is_refused_with_a_kubeconfig_or_without_local_pods() {
         assert!(err.contains("--runonce"), "{err}");
     }
 }
+
+/// Serves `body` at any path to every connection (a manifest URL).
+fn serve(body: String) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+            loop {
+                let mut h = String::new();
+                match reader.read_line(&mut h) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if h == "\r\n" => break,
+                    Ok(_) => {}
+                }
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn runonce_runs_the_pods_of_both_the_manifest_path_and_the_manifest_url() {
+    let fake = FakeCri::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_manifest(dir.path(), "web.yaml", &pod("web", "busybox", "Always"));
+    let port = serve(pod("remote", "nginx", "Always"));
+    let url = format!("http://127.0.0.1:{port}/pods.yaml");
+    let mut agent = runonce(&fake, dir.path(), &["--manifest-url", &url]);
+    let status = agent.wait_exit();
+    assert_eq!(status.code(), Some(0), "{}", agent.log());
+    assert_eq!(
+        report(&agent),
+        [
+            "default/web-edge-1: running",
+            "default/remote-edge-1: running"
+        ],
+        "{}",
+        agent.log()
+    );
+    assert_eq!(running_containers(&fake, "remote-edge-1"), 1);
+}
+
+#[test]
+fn runonce_gives_up_on_a_runtime_that_never_answers_within_its_timeout() {
+    let fake = FakeCri::start();
+    fake.stop_server();
+    let dir = tempfile::tempdir().expect("temp dir");
+    write_manifest(dir.path(), "web.yaml", &pod("web", "busybox", "Always"));
+    let mut agent = Agent::start(
+        &fake.endpoint(),
+        &[
+            "--runonce",
+            "--pod-manifest-path",
+            dir.path().to_str().expect("utf-8 path"),
+            "--runonce-timeout",
+            "1s",
+        ],
+    );
+    let status = agent.wait_exit();
+    assert_eq!(status.code(), Some(1), "{}", agent.log());
+    assert!(
+        agent
+            .log()
+            .contains("container runtime not ready within --runonce-timeout"),
+        "{}",
+        agent.log()
+    );
+}
