@@ -192,6 +192,36 @@ fn status_without_any_source_answering_names_each_and_exits_1() {
     }
 }
 
+#[test]
+fn status_watch_asks_again_and_redraws_until_interrupted() {
+    let (port, seen) = serve("200 OK", POD_LIST);
+    let child = Command::new(BIN)
+        .args(["status", "--watch", "--read-only-port", &port.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run tinylet status --watch");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while seen.lock().unwrap().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "--watch asked only once in 30s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Ctrl-C.
+    let pid = child.id().to_string();
+    let ok = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill");
+    assert!(ok.success());
+    let out = child.wait_with_output().expect("wait");
+    let out = String::from_utf8_lossy(&out.stdout);
+    let headers = out.lines().filter(|l| l.starts_with("NAMESPACE ")).count();
+    assert!(headers >= 2, "one table per turn:\n{out}");
+}
+
 /// The main port: TLS on 127.0.0.1 with the node's self-signed serving
 /// certificate (`<root-dir>/pki/kubelet.crt`), client certificates from a
 /// CA required. `tinylet status --kubeconfig` authenticates with the
