@@ -37,6 +37,11 @@ use tinylet::volume::{ApiObjects, VolumeManager};
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
         Ok(Command::Run(o)) => *o,
+        Ok(Command::Status(o)) => return tinylet::status_cmd::main(&o),
+        Ok(Command::StatusHelp) => {
+            print!("{}", tinylet::options::STATUS_USAGE);
+            return ExitCode::SUCCESS;
+        }
         Ok(Command::Help) => {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -54,7 +59,8 @@ fn main() -> ExitCode {
     init_logging(opts.verbosity);
     tinylet::fault::init();
     match run(opts) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             error!("{e:#}");
             ExitCode::FAILURE
@@ -204,6 +210,7 @@ fn connect_runtime(
         )
     })?;
     let mut delay = Duration::from_millis(500);
+    let started = Instant::now();
     loop {
         match runtime.wait_ready(Duration::from_secs(5)) {
             Ok(v) => {
@@ -215,6 +222,12 @@ fn connect_runtime(
                     opts.container_runtime_endpoint
                 );
                 return Ok(Some((runtime, v.runtime_name)));
+            }
+            Err(e) if opts.runonce && started.elapsed() >= opts.runonce_timeout => {
+                bail!(
+                    "container runtime not ready within --runonce-timeout {}s: {e}",
+                    opts.runonce_timeout.as_secs()
+                );
             }
             Err(e) => {
                 warn!(
@@ -278,7 +291,9 @@ fn start_server(
     Ok(server)
 }
 
-fn run(opts: Options) -> anyhow::Result<()> {
+/// Runs the agent until a signal (or, with `--runonce`, until its pods are
+/// decided). False: `--runonce` pods that did not all run.
+fn run(opts: Options) -> anyhow::Result<bool> {
     let started = Instant::now();
     tinylet::malloc::limit_arenas();
     for flag in &opts.ignored_flags {
@@ -325,7 +340,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
     };
 
     let Some((remote, runtime_name)) = connect_runtime(&opts, &stop)? else {
-        return Ok(());
+        return Ok(!opts.runonce);
     };
     let remote = Arc::new(remote);
 
@@ -406,7 +421,8 @@ fn run(opts: Options) -> anyhow::Result<()> {
         runtime = runtime.with_pull_secrets(Arc::new(ApiObjects::new(c.clone())));
     }
     let runtime = Arc::new(runtime);
-    let _image_gc = if opts.image_gc.enabled() {
+    // Run-once mode leaves images alone: it only starts its pods.
+    let _image_gc = if opts.image_gc.enabled() && !opts.runonce {
         let gc = ImageGc::new(
             remote.clone(),
             remote.clone(),
@@ -505,7 +521,11 @@ fn run(opts: Options) -> anyhow::Result<()> {
     // neither register nor mark the API source: housekeeping waits for the
     // sources configured below, and the API source (once there is one)
     // decides about them with its first SET.
-    if let Some(dir) = &opts.bootstrap_checkpoint_path {
+    if let Some(dir) = opts
+        .bootstrap_checkpoint_path
+        .as_ref()
+        .filter(|_| !opts.runonce)
+    {
         match load_checkpoints(dir) {
             Ok(found) if !found.pods.is_empty() => {
                 if client.is_some() {
@@ -533,6 +553,13 @@ fn run(opts: Options) -> anyhow::Result<()> {
     }
     // The sources housekeeping waits for: every one configured here.
     let mut sources: Vec<&'static str> = Vec::new();
+    // With --runonce the sources send to this channel instead, which gives
+    // their first SET once; they are stopped after it.
+    let (once_tx, once_rx) = bounded(4);
+    let source_channel = |source: &str| match opts.runonce {
+        true => once_tx.clone(),
+        false => config.channel(source),
+    };
     let _file_source = match &opts.pod_manifest_path {
         Some(path) => {
             sources.push(FILE_SOURCE);
@@ -541,7 +568,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
                     path.clone(),
                     node.clone(),
                     opts.file_check_frequency,
-                    config.channel(FILE_SOURCE),
+                    source_channel(FILE_SOURCE),
                 )
                 .with_context(|| format!("starting the file source for {}", path.display()))?,
             )
@@ -557,7 +584,7 @@ fn run(opts: Options) -> anyhow::Result<()> {
                     opts.manifest_url_headers.clone(),
                     node.clone(),
                     opts.http_check_frequency,
-                    config.channel(HTTP_SOURCE),
+                    source_channel(HTTP_SOURCE),
                 )
                 .with_context(|| format!("--manifest-url {url}"))?,
             )
@@ -582,6 +609,27 @@ fn run(opts: Options) -> anyhow::Result<()> {
             )
         }
         None => None,
+    };
+    let once_pods = if opts.runonce {
+        // Every source's first list (the HTTP source's first poll has its
+        // request deadline), then no more watching.
+        let wait = tinylet::config::http::HTTP_REQUEST_TIMEOUT + Duration::from_secs(5);
+        let sets = tinylet::runonce::first_sets(&once_rx, &sources, wait);
+        drop(_file_source);
+        drop(_http_source);
+        let mut pods = Vec::new();
+        for set in sets.map_err(anyhow::Error::msg)? {
+            pods.extend(set.pods.iter().cloned().map(Arc::new));
+            let source = set.source.clone();
+            config
+                .channel(&source)
+                .send(set)
+                .map_err(|_| anyhow::anyhow!("the pod config stopped"))?;
+        }
+        info!("runonce: starting {} pod(s)", pods.len());
+        Some(pods)
+    } else {
+        None
     };
     let pleg = Pleg::start_with(
         runtime.clone(),
@@ -619,13 +667,28 @@ fn run(opts: Options) -> anyhow::Result<()> {
     .with_prober(prober.handle());
     let config = Arc::new(config);
     let ready_config = config.clone();
-    let sources_ready = Box::new(move || ready_config.seen_all_sources(&sources));
+    // Run-once mode never removes what no source wants: it only starts.
+    let runonce = opts.runonce;
+    let sources_ready = Box::new(move || !runonce && ready_config.seen_all_sources(&sources));
     let allow_privileged = opts.allow_privileged;
     // Checked when the flags were read; an error here cannot happen.
     let sysctls = Arc::new(
         tinylet::sysctl::Allowlist::new(&opts.allowed_unsafe_sysctls)
             .map_err(|e| anyhow::anyhow!("flag --allowed-unsafe-sysctls: {e}"))?,
     );
+    let (monitor, stop) = match once_pods {
+        Some(pods) => {
+            let (m, stop) = tinylet::runonce::Monitor::start(
+                pods.clone(),
+                reporter.clone(),
+                opts.runonce_timeout,
+                stop,
+            )
+            .context("starting the runonce thread")?;
+            (Some((m, pods)), stop)
+        }
+        None => (None, stop),
+    };
     let kubelet = Kubelet::new(
         workers,
         cache,
@@ -656,6 +719,18 @@ fn run(opts: Options) -> anyhow::Result<()> {
     kubelet.run();
     drop(prober);
     drop(pleg);
+    let mut all_run = true;
+    if let Some((monitor, pods)) = monitor {
+        let outcomes = monitor.outcomes();
+        let mut out = String::new();
+        for (pod, outcome) in pods.iter().zip(&outcomes) {
+            all_run &= *outcome == tinylet::runonce::Outcome::Running;
+            out.push_str(&tinylet::runonce::line(pod, outcome));
+            out.push('\n');
+        }
+        all_run &= outcomes.len() == pods.len();
+        print!("{out}");
+    }
     info!("stopped");
-    Ok(())
+    Ok(all_run)
 }

@@ -115,6 +115,10 @@ pub struct Options {
     /// `authentication` and `authorization`). `node_name` is left empty:
     /// the caller sets it. `mode` is Webhook with a kubeconfig unless given.
     pub auth: crate::server::auth::AuthConfig,
+    /// Run the file and URL sources' pods once and exit (`--runonce`).
+    pub runonce: bool,
+    /// How long `--runonce` waits for its pods (`--runonce-timeout`).
+    pub runonce_timeout: Duration,
 }
 
 /// Where the node's API listens; `None`: that listener is off.
@@ -222,6 +226,8 @@ impl Default for Options {
             port_given: false,
             healthz_given: false,
             auth: crate::server::auth::AuthConfig::default(),
+            runonce: false,
+            runonce_timeout: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -230,14 +236,140 @@ impl Default for Options {
 #[derive(Debug, PartialEq)]
 pub enum Command {
     Run(Box<Options>),
+    /// `tinylet status ...`: what the local node runs.
+    Status(Box<StatusOptions>),
+    /// `tinylet status --help`.
+    StatusHelp,
     Help,
     Version,
+}
+
+/// How `tinylet status` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusOutput {
+    Table,
+    /// The table with each pod's containers below it.
+    Wide,
+    /// The `PodList` as JSON.
+    Json,
+}
+
+/// The flags of `tinylet status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusOptions {
+    /// Redraw every 2 s until interrupted.
+    pub watch: bool,
+    pub output: StatusOutput,
+    /// The node's read-only port; 0: not asked.
+    pub read_only_port: u16,
+    /// The node's main (TLS) port, asked with `kubeconfig`'s credentials.
+    pub port: u16,
+    pub kubeconfig: Option<PathBuf>,
+    /// The main port's certificate (default `<root-dir>/pki/kubelet.crt`).
+    pub tls_cert_file: Option<PathBuf>,
+    pub container_runtime_endpoint: String,
+    pub root_dir: PathBuf,
+}
+
+impl Default for StatusOptions {
+    fn default() -> Self {
+        let o = Options::default();
+        StatusOptions {
+            watch: false,
+            output: StatusOutput::Table,
+            read_only_port: 0,
+            port: 10250,
+            kubeconfig: None,
+            tls_cert_file: None,
+            container_runtime_endpoint: o.container_runtime_endpoint,
+            root_dir: o.root_dir,
+        }
+    }
+}
+
+pub const STATUS_USAGE: &str = "\
+Usage: tinylet status [flags]
+
+Prints the pods and containers the local node runs. It asks, in order: the
+read-only port (if --read-only-port is given), the main port with the node's
+own credentials (if --kubeconfig is given), else the container runtime.
+
+  -w, --watch                          redraw every 2s until interrupted
+  -o, --output table|wide|json         wide adds each pod's containers; json prints
+                                       the PodList
+  --read-only-port int                 the node's read-only port (default 0: not asked)
+  --port int                           the node's main port (default 10250)
+  --kubeconfig string                  the node's kubeconfig: its client certificate
+                                       authenticates to the main port
+  --tls-cert-file string               the main port's certificate, trusted as is
+                                       (default <root-dir>/pki/kubelet.crt)
+  --container-runtime-endpoint string  CRI endpoint (default unix:///run/containerd/containerd.sock)
+  --root-dir string                    tinylet's state directory (default /var/lib/tinylet)
+";
+
+/// Parses the arguments after `tinylet status`.
+pub fn parse_status_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, String> {
+    let mut o = StatusOptions::default();
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+            return Err(format!("status: unexpected argument {arg:?}"));
+        };
+        let (name, inline) = match flag.split_once('=') {
+            Some((n, v)) => (n.replace('_', "-"), Some(v.to_string())),
+            None => (flag.replace('_', "-"), None),
+        };
+        let name = name.as_str();
+        if name == "h" || name == "help" {
+            return Ok(Command::StatusHelp);
+        }
+        if name == "w" || name == "watch" {
+            o.watch = match inline {
+                Some(v) => boolean(name, &v)?,
+                None => true,
+            };
+            continue;
+        }
+        let v = match inline {
+            Some(v) => v,
+            None => it
+                .next()
+                .ok_or_else(|| format!("status: flag --{name} needs a value"))?,
+        };
+        let port = |v: &str| {
+            v.parse::<u16>()
+                .map_err(|_| format!("status: flag --{name}: invalid port {v:?} (want 0-65535)"))
+        };
+        match name {
+            "o" | "output" => {
+                o.output = match v.as_str() {
+                    "table" | "" => StatusOutput::Table,
+                    "wide" => StatusOutput::Wide,
+                    "json" => StatusOutput::Json,
+                    _ => {
+                        return Err(format!(
+                            "status: flag --output: {v:?} is not table, wide or json"
+                        ))
+                    }
+                }
+            }
+            "read-only-port" => o.read_only_port = port(&v)?,
+            "port" => o.port = port(&v)?,
+            "kubeconfig" => o.kubeconfig = (!v.is_empty()).then(|| PathBuf::from(v)),
+            "tls-cert-file" => o.tls_cert_file = (!v.is_empty()).then(|| PathBuf::from(v)),
+            "container-runtime-endpoint" => o.container_runtime_endpoint = v,
+            "root-dir" => o.root_dir = PathBuf::from(v),
+            _ => return Err(format!("status: unknown flag --{name}")),
+        }
+    }
+    Ok(Command::Status(Box::new(o)))
 }
 
 pub const USAGE: &str = "\
 tinylet: a small Kubernetes node agent
 
 Usage: tinylet [flags]
+       tinylet status [flags]     what the local node runs (tinylet status --help)
 
 Flags:
   --config file                        kubelet configuration file (KubeletConfiguration
@@ -278,6 +410,11 @@ Flags:
                                        backs off; 0: unlimited (default 5)
   --registry-burst int                 image pulls allowed in a burst, with --registry-qps
                                        above 0 (default 10)
+  --runonce bool                       start the pods of --pod-manifest-path and --manifest-url
+                                       once, wait until each runs or fails, print one line
+                                       per pod and exit: 0 when all run, 1 otherwise;
+                                       containers keep running (not with --kubeconfig)
+  --runonce-timeout duration           how long --runonce waits for its pods (default 5m0s)
 
 Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --kubeconfig string                  kubeconfig of the API server; joins the cluster as
@@ -416,6 +553,10 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
     // argument follows it.
     let mut last_bool: Option<String> = None;
     let mut it = args.into_iter().peekable();
+    if it.peek().is_some_and(|a| a == "status") {
+        it.next();
+        return parse_status_args(it);
+    }
     while let Some(arg) = it.next() {
         let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
             return Err(match last_bool {
@@ -620,6 +761,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             }
             "authorization-webhook-cache-authorized-ttl" => o.auth.authorized_ttl = dur(&v)?,
             "authorization-webhook-cache-unauthorized-ttl" => o.auth.unauthorized_ttl = dur(&v)?,
+            "runonce" => o.runonce = boolean(name, &v)?,
+            "runonce-timeout" => o.runonce_timeout = dur(&v)?,
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -696,6 +839,25 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
         None => e,
     })?;
     resolve_auth(&mut o)?;
+    if o.runonce {
+        // Upstream's run-once mode takes the local sources' pods only.
+        if o.kubeconfig.is_some() {
+            return Err(
+                "flag --runonce cannot be used with --kubeconfig: run-once mode runs \
+                        only the pods of --pod-manifest-path and --manifest-url"
+                    .into(),
+            );
+        }
+        if o.pod_manifest_path.is_none() && o.manifest_url.is_none() {
+            return Err(
+                "flag --runonce needs --pod-manifest-path or --manifest-url: there are no pods to run"
+                    .into(),
+            );
+        }
+        if o.runonce_timeout.is_zero() {
+            return Err("flag --runonce-timeout: must be greater than 0".into());
+        }
+    }
     Ok(Command::Run(Box::new(o)))
 }
 
@@ -794,6 +956,8 @@ const FLAGS: &[&str] = &[
     "authorization-mode",
     "authorization-webhook-cache-authorized-ttl",
     "authorization-webhook-cache-unauthorized-ttl",
+    "runonce",
+    "runonce-timeout",
 ];
 
 /// The boolean ones among `FLAGS`: alone they mean true.
@@ -805,6 +969,7 @@ const BOOL_FLAGS: &[&str] = &[
     "enable-server",
     "anonymous-auth",
     "authentication-token-webhook",
+    "runonce",
 ];
 
 /// Boolean flags of the upstream kubelet, v1.20 to v1.34, that tinylet
@@ -845,7 +1010,6 @@ pub const IGNORED_BOOL_FLAGS: &[&str] = &[
     "register-schedulable",
     "rotate-certificates",
     "rotate-server-certificates",
-    "runonce",
     "seccomp-default",
     "skip-headers",
     "skip-log-headers",
@@ -1987,13 +2151,16 @@ cgroupDriver: systemd
             "--fail-swap-on",
             "--node-ip",
             "192.0.2.1",
-            "--runonce",
+            "--make-iptables-util-chains",
             "--register-node",
             "--max-pods",
             "7",
             "--allow-privileged",
         ]);
-        assert_eq!(o.ignored_flags, ["fail-swap-on", "runonce"]);
+        assert_eq!(
+            o.ignored_flags,
+            ["fail-swap-on", "make-iptables-util-chains"]
+        );
         assert_eq!(o.node_ip, Some("192.0.2.1".parse().unwrap()));
         assert_eq!(o.max_pods, 7);
         assert!(o.register_node && o.allow_privileged);
@@ -2299,5 +2466,88 @@ authorization:
         let mut want: Vec<String> = ignored.iter().map(|s| s.to_string()).collect();
         want.sort();
         assert_eq!(documented, want, "README.md's table of ignored flags");
+    }
+
+    #[test]
+    fn runonce_needs_a_local_source_and_refuses_a_kubeconfig() {
+        let o = run(&["--runonce", "--pod-manifest-path", "/m"]);
+        assert!(o.runonce);
+        assert_eq!(o.runonce_timeout, Duration::from_secs(300));
+        assert!(o.ignored_flags.is_empty());
+        let o = run(&[
+            "--runonce=true",
+            "--manifest-url",
+            "http://h/p",
+            "--runonce-timeout=30s",
+        ]);
+        assert_eq!(o.runonce_timeout, Duration::from_secs(30));
+        assert!(!run(&["--runonce=false", "--kubeconfig", "/k"]).runonce);
+        let err = parse(&[
+            "--runonce",
+            "--pod-manifest-path",
+            "/m",
+            "--kubeconfig",
+            "/k",
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("--runonce cannot be used with --kubeconfig"),
+            "{err}"
+        );
+        let err = parse(&["--runonce"]).unwrap_err();
+        assert!(
+            err.contains("--pod-manifest-path or --manifest-url"),
+            "{err}"
+        );
+        let err = parse(&[
+            "--runonce",
+            "--pod-manifest-path",
+            "/m",
+            "--runonce-timeout",
+            "0",
+        ])
+        .unwrap_err();
+        assert!(err.contains("--runonce-timeout"), "{err}");
+    }
+
+    #[test]
+    fn the_status_subcommand_has_its_own_flags() {
+        assert_eq!(parse(&["status"]), Ok(Command::Status(Box::default())));
+        let Ok(Command::Status(o)) = parse(&[
+            "status",
+            "-w",
+            "-o",
+            "json",
+            "--read-only-port=10255",
+            "--port",
+            "10260",
+            "--kubeconfig",
+            "/k",
+            "--root-dir",
+            "/r",
+            "--container-runtime-endpoint",
+            "unix:///c.sock",
+        ]) else {
+            panic!("status flags")
+        };
+        assert!(o.watch);
+        assert_eq!(o.output, StatusOutput::Json);
+        assert_eq!((o.read_only_port, o.port), (10255, 10260));
+        assert_eq!(o.kubeconfig, Some(PathBuf::from("/k")));
+        assert_eq!(o.root_dir, PathBuf::from("/r"));
+        assert_eq!(o.container_runtime_endpoint, "unix:///c.sock");
+        assert_eq!(parse(&["status", "--help"]), Ok(Command::StatusHelp));
+        for (args, want) in [
+            (&["status", "-o", "yaml"][..], "not table, wide or json"),
+            (&["status", "--port", "70000"][..], "invalid port"),
+            (&["status", "--pod-manifest-path", "/m"][..], "unknown flag"),
+            (&["status", "stray"][..], "unexpected argument"),
+            (&["status", "--port"][..], "needs a value"),
+        ] {
+            let err = parse(args).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+        // Only as the first argument is it the subcommand.
+        assert!(parse(&["--v", "2", "status"]).is_err());
     }
 }
