@@ -446,3 +446,39 @@ fn resource_metrics_have_the_series_metrics_server_reads() {
     assert_eq!(find(&s, "scrape_error", &[]).unwrap().value, 1.0);
     assert!(find(&s, "container_cpu_usage_seconds_total", &[]).is_none());
 }
+
+#[test]
+fn cri_calls_are_counted_by_operation_with_their_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("absent.sock");
+    let rt =
+        crate::cri::RemoteRuntime::new(sock.to_str().unwrap(), Duration::from_secs(5)).unwrap();
+    let before = (RUNTIME_OPS[5].total.get(), RUNTIME_OPS[5].errors.get());
+    assert_eq!(OPERATIONS[5].1, "podsandbox_status");
+    assert!(rt.pod_sandbox_status("x").is_err());
+    assert!(rt
+        .exec_sync("x", &["true".into()], Duration::from_secs(1))
+        .is_err());
+    assert_eq!(RUNTIME_OPS[5].total.get(), before.0 + 1);
+    assert_eq!(RUNTIME_OPS[5].errors.get(), before.1 + 1);
+    let mut out = String::new();
+    render_metrics(&mut out);
+    let s = parse(&out).unwrap();
+    let exec = [("operation_type", "exec_sync")];
+    assert!(
+        find(&s, "kubelet_runtime_operations_errors_total", &exec)
+            .unwrap()
+            .value
+            >= 1.0
+    );
+    assert!(
+        find(
+            &s,
+            "kubelet_runtime_operations_duration_seconds_count",
+            &exec
+        )
+        .unwrap()
+        .value
+            >= 1.0
+    );
+}
