@@ -141,6 +141,35 @@ impl RemoteRuntime {
             reason: reason.into(),
         }
     }
+
+    /// PodSandboxStatus, verbose or not: the status, checked, and `info`.
+    fn sandbox_status(
+        &self,
+        pod_sandbox_id: &str,
+        verbose: bool,
+    ) -> Result<
+        (
+            api::PodSandboxStatus,
+            std::collections::HashMap<String, String>,
+        ),
+        CriError,
+    > {
+        const METHOD: &str = "PodSandboxStatus";
+        let mut req = api::PodSandboxStatusRequest::new();
+        req.pod_sandbox_id = pod_sandbox_id.to_string();
+        req.verbose = verbose;
+        let resp = self.call(METHOD, |o| self.runtime.pod_sandbox_status_opt(&req, o))?;
+        let Some(status) = resp.status.into_option() else {
+            return Err(self.invalid(METHOD, format!("no status for sandbox {pod_sandbox_id}")));
+        };
+        if status.id.is_empty() {
+            return Err(self.invalid(METHOD, format!("empty id for sandbox {pod_sandbox_id}")));
+        }
+        if status.metadata.is_none() {
+            return Err(self.invalid(METHOD, format!("no metadata for sandbox {pod_sandbox_id}")));
+        }
+        Ok((status, resp.info))
+    }
 }
 
 fn version_request() -> api::VersionRequest {
@@ -207,20 +236,20 @@ impl RuntimeService for RemoteRuntime {
     }
 
     fn pod_sandbox_status(&self, pod_sandbox_id: &str) -> Result<api::PodSandboxStatus, CriError> {
-        const METHOD: &str = "PodSandboxStatus";
-        let mut req = api::PodSandboxStatusRequest::new();
-        req.pod_sandbox_id = pod_sandbox_id.to_string();
-        let resp = self.call(METHOD, |o| self.runtime.pod_sandbox_status_opt(&req, o))?;
-        let Some(status) = resp.status.into_option() else {
-            return Err(self.invalid(METHOD, format!("no status for sandbox {pod_sandbox_id}")));
-        };
-        if status.id.is_empty() {
-            return Err(self.invalid(METHOD, format!("empty id for sandbox {pod_sandbox_id}")));
-        }
-        if status.metadata.is_none() {
-            return Err(self.invalid(METHOD, format!("no metadata for sandbox {pod_sandbox_id}")));
-        }
-        Ok(status)
+        Ok(self.sandbox_status(pod_sandbox_id, false)?.0)
+    }
+
+    fn pod_sandbox_status_info(
+        &self,
+        pod_sandbox_id: &str,
+    ) -> Result<
+        (
+            api::PodSandboxStatus,
+            std::collections::HashMap<String, String>,
+        ),
+        CriError,
+    > {
+        self.sandbox_status(pod_sandbox_id, true)
     }
 
     fn list_pod_sandbox(
