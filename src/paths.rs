@@ -370,12 +370,13 @@ pub fn disk_usage(dir: &Path, max_entries: u64) -> io::Result<DiskUsage> {
     let mut usage = DiskUsage {
         bytes: blocks(&st),
         inodes: 1,
-        dev: dev as u64,
+        dev,
         complete: true,
     };
     let budget =
         |u: &DiskUsage| usize::try_from(max_entries.saturating_sub(u.inodes)).unwrap_or(usize::MAX);
-    let mut linked: std::collections::HashSet<(u64, u64)> = std::collections::HashSet::new();
+    let mut linked: std::collections::HashSet<(libc::dev_t, libc::ino_t)> =
+        std::collections::HashSet::new();
     let names = top.names_upto(budget(&usage).saturating_add(1))?;
     let mut stack = vec![(top, names)];
     loop {
@@ -400,7 +401,7 @@ pub fn disk_usage(dir: &Path, max_entries: u64) -> io::Result<DiskUsage> {
             // Another file system mounted below: not counted, as `du -x`.
             continue;
         }
-        if !is_dir(&st) && st.st_nlink > 1 && !linked.insert((st.st_dev as u64, st.st_ino as u64)) {
+        if !is_dir(&st) && st.st_nlink > 1 && !linked.insert((st.st_dev, st.st_ino)) {
             continue;
         }
         usage.inodes += 1;

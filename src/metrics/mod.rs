@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use registry::{header, sample, Counter, CounterFamily, Gauge, Histogram};
 use registry::{DEF_BUCKETS, RUNTIME_BUCKETS};
 
-pub use stats::{render_resource_metrics, stats_summary, NodeFacts};
+pub use stats::{render_resource_metrics, render_resource_metrics_at, stats_summary, NodeFacts};
 
 // ---- CRI operations -------------------------------------------------------
 

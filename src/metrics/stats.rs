@@ -12,8 +12,12 @@
 //! and of each container is kept between calls (entries of containers not
 //! seen in a call are dropped) and the rate computed against it; the first
 //! call has none, as upstream. Pods' CPU and memory are the sums of their
-//! containers' (upstream reads the pod's cgroup through cAdvisor). Not
-//! reported: pods' network and volumes, containers' logs.
+//! containers' (upstream reads the pod's cgroup through cAdvisor).
+//!
+//! A pod's network is its sandbox's `/proc/<pid>/net/dev` (the pid from
+//! the runtime's verbose sandbox status); its volumes and containers'
+//! logs are measured by a bounded walk of their directories, only when a
+//! summary is asked for; ephemeral storage sums them as upstream.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -38,6 +42,8 @@ pub struct NodeFacts<'a> {
     pub images: Option<&'a dyn ImageService>,
     /// Where /proc is (tests point it at a fake tree).
     pub proc_root: &'a Path,
+    /// `--pod-logs-dir`: containers' `logs` are measured under it.
+    pub logs_dir: &'a Path,
 }
 
 impl<'a> NodeFacts<'a> {
@@ -47,6 +53,7 @@ impl<'a> NodeFacts<'a> {
             root_dir,
             images: None,
             proc_root: Path::new("/proc"),
+            logs_dir: Path::new("/var/log/pods"),
         }
     }
 }
@@ -172,6 +179,7 @@ struct ContainerRow {
 }
 
 struct PodRow {
+    sandbox_id: String,
     uid: String,
     name: String,
     namespace: String,
@@ -199,6 +207,7 @@ fn collect(runtime: &dyn RuntimeService) -> Result<(Vec<PodRow>, Vec<ContainerRo
         }
         let meta = s.metadata.as_ref();
         let row = PodRow {
+            sandbox_id: s.id.clone(),
             uid: uid.to_string(),
             name: meta.map_or_else(
                 || label(&s.labels, labels::POD_NAME).to_string(),
@@ -347,28 +356,11 @@ pub fn stats_summary(runtime: &dyn RuntimeService, node: &NodeFacts) -> Result<S
             }),
         );
     }
-    let ifaces = interfaces(&read(node.proc_root, "net/dev"));
-    if !ifaces.is_empty() {
-        let list: Vec<Value> = ifaces
-            .iter()
-            .map(|(n, rx, rxe, tx, txe)| {
-                json!({"name": n, "rxBytes": rx, "rxErrors": rxe, "txBytes": tx, "txErrors": txe})
-            })
-            .collect();
-        // The default interface: eth0 when there is one, else the first.
-        let main = ifaces.iter().position(|i| i.0 == "eth0").unwrap_or(0);
-        let mut net = Map::new();
-        net.insert("time".into(), json!(now_s));
-        if let Value::Object(first) = &list[main] {
-            net.extend(first.clone());
-        }
-        net.insert("interfaces".into(), Value::Array(list));
-        node_json.insert("network".into(), Value::Object(net));
+    if let Some(net) = network_json(&now_s, &read(node.proc_root, "net/dev")) {
+        node_json.insert("network".into(), net);
     }
-    node_json.insert(
-        "fs".into(),
-        fs_json(&now_s, fs_stats(node.root_dir).ok(), None, None),
-    );
+    let root_fs = fs_stats(node.root_dir).ok();
+    node_json.insert("fs".into(), fs_json(&now_s, root_fs, None, None));
     if let Some((fs, used, inodes)) = image_fs {
         node_json.insert(
             "runtime".into(),
@@ -381,11 +373,15 @@ pub fn stats_summary(runtime: &dyn RuntimeService, node: &NodeFacts) -> Result<S
         let mut containers = Vec::new();
         let (mut cpu_total, mut cpu_rate, mut cpu_t, mut any_cpu) = (0u64, Some(0u64), 0i64, false);
         let (mut mem_total, mut mem_t, mut any_mem) = (0u64, 0i64, false);
-        let mut rootfs_total: Option<u64> = None;
+        // Upstream's ephemeral storage: containers' writable layers and
+        // logs, and the local ephemeral volumes.
+        let (mut eph_used, mut eph_inodes) = (None, None);
+        let log_dir = pod_log_dir(node.logs_dir, p);
         for c in rows.iter().filter(|c| c.pod_uid == p.uid) {
             let mut cj = Map::new();
             cj.insert("name".into(), json!(c.name));
             cj.insert("startTime".into(), json!(time_of(c.created_at)));
+            let mut rootfs = None;
             if let Some(s) = &c.stats {
                 if let Some(sample) = cpu_of(s) {
                     seen.push(&c.id);
@@ -413,9 +409,26 @@ pub fn stats_summary(runtime: &dyn RuntimeService, node: &NodeFacts) -> Result<S
                         "rootfs".into(),
                         fs_json(&time_of(w.timestamp), fs, used, inodes),
                     );
-                    if let Some(u) = used {
-                        rootfs_total = Some(rootfs_total.unwrap_or(0).saturating_add(u));
-                    }
+                    rootfs = Some((used, inodes));
+                }
+            }
+            let logs = log_dir
+                .as_ref()
+                .and_then(|d| crate::paths::join(d, &c.name).ok())
+                .and_then(|d| crate::paths::disk_usage(&d, WALK_LIMIT).ok());
+            if let Some(l) = logs {
+                cj.insert(
+                    "logs".into(),
+                    fs_json(&now_s, root_fs, Some(l.bytes), Some(l.inodes)),
+                );
+            }
+            // Upstream counts logs only beside a writable layer.
+            if let Some((used, inodes)) = rootfs {
+                add_usage(&mut eph_used, used);
+                add_usage(&mut eph_inodes, inodes);
+                if let Some(l) = logs {
+                    add_usage(&mut eph_used, Some(l.bytes));
+                    add_usage(&mut eph_inodes, Some(l.inodes));
                 }
             }
             containers.push(Value::Object(cj));
@@ -436,11 +449,23 @@ pub fn stats_summary(runtime: &dyn RuntimeService, node: &NodeFacts) -> Result<S
                 json!({"time": time_of(mem_t), "workingSetBytes": mem_total}),
             );
         }
-        if let Some(u) = rootfs_total {
+        let volumes = pod_volumes(node.root_dir, &p.uid, &now_s);
+        for v in volumes.iter().filter(|v| v.ephemeral) {
+            add_usage(&mut eph_used, Some(v.used));
+            add_usage(&mut eph_inodes, Some(v.inodes));
+        }
+        if !volumes.is_empty() {
+            let list = volumes.into_iter().map(|v| v.json).collect();
+            pj.insert("volume".into(), Value::Array(list));
+        }
+        if eph_used.is_some() {
             pj.insert(
                 "ephemeral-storage".into(),
-                json!({"time": now_s, "usedBytes": u}),
+                fs_json(&now_s, root_fs, eph_used, eph_inodes),
             );
+        }
+        if let Some(net) = pod_network(runtime, p, node.proc_root, &now_s) {
+            pj.insert("network".into(), net);
         }
         pods_json.push(Value::Object(pj));
     }
@@ -451,6 +476,143 @@ pub fn stats_summary(runtime: &dyn RuntimeService, node: &NodeFacts) -> Result<S
 
     let summary = json!({ "node": Value::Object(node_json), "pods": pods_json });
     serde_json::to_string_pretty(&summary).map_err(|e| format!("encode the summary: {e}"))
+}
+
+/// Entries a volume or log walk looks at, at most: what a container
+/// writes cannot make a request costly. Upstream's `du` has no bound; past
+/// it the usage reported is what was counted.
+const WALK_LIMIT: u64 = 100_000;
+
+fn add_usage(total: &mut Option<u64>, v: Option<u64>) {
+    if let Some(v) = v {
+        *total = Some(total.unwrap_or(0).saturating_add(v));
+    }
+}
+
+/// `<logs-dir>/<namespace>_<name>_<uid>`, as the runtime module names it;
+/// None for names that cannot make one directory there.
+fn pod_log_dir(logs_dir: &Path, p: &PodRow) -> Option<std::path::PathBuf> {
+    crate::paths::uid_error(&p.uid).is_none().then_some(())?;
+    crate::paths::join(logs_dir, &format!("{}_{}_{}", p.namespace, p.name, p.uid)).ok()
+}
+
+/// Network statistics of `/proc/…/net/dev` text, upstream's shape: the
+/// default interface (`eth0`, else the first) at the top level and every
+/// interface but `lo` in `interfaces`. None without interfaces.
+fn network_json(now_s: &str, net_dev: &str) -> Option<Value> {
+    let ifaces = interfaces(net_dev);
+    if ifaces.is_empty() {
+        return None;
+    }
+    let list: Vec<Value> = ifaces
+        .iter()
+        .map(|(n, rx, rxe, tx, txe)| {
+            json!({"name": n, "rxBytes": rx, "rxErrors": rxe, "txBytes": tx, "txErrors": txe})
+        })
+        .collect();
+    let main = ifaces.iter().position(|i| i.0 == "eth0").unwrap_or(0);
+    let mut net = Map::new();
+    net.insert("time".into(), json!(now_s));
+    if let Value::Object(first) = &list[main] {
+        net.extend(first.clone());
+    }
+    net.insert("interfaces".into(), Value::Array(list));
+    Some(Value::Object(net))
+}
+
+/// A pod's network, read in its sandbox's network namespace: the
+/// sandbox's pid from the runtime's verbose status (containerd's `info`
+/// JSON has `pid`), then `<proc>/<pid>/net/dev`. None for hostNetwork
+/// pods (upstream gives them none of their own) and when the runtime
+/// does not tell the pid.
+fn pod_network(
+    runtime: &dyn RuntimeService,
+    p: &PodRow,
+    proc_root: &Path,
+    now_s: &str,
+) -> Option<Value> {
+    let (status, info) = match runtime.pod_sandbox_status_info(&p.sandbox_id) {
+        Ok(v) => v,
+        Err(e) => {
+            log::debug!("network statistics of pod {}/{}: {e}", p.namespace, p.name);
+            return None;
+        }
+    };
+    let host_network = status
+        .linux
+        .as_ref()
+        .and_then(|l| l.namespaces.as_ref())
+        .and_then(|n| n.options.as_ref())
+        .is_some_and(|o| o.network.enum_value() == Ok(api::NamespaceMode::NODE));
+    if host_network {
+        return None;
+    }
+    let pid = info
+        .get("info")
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|v| v.get("pid")?.as_u64())
+        .filter(|pid| *pid > 0)?;
+    network_json(now_s, &read(proc_root, &format!("{pid}/net/dev")))
+}
+
+/// One volume's statistics.
+struct VolumeUse {
+    ephemeral: bool,
+    used: u64,
+    inodes: u64,
+    json: Value,
+}
+
+/// Volume plugin directories measured, and whether their volumes are
+/// local ephemeral storage (upstream: disk emptyDir and configMap; a
+/// memory emptyDir, a tmpfs mount here, is not).
+const VOLUME_PLUGINS: [(&str, bool); 5] = [
+    ("kubernetes.io~empty-dir", true),
+    ("kubernetes.io~configmap", true),
+    ("kubernetes.io~secret", false),
+    ("kubernetes.io~projected", false),
+    ("kubernetes.io~downward-api", false),
+];
+
+/// The pod's volumes under `<root-dir>/pods/<uid>/volumes/<plugin>/<name>`:
+/// used bytes and inodes by a bounded walk, capacity from statvfs, sorted
+/// by name.
+fn pod_volumes(root_dir: &Path, uid: &str, now_s: &str) -> Vec<VolumeUse> {
+    let Ok(pod) = crate::paths::pod_dir(root_dir, uid) else {
+        return Vec::new();
+    };
+    let Ok(pod_dev) = std::fs::metadata(&pod).map(|m| std::os::unix::fs::MetadataExt::dev(&m))
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, VolumeUse)> = Vec::new();
+    for (plugin, local) in VOLUME_PLUGINS {
+        let Ok(entries) = std::fs::read_dir(pod.join("volumes").join(plugin)) else {
+            continue;
+        };
+        for e in entries.flatten().take(1024) {
+            let Ok(name) = e.file_name().into_string() else {
+                continue;
+            };
+            let path = e.path();
+            let Ok(u) = crate::paths::disk_usage(&path, WALK_LIMIT) else {
+                continue;
+            };
+            let mut json = fs_json(now_s, fs_stats(&path).ok(), Some(u.bytes), Some(u.inodes));
+            if let Value::Object(m) = &mut json {
+                m.insert("name".into(), json!(name));
+            }
+            let v = VolumeUse {
+                ephemeral: local && u.dev == pod_dev,
+                used: u.bytes,
+                inodes: u.inodes,
+                json,
+            };
+            out.push((name, v));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.into_iter().map(|(_, v)| v).collect()
 }
 
 fn ms(nanos: i64) -> Option<i64> {
@@ -466,8 +628,16 @@ pub fn render_resource_metrics(
     runtime: &dyn RuntimeService,
     out: &mut String,
 ) -> Result<(), String> {
+    render_resource_metrics_at(runtime, Path::new("/proc"), out)
+}
+
+/// [`render_resource_metrics`] with the node read from `proc_root`.
+pub fn render_resource_metrics_at(
+    runtime: &dyn RuntimeService,
+    proc_root: &Path,
+    out: &mut String,
+) -> Result<(), String> {
     let now = nanos_since_epoch(SystemTime::now());
-    let proc_root = Path::new("/proc");
     let node_cpu = node_cpu_nanos(&read(proc_root, "stat"), clock_ticks());
     let node_mem = node_memory(&read(proc_root, "meminfo"), &read(proc_root, "vmstat"));
     let collected = collect(runtime);
@@ -652,6 +822,7 @@ pub(crate) fn summary_with_proc(
         root_dir: root,
         images,
         proc_root,
+        logs_dir: &root.join("logs"),
     };
     stats_summary(runtime, &node)
 }

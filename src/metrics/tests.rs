@@ -482,3 +482,26 @@ fn cri_calls_are_counted_by_operation_with_their_errors() {
             >= 1.0
     );
 }
+
+#[test]
+fn resource_metrics_read_the_node_from_the_proc_root() {
+    let fake = FakeRuntime::with_images(&[TEST_IMAGE]);
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    fake_proc(&proc_root);
+    let mut out = String::new();
+    render_resource_metrics_at(&fake, &proc_root, &mut out).unwrap();
+    let s = parse(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    // user + nice + system + irq + softirq + steal = 1500 ticks.
+    let ticks = super::process::clock_ticks();
+    let cpu = find(&s, "node_cpu_usage_seconds_total", &[]).unwrap().value;
+    assert!((cpu - 1500.0 / ticks).abs() < 1e-6, "{cpu}");
+    // MemTotal - MemFree - Inactive(file).
+    assert_eq!(
+        find(&s, "node_memory_working_set_bytes", &[])
+            .unwrap()
+            .value,
+        (700 * 1024) as f64
+    );
+    assert_eq!(find(&s, "scrape_error", &[]).unwrap().value, 0.0);
+}
