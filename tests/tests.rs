@@ -22,6 +22,7 @@ mod e2e_read_only;
 mod e2e_runtime_outage;
 mod e2e_security;
 mod e2e_spec;
+mod e2e_stats;
 mod fake_apiserver;
 mod fake_cri;
 mod fuzz_regressions;
