@@ -492,7 +492,9 @@ fn add_usage(total: &mut Option<u64>, v: Option<u64>) {
 /// `<logs-dir>/<namespace>_<name>_<uid>`, as the runtime module names it;
 /// None for names that cannot make one directory there.
 fn pod_log_dir(logs_dir: &Path, p: &PodRow) -> Option<std::path::PathBuf> {
-    crate::paths::uid_error(&p.uid).is_none().then_some(())?;
+    if crate::paths::uid_error(&p.uid).is_some() {
+        return None;
+    }
     crate::paths::join(logs_dir, &format!("{}_{}_{}", p.namespace, p.name, p.uid)).ok()
 }
 

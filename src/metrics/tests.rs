@@ -505,3 +505,58 @@ fn resource_metrics_read_the_node_from_the_proc_root() {
     );
     assert_eq!(find(&s, "scrape_error", &[]).unwrap().value, 0.0);
 }
+
+#[test]
+fn summary_measures_volumes_and_logs_and_sums_ephemeral_storage() {
+    let fake = FakeRuntime::with_images(&[TEST_IMAGE]);
+    let uid = "uid-volumes-1";
+    let ids = running_pod(&fake, uid);
+    fake.set_stats(&ids[0], 1, 1 << 20, 4096);
+    fake.set_stats(&ids[1], 1, 1 << 20, 1024);
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    fake_proc(&proc_root);
+    let vols = dir.path().join("pods").join(uid).join("volumes");
+    let data = vols.join("kubernetes.io~empty-dir/data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("f"), vec![1u8; 8192]).unwrap();
+    let tok = vols.join("kubernetes.io~secret/tok");
+    std::fs::create_dir_all(&tok).unwrap();
+    crate::volume::mount::ensure_tmpfs(&tok, 0).unwrap();
+    std::fs::write(tok.join("token"), vec![2u8; 8192]).unwrap();
+    let app_logs = dir.path().join("logs/ns1_web_uid-volumes-1/app");
+    std::fs::create_dir_all(&app_logs).unwrap();
+    std::fs::write(app_logs.join("0.log"), vec![b'x'; 4096]).unwrap();
+
+    let text = stats::summary_with_proc(&fake, None, dir.path(), &proc_root);
+    crate::volume::mount::unmount_below(dir.path()).unwrap();
+    let v: Value = serde_json::from_str(&text.unwrap()).unwrap();
+    let pod = &v["pods"][0];
+    let names: Vec<&str> = pod["volume"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["data", "tok"], "{pod:#}");
+    let used = |i: usize| pod["volume"][i]["usedBytes"].as_u64().unwrap();
+    assert!(used(0) >= 8192, "{pod:#}");
+    assert!(used(1) >= 8192, "{pod:#}");
+    assert_eq!(pod["volume"][0]["inodesUsed"], 2);
+    assert!(pod["volume"][1]["capacityBytes"].as_u64().unwrap() > 0);
+    let app = &pod["containers"][0];
+    let logs = app["logs"]["usedBytes"].as_u64().unwrap();
+    assert!(logs >= 4096, "{app:#}");
+    assert!(
+        pod["containers"][1].get("logs").is_none(),
+        "side has no log dir"
+    );
+    // Writable layers, app's logs and the disk emptyDir; not the secret
+    // (tmpfs, not local ephemeral storage).
+    assert_eq!(
+        pod["ephemeral-storage"]["usedBytes"].as_u64().unwrap(),
+        4096 + 1024 + logs + used(0),
+        "{pod:#}"
+    );
+    assert!(pod.get("network").is_none(), "the fake tells no pid");
+}
