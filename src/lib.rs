@@ -18,6 +18,7 @@ pub mod httpget;
 pub mod kube;
 pub mod kubelet;
 pub mod malloc;
+pub mod metrics;
 pub mod node;
 pub mod options;
 pub mod paths;

@@ -196,6 +196,11 @@ impl Dir {
 
     /// The names in the directory, `.` and `..` left out.
     fn names(&self) -> io::Result<Vec<CString>> {
+        self.names_upto(usize::MAX)
+    }
+
+    /// At most `max` of the names in the directory.
+    fn names_upto(&self, max: usize) -> io::Result<Vec<CString>> {
         // fdopendir takes the descriptor it is given: hand it a copy.
         // SAFETY: the descriptor is open; the result is checked.
         let copy = unsafe { libc::fcntl(self.0, libc::F_DUPFD_CLOEXEC, 0) };
@@ -214,7 +219,7 @@ impl Dir {
         // only after a rewind (the copy shares the offset).
         unsafe { libc::rewinddir(stream) };
         let mut out = Vec::new();
-        loop {
+        while out.len() < max {
             // SAFETY: `stream` is a valid DIR*; readdir returns null at the end.
             let entry = unsafe { libc::readdir(stream) };
             if entry.is_null() {
@@ -333,6 +338,94 @@ pub fn remove_tree(dir: &Path) -> io::Result<()> {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
+}
+
+/// What a tree uses on its file system: allocated bytes (`st_blocks`, as
+/// `du` counts them, each hard-linked inode once) and inodes (every entry,
+/// the top directory included), and the top directory's device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskUsage {
+    pub bytes: u64,
+    pub inodes: u64,
+    pub dev: u64,
+    /// False when the walk stopped at `max_entries` or at the depth bound:
+    /// the counts are then what was seen, a lower bound.
+    pub complete: bool,
+}
+
+/// How deep `disk_usage` descends (one open descriptor per level).
+const USAGE_MAX_DEPTH: usize = 32;
+
+/// Measures the tree at `dir` as `du -x` and a count of its entries would,
+/// without following symlinks (every step an `openat` with `O_NOFOLLOW`
+/// relative to its parent) and without entering other file systems. The
+/// walk is bounded: at most `max_entries` entries are looked at and
+/// [`USAGE_MAX_DEPTH`] levels entered, so what a container wrote into a
+/// volume cannot make it costly.
+pub fn disk_usage(dir: &Path, max_entries: u64) -> io::Result<DiskUsage> {
+    let top = Dir::open_at(libc::AT_FDCWD, &cstr(dir)?)?;
+    let st = top.stat()?;
+    let dev = st.st_dev;
+    let blocks = |st: &libc::stat| (st.st_blocks as u64).saturating_mul(512);
+    let mut usage = DiskUsage {
+        bytes: blocks(&st),
+        inodes: 1,
+        dev,
+        complete: true,
+    };
+    let budget =
+        |u: &DiskUsage| usize::try_from(max_entries.saturating_sub(u.inodes)).unwrap_or(usize::MAX);
+    let mut linked: std::collections::HashSet<(libc::dev_t, libc::ino_t)> =
+        std::collections::HashSet::new();
+    let names = top.names_upto(budget(&usage).saturating_add(1))?;
+    let mut stack = vec![(top, names)];
+    loop {
+        let depth = stack.len();
+        let Some((cur, names)) = stack.last_mut() else {
+            break;
+        };
+        let Some(name) = names.pop() else {
+            stack.pop();
+            continue;
+        };
+        if usage.inodes >= max_entries {
+            usage.complete = false;
+            break;
+        }
+        let st = match cur.stat_at(&name) {
+            Ok(st) => st,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if st.st_dev != dev {
+            // Another file system mounted below: not counted, as `du -x`.
+            continue;
+        }
+        if !is_dir(&st) && st.st_nlink > 1 && !linked.insert((st.st_dev, st.st_ino)) {
+            continue;
+        }
+        usage.inodes += 1;
+        usage.bytes = usage.bytes.saturating_add(blocks(&st));
+        if !is_dir(&st) {
+            continue;
+        }
+        if depth >= USAGE_MAX_DEPTH {
+            usage.complete = false;
+            continue;
+        }
+        let child = match Dir::open_at(cur.0, &name) {
+            Ok(d) => d,
+            // Gone or replaced (by a symlink, say) since the stat.
+            Err(_) => continue,
+        };
+        let cst = child.stat()?;
+        if cst.st_dev != dev || cst.st_ino != st.st_ino {
+            continue;
+        }
+        let names = child.names_upto(budget(&usage).saturating_add(1))?;
+        stack.push((child, names));
+    }
+    Ok(usage)
 }
 
 #[cfg(test)]
@@ -461,5 +554,39 @@ mod tests {
         crate::volume::mount::unmount_below(&dir).unwrap();
         remove_tree(&dir).unwrap();
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn disk_usage_counts_the_tree_once_and_stays_in_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("big"), vec![7u8; 1 << 20]).unwrap();
+        let dir = tmp.path().join("vol");
+        fs::create_dir_all(dir.join("a/b")).unwrap();
+        fs::write(dir.join("a/b/f"), vec![1u8; 64 << 10]).unwrap();
+        fs::hard_link(dir.join("a/b/f"), dir.join("a/f2")).unwrap();
+        symlink(&outside, dir.join("link")).unwrap();
+        let mnt = dir.join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        crate::volume::mount::ensure_tmpfs(&mnt, 0).unwrap();
+        fs::write(mnt.join("m"), vec![2u8; 1 << 20]).unwrap();
+
+        let u = disk_usage(&dir, 1000).unwrap();
+        crate::volume::mount::unmount_below(&dir).unwrap();
+        // vol, a, a/b, a/b/f (a/f2 is the same inode) and link; the
+        // mount point is another file system's.
+        assert_eq!(u.inodes, 5, "{u:?}");
+        assert!(u.complete);
+        assert_eq!(u.dev, fs::metadata(&dir).unwrap().dev());
+        // The file once; not the symlink's target, not the mount's file.
+        assert!(u.bytes >= 64 << 10, "{u:?}");
+        assert!(u.bytes < (64 << 10) + (256 << 10), "{u:?}");
+
+        let bounded = disk_usage(&dir, 3).unwrap();
+        assert!(!bounded.complete);
+        assert!(bounded.inodes <= 3, "{bounded:?}");
+        // A symlink as the tree itself is refused, not followed.
+        assert!(disk_usage(&dir.join("link"), 1000).is_err());
     }
 }

@@ -437,10 +437,15 @@ impl RuntimeHealth {
 impl Relister {
     fn run(mut self, period: Duration, stop: Receiver<()>) {
         let mut health = RuntimeHealth::default();
+        let mut last_relist: Option<Instant> = None;
         loop {
             let started = Instant::now();
-            let delay = match self.relist() {
+            let result = self.relist();
+            let interval = last_relist.map(|l| started.saturating_duration_since(l));
+            crate::metrics::pleg_relist(started.elapsed(), interval);
+            let delay = match result {
                 Ok(()) => {
+                    last_relist = Some(started);
                     if let Some(note) = health.succeeded(Instant::now()) {
                         info!("{note}");
                     }
@@ -472,6 +477,8 @@ impl Relister {
         if let Some(r) = &self.running {
             r.publish(&pods);
         }
+        let (running_pods, containers) = running_counts(&pods);
+        crate::metrics::set_running(running_pods, containers);
         let mut current: HashMap<String, RuntimePod> =
             pods.iter().map(|p| (p.uid.clone(), p.clone())).collect();
         let mut uids: Vec<String> = current.keys().cloned().collect();
@@ -550,6 +557,32 @@ impl Relister {
     }
 }
 
+/// Pods with a running (ready) sandbox, and containers by state (created,
+/// running, exited, unknown), for `kubelet_running_pods` and
+/// `kubelet_running_containers`.
+fn running_counts(pods: &[RuntimePod]) -> (u64, [u64; 4]) {
+    let mut running = 0;
+    let mut states = [0u64; 4];
+    for p in pods {
+        if p.sandboxes
+            .iter()
+            .any(|s| s.state == ContainerState::Running)
+        {
+            running += 1;
+        }
+        for c in &p.containers {
+            let i = match c.state {
+                ContainerState::Created => 0,
+                ContainerState::Running => 1,
+                ContainerState::Exited => 2,
+                ContainerState::Unknown => 3,
+            };
+            states[i] += 1;
+        }
+    }
+    (running, states)
+}
+
 /// The pods of a relist as `ns/name ns/name ...`, for a kill point's context.
 struct PodNames<'a>(&'a [RuntimePod]);
 
@@ -585,6 +618,24 @@ mod tests {
 
     fn kinds(ev: Vec<PodLifecycleEvent>) -> Vec<(PodLifecycleEventType, String)> {
         ev.into_iter().map(|e| (e.kind, e.data)).collect()
+    }
+
+    #[test]
+    fn running_pods_and_containers_are_counted_by_state() {
+        use ContainerState::*;
+        let mut a = pod(&[("c1", Running), ("c2", Exited), ("c3", Created)]);
+        a.sandboxes = vec![RuntimeContainer {
+            id: "s1".into(),
+            name: String::new(),
+            state: Running,
+        }];
+        let mut b = pod(&[("c4", Unknown), ("c5", Running)]);
+        b.sandboxes = vec![RuntimeContainer {
+            id: "s2".into(),
+            name: String::new(),
+            state: Exited,
+        }];
+        assert_eq!(running_counts(&[a, b]), (1, [1, 2, 1, 1]));
     }
 
     #[test]

@@ -476,6 +476,11 @@ struct WorkerState {
     last_pod: Option<Arc<Pod>>,
     /// Panics in a row while terminating: each retry waits longer.
     kill_panics: u32,
+    /// When the sync loop first handed this pod over (the kubelet first
+    /// saw it), until its start was recorded for
+    /// `kubelet_pod_start_duration_seconds`.
+    first_seen: Option<Instant>,
+    start_recorded: bool,
 }
 
 /// How a worker goes on after one turn.
@@ -498,6 +503,7 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             continue;
         };
         let full_name = pod_full_name(&work.pod);
+        state.first_seen.get_or_insert(handed_over);
         state.last_pod = Some(work.pod.clone());
         // A panic (a bug, or input nothing checked) must not end the
         // worker: the pod would never be synced, killed or deleted again.
@@ -575,9 +581,11 @@ fn worker_turn(
     if work.update_type == UpdateType::Kill {
         shared.waits.record(full_name, handed_over.elapsed());
         shared.prober.remove_pod(&work.pod);
+        let began = Instant::now();
         if !terminate(shared, mailbox, work, uid, full_name) {
             return Turn::Stop;
         }
+        crate::metrics::pod_worker_sync(crate::metrics::WorkerOperation::Kill, began.elapsed());
         shared
             .reporter
             .pod_finished(&work.pod, deleted_from_api(&work.pod));
@@ -626,6 +634,12 @@ fn worker_turn(
     shared.waits.record(full_name, handed_over.elapsed());
     debug!("pod {full_name}: sync ({:?})", work.update_type);
     crate::fault::point("sync-begin", full_name);
+    let began = Instant::now();
+    let operation = match work.update_type {
+        UpdateType::Create => crate::metrics::WorkerOperation::Create,
+        UpdateType::Update => crate::metrics::WorkerOperation::Update,
+        _ => crate::metrics::WorkerOperation::Sync,
+    };
     // Volumes first: no container starts without them (upstream's
     // WaitForAttachAndMount).
     if let Err(e) = shared.volumes.setup(&work.pod) {
@@ -639,7 +653,15 @@ fn worker_turn(
     let result = shared.runtime.sync_pod(&work.pod, &status);
     state.last_sync = Some(Instant::now());
     // The status seen at the start of this sync, with the reasons it found.
-    report_status(shared, &work.pod, &status);
+    let running = report_status(shared, &work.pod, &status);
+    crate::metrics::pod_worker_sync(operation, began.elapsed());
+    if running && !state.start_recorded {
+        // As upstream: from first seen to the first status that says Running.
+        state.start_recorded = true;
+        if let Some(seen) = state.first_seen {
+            crate::metrics::pod_started(seen.elapsed());
+        }
+    }
     shared
         .prober
         .update_pod(&work.pod, &status, shared.host_ip.as_deref());
@@ -672,8 +694,9 @@ fn deleted_from_api(pod: &Pod) -> bool {
             .is_some_and(|s| s == crate::config::API_SOURCE)
 }
 
-/// Generates the pod's API status from `status` and hands it to the reporter.
-fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) {
+/// Generates the pod's API status from `status` and hands it to the
+/// reporter; true when its phase is Running.
+fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) -> bool {
     let uid = pod_uid(pod);
     let reasons = shared.runtime.waiting_reasons(uid);
     let old = shared.reporter.status(uid).or_else(|| pod.status.clone());
@@ -685,7 +708,9 @@ fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) {
         probes: shared.prober.results(),
     };
     let api = generate_pod_status(pod, status, old.as_ref(), &ctx);
+    let running = api.phase.as_deref() == Some("Running");
     shared.reporter.set_status(pod, api);
+    running
 }
 
 /// Stops the pod's containers and sandbox and removes them, retrying until it

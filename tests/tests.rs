@@ -24,6 +24,7 @@ mod e2e_security;
 mod e2e_spec;
 mod e2e_status;
 mod e2e_stream;
+mod e2e_stats;
 mod fake_apiserver;
 mod fake_cri;
 mod fuzz_regressions;

@@ -46,6 +46,24 @@ pub trait RuntimeService: Send + Sync {
     fn stop_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError>;
     fn remove_pod_sandbox(&self, pod_sandbox_id: &str) -> Result<(), CriError>;
     fn pod_sandbox_status(&self, pod_sandbox_id: &str) -> Result<api::PodSandboxStatus, CriError>;
+    /// A sandbox's status with the runtime's free-form verbose `info`
+    /// (containerd's `info` key holds JSON with the sandbox's `pid`).
+    /// Runtimes that offer none answer an empty map.
+    fn pod_sandbox_status_info(
+        &self,
+        pod_sandbox_id: &str,
+    ) -> Result<
+        (
+            api::PodSandboxStatus,
+            std::collections::HashMap<String, String>,
+        ),
+        CriError,
+    > {
+        Ok((
+            self.pod_sandbox_status(pod_sandbox_id)?,
+            std::collections::HashMap::new(),
+        ))
+    }
     fn list_pod_sandbox(
         &self,
         filter: Option<api::PodSandboxFilter>,

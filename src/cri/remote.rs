@@ -97,10 +97,6 @@ impl RemoteRuntime {
         self.timeout
     }
 
-    fn opt(&self) -> CallOption {
-        CallOption::default().timeout(self.timeout)
-    }
-
     /// Turns a grpcio failure into a `CriError`, probing the socket and the
     /// channel state to say why.
     fn failed(&self, method: &'static str, timeout: Duration, err: grpcio::Error) -> CriError {
@@ -121,7 +117,21 @@ impl RemoteRuntime {
         method: &'static str,
         f: impl FnOnce(CallOption) -> grpcio::Result<T>,
     ) -> Result<T, CriError> {
-        f(self.opt()).map_err(|e| self.failed(method, self.timeout, e))
+        self.call_with(method, self.timeout, f)
+    }
+
+    /// A call with its own deadline, timed for the runtime operation
+    /// metrics (by method name only: this module knows nothing of pods).
+    fn call_with<T>(
+        &self,
+        method: &'static str,
+        timeout: Duration,
+        f: impl FnOnce(CallOption) -> grpcio::Result<T>,
+    ) -> Result<T, CriError> {
+        let started = std::time::Instant::now();
+        let result = f(CallOption::default().timeout(timeout));
+        crate::metrics::runtime_operation(method, started.elapsed(), result.is_err());
+        result.map_err(|e| self.failed(method, timeout, e))
     }
 
     fn invalid(&self, method: &'static str, reason: impl Into<String>) -> CriError {
@@ -130,6 +140,35 @@ impl RemoteRuntime {
             endpoint: self.endpoint.target().to_string(),
             reason: reason.into(),
         }
+    }
+
+    /// PodSandboxStatus, verbose or not: the status, checked, and `info`.
+    fn sandbox_status(
+        &self,
+        pod_sandbox_id: &str,
+        verbose: bool,
+    ) -> Result<
+        (
+            api::PodSandboxStatus,
+            std::collections::HashMap<String, String>,
+        ),
+        CriError,
+    > {
+        const METHOD: &str = "PodSandboxStatus";
+        let mut req = api::PodSandboxStatusRequest::new();
+        req.pod_sandbox_id = pod_sandbox_id.to_string();
+        req.verbose = verbose;
+        let resp = self.call(METHOD, |o| self.runtime.pod_sandbox_status_opt(&req, o))?;
+        let Some(status) = resp.status.into_option() else {
+            return Err(self.invalid(METHOD, format!("no status for sandbox {pod_sandbox_id}")));
+        };
+        if status.id.is_empty() {
+            return Err(self.invalid(METHOD, format!("empty id for sandbox {pod_sandbox_id}")));
+        }
+        if status.metadata.is_none() {
+            return Err(self.invalid(METHOD, format!("no metadata for sandbox {pod_sandbox_id}")));
+        }
+        Ok((status, resp.info))
     }
 }
 
@@ -197,20 +236,20 @@ impl RuntimeService for RemoteRuntime {
     }
 
     fn pod_sandbox_status(&self, pod_sandbox_id: &str) -> Result<api::PodSandboxStatus, CriError> {
-        const METHOD: &str = "PodSandboxStatus";
-        let mut req = api::PodSandboxStatusRequest::new();
-        req.pod_sandbox_id = pod_sandbox_id.to_string();
-        let resp = self.call(METHOD, |o| self.runtime.pod_sandbox_status_opt(&req, o))?;
-        let Some(status) = resp.status.into_option() else {
-            return Err(self.invalid(METHOD, format!("no status for sandbox {pod_sandbox_id}")));
-        };
-        if status.id.is_empty() {
-            return Err(self.invalid(METHOD, format!("empty id for sandbox {pod_sandbox_id}")));
-        }
-        if status.metadata.is_none() {
-            return Err(self.invalid(METHOD, format!("no metadata for sandbox {pod_sandbox_id}")));
-        }
-        Ok(status)
+        Ok(self.sandbox_status(pod_sandbox_id, false)?.0)
+    }
+
+    fn pod_sandbox_status_info(
+        &self,
+        pod_sandbox_id: &str,
+    ) -> Result<
+        (
+            api::PodSandboxStatus,
+            std::collections::HashMap<String, String>,
+        ),
+        CriError,
+    > {
+        self.sandbox_status(pod_sandbox_id, true)
     }
 
     fn list_pod_sandbox(
@@ -262,10 +301,9 @@ impl RuntimeService for RemoteRuntime {
         // upstream does.
         let grace = Duration::from_secs(req.timeout.unsigned_abs());
         let timeout = self.timeout.saturating_add(grace);
-        let opt = CallOption::default().timeout(timeout);
-        self.runtime
-            .stop_container_opt(&req, opt)
-            .map_err(|e| self.failed("StopContainer", timeout, e))?;
+        self.call_with("StopContainer", timeout, |o| {
+            self.runtime.stop_container_opt(&req, o)
+        })?;
         Ok(())
     }
 
@@ -322,10 +360,9 @@ impl RuntimeService for RemoteRuntime {
         // The runtime answers once the command ends or its time is up; the
         // call itself gets the usual deadline on top, as upstream does.
         let deadline = self.timeout.saturating_add(timeout);
-        let opt = CallOption::default().timeout(deadline);
-        self.runtime
-            .exec_sync_opt(&req, opt)
-            .map_err(|e| self.failed("ExecSync", deadline, e))
+        self.call_with("ExecSync", deadline, |o| {
+            self.runtime.exec_sync_opt(&req, o)
+        })
     }
 
     fn exec(&self, req: api::ExecRequest) -> Result<String, CriError> {

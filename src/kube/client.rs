@@ -341,6 +341,11 @@ impl Client {
                 agent.run(self.configure(&agent, request, watch_idle))
             }
         };
+        let server = self.inner.server.as_str();
+        let host = server.split_once("://").map_or(server, |(_, h)| h);
+        let host = host.split('/').next().unwrap_or(host);
+        let code = result.as_ref().ok().map(|r| r.status().as_u16());
+        crate::metrics::rest_client_request(code, verb, host);
         result.map_err(|e| transport(format!("{}: {e}", self.inner.server)))
     }
 
@@ -831,6 +836,33 @@ pub(crate) mod tests {
             auth,
             ["Bearer old", "Bearer old", "Bearer new", "Bearer new"]
         );
+    }
+
+    #[test]
+    fn each_answer_is_counted_by_code_method_and_host() {
+        let server = TestServer::start(|r| {
+            if r.target.starts_with("/missing") {
+                Reply::json(404, r#"{"kind":"Status","code":404,"reason":"NotFound"}"#)
+            } else {
+                Reply::json(200, "{}")
+            }
+        });
+        let client = client_for(&server);
+        let host = server.url().trim_start_matches("http://").to_string();
+        let count = |code: &str| {
+            let mut out = String::new();
+            crate::metrics::render_metrics(&mut out);
+            let series = format!(
+                "rest_client_requests_total{{code=\"{code}\",method=\"GET\",host=\"{host}\"}} "
+            );
+            out.lines()
+                .find_map(|l| l.strip_prefix(&series))
+                .map_or(0, |v| v.parse::<u64>().unwrap())
+        };
+        client.get("/api/v1/nodes/a").unwrap();
+        client.get("/api/v1/nodes/b").unwrap();
+        assert!(client.get("/missing").is_err());
+        assert_eq!((count("200"), count("404")), (2, 1));
     }
 
     #[test]

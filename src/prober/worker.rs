@@ -304,6 +304,7 @@ impl Probes {
 
     fn stop(&mut self, id: ProbeId) {
         if let Some(p) = self.probes.remove(&id) {
+            crate::metrics::probe_removed(p.kind.name(), &p.container, &p.uid);
             if !p.container_id.is_empty() {
                 self.results.remove(&p.container_id, p.kind);
             }
@@ -465,6 +466,20 @@ impl Probes {
             Outcome::Success => ProbeResult::Success,
             Outcome::Failure => ProbeResult::Failure,
         };
+        if let Some(pod) = self.pods.get(&p.uid).map(|pp| &pp.input.pod.metadata) {
+            crate::metrics::probe_result(
+                p.kind.name(),
+                if result == ProbeResult::Success {
+                    "successful"
+                } else {
+                    "failed"
+                },
+                &p.container,
+                pod.name.as_deref().unwrap_or(""),
+                pod.namespace.as_deref().unwrap_or(""),
+                &p.uid,
+            );
+        }
         if p.last == Some(result) {
             p.run = p.run.saturating_add(1);
         } else {
@@ -608,6 +623,38 @@ mod tests {
                 started_at: 0,
             }],
         }
+    }
+
+    #[test]
+    fn every_probe_result_is_counted_and_the_series_go_with_the_pod() {
+        let mut c = app();
+        c.readiness_probe = Some(probe(10, 0, 1, 3));
+        let mut p = (*pod(c, "Always")).clone();
+        p.metadata.uid = Some("u-metrics".into());
+        let mut r = Rig::new(Arc::new(p), true);
+        r.run(0, Outcome::Failure);
+        r.run(10, Outcome::Failure);
+        r.run(20, Outcome::Success);
+        r.run(30, Outcome::Error);
+        let page = || {
+            let mut out = String::new();
+            crate::metrics::render_probe_metrics(&mut out);
+            out
+        };
+        let series = |result: &str| {
+            format!(
+                "prober_probe_total{{probe_type=\"Readiness\",result=\"{result}\",\
+                 container=\"app\",pod=\"web\",namespace=\"default\",pod_uid=\"u-metrics\"}}"
+            )
+        };
+        let out = page();
+        assert!(out.contains(&format!("{} 2\n", series("failed"))), "{out}");
+        assert!(
+            out.contains(&format!("{} 1\n", series("successful"))),
+            "{out}"
+        );
+        r.probes.remove_pod("u-metrics");
+        assert!(!page().contains("u-metrics"));
     }
 
     #[test]

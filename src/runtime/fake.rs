@@ -79,6 +79,9 @@ struct State {
     clock: i64,
     sandboxes: Vec<(api::PodSandboxConfig, api::PodSandboxStatus)>,
     containers: Vec<(String, api::ContainerStatus)>,
+    /// ListContainerStats answers by container ID: (cumulative CPU ns,
+    /// working set bytes, writable layer bytes), stamped with the clock.
+    stats: HashMap<String, (u64, u64, u64)>,
     images: Vec<String>,
     calls: Vec<String>,
     fail: HashMap<String, usize>,
@@ -212,6 +215,15 @@ impl FakeRuntime {
     }
 
     /// Makes a running container exit with `code`.
+    /// Sets what ListContainerStats answers for a container: cumulative
+    /// CPU nanoseconds, working set bytes, writable layer bytes.
+    pub fn set_stats(&self, id: &str, cpu_nanos: u64, working_set: u64, writable: u64) {
+        self.state
+            .lock()
+            .stats
+            .insert(id.to_string(), (cpu_nanos, working_set, writable));
+    }
+
     pub fn exit_container(&self, id: &str, code: i32) {
         let mut s = self.state.lock();
         s.clock += 1_000_000_000;
@@ -486,6 +498,45 @@ impl RuntimeService for FakeRuntime {
         _timeout: std::time::Duration,
     ) -> Result<api::ExecSyncResponse, CriError> {
         self.exec(id, cmd)
+    }
+
+    fn list_container_stats(
+        &self,
+        _filter: Option<api::ContainerStatsFilter>,
+    ) -> Result<Vec<api::ContainerStats>, CriError> {
+        let s = self.begin("ListContainerStats")?;
+        let value = |v: u64| {
+            protobuf::MessageField::some(api::UInt64Value {
+                value: v,
+                ..Default::default()
+            })
+        };
+        Ok(s.containers
+            .iter()
+            .filter_map(|(_, c)| {
+                let (cpu, mem, disk) = *s.stats.get(&c.id)?;
+                let mut st = api::ContainerStats::new();
+                let mut a = api::ContainerAttributes::new();
+                a.id = c.id.clone();
+                a.metadata = c.metadata.clone();
+                a.labels = c.labels.clone();
+                a.annotations = c.annotations.clone();
+                st.attributes = protobuf::MessageField::some(a);
+                let mut u = api::CpuUsage::new();
+                u.timestamp = s.clock;
+                u.usage_core_nano_seconds = value(cpu);
+                st.cpu = protobuf::MessageField::some(u);
+                let mut m = api::MemoryUsage::new();
+                m.timestamp = s.clock;
+                m.working_set_bytes = value(mem);
+                st.memory = protobuf::MessageField::some(m);
+                let mut w = api::FilesystemUsage::new();
+                w.timestamp = s.clock;
+                w.used_bytes = value(disk);
+                st.writable_layer = protobuf::MessageField::some(w);
+                Some(st)
+            })
+            .collect())
     }
 }
 
