@@ -306,6 +306,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         }
     }
     let node = node_name(&opts)?;
+    tinylet::metrics::set_node_name(&node);
     if let Some(p) = &opts.pod_manifest_path {
         check_manifest_path(p)?;
     }
@@ -513,6 +514,11 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                 },
                 client.clone(),
             ),
+            runtime: remote.clone(),
+            images: remote.clone(),
+            node_name: node.clone(),
+            root_dir: opts.root_dir.clone(),
+            logs_dir: opts.pod_logs_dir.clone(),
         },
     )?;
     let (pleg_tx, pleg_rx) = bounded(EVENTS_CAPACITY);

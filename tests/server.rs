@@ -235,6 +235,9 @@ fn tls_client_certificates_and_the_self_signed_pair() {
             "127.0.0.1",
             "--client-ca-file",
             ca.to_str().unwrap(),
+            // A standalone node authorizes nobody unless told to.
+            "--authorization-mode",
+            "AlwaysAllow",
         ],
     );
     wait_listening(&mut agent, port);

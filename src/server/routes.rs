@@ -1,10 +1,11 @@
 //! The node API's endpoints by path and port: health checks, `/pods`,
-//! `/runningpods/` and `/configz` here; the paths other parts serve
-//! (logs, exec, attach, port-forward, metrics, stats) answer
-//! [`not_yet`] from one place until they are wired in. The main port
-//! authenticates and authorizes every request first; the read-only and
-//! healthz ports do not, and serve only their few paths.
+//! `/runningpods/` and `/configz` here, and the dispatch to what other
+//! modules serve: metrics and statistics (`crate::metrics`), exec, attach,
+//! port-forward and run (`stream`). The main port authenticates and
+//! authorizes every request first; the read-only and healthz ports do
+//! not, and serve only their few paths.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,8 +15,11 @@ use serde_json::{json, Value};
 use super::auth::Auth;
 use super::head::RequestHead;
 use super::http::{Client, Handler, Next, Port};
+use super::stream::{self, StreamKind};
+use crate::cri::{ImageService, RuntimeService};
 use crate::health::Health;
 use crate::kubelet::PodView;
+use crate::metrics::NodeFacts;
 use crate::pleg::{PodCache, RunningPods};
 use crate::runtime::ContainerState;
 use crate::status::manager::StatusReporter;
@@ -31,19 +35,13 @@ pub struct State {
     /// `/configz`'s answer, made once at start.
     pub configz: String,
     pub auth: Auth,
+    pub runtime: Arc<dyn RuntimeService>,
+    pub images: Arc<dyn ImageService>,
+    /// What `/stats/summary` measures besides the runtime's answers.
+    pub node_name: String,
+    pub root_dir: PathBuf,
+    pub logs_dir: PathBuf,
 }
-
-/// Paths served elsewhere, answered 501 until they are wired in.
-const LATER_MAIN: &[&str] = &[
-    "/containerLogs/",
-    "/logs/",
-    "/exec/",
-    "/attach/",
-    "/portForward/",
-    "/run/",
-    "/metrics",
-    "/stats/",
-];
 
 fn is_healthz(path: &str) -> bool {
     matches!(path, "/healthz" | "/healthz/ping" | "/healthz/syncloop")
@@ -52,6 +50,19 @@ fn is_healthz(path: &str) -> bool {
 impl Handler for State {
     fn handle(&self, c: &mut Client, head: &RequestHead) -> Next {
         let path = head.path().to_string();
+        if c.port != Port::Healthz {
+            let server_type = if c.port == Port::Main {
+                "readwrite"
+            } else {
+                "readonly"
+            };
+            let root = root_path(&path);
+            // Upstream's table, whose lower-case "portforward" never
+            // matches the `/portForward/` path: kept, as the label's values
+            // are what dashboards read.
+            let long_running = matches!(root.as_str(), "exec" | "attach" | "portforward" | "debug");
+            crate::metrics::http_request(&head.method, &root, server_type, long_running);
+        }
         let outcome = match c.port {
             Port::Healthz if is_healthz(&path) => self.healthz(c, &path),
             Port::Healthz => not_found(c),
@@ -59,9 +70,7 @@ impl Handler for State {
                 p if is_healthz(p) => self.healthz(c, p),
                 "/pods" | "/pods/" => self.pods(c, head),
                 "/runningpods" | "/runningpods/" => self.running_pods(c, head),
-                p if p == "/metrics" || p.starts_with("/metrics/") || p == "/stats/summary" => {
-                    not_yet(c)
-                }
+                p if is_stats(p) => self.stats(c, head),
                 _ => not_found(c),
             },
             Port::Main => {
@@ -73,13 +82,12 @@ impl Handler for State {
                     "/pods" | "/pods/" => self.pods(c, head),
                     "/runningpods" | "/runningpods/" => self.running_pods(c, head),
                     "/configz" => self.configz(c, head),
-                    p if LATER_MAIN
-                        .iter()
-                        .any(|l| p.starts_with(l) || p == l.trim_end_matches('/')) =>
-                    {
-                        not_yet(c)
-                    }
-                    _ => not_found(c),
+                    p if is_stats(p) => self.stats(c, head),
+                    p if p.starts_with("/run/") => self.run(c, head),
+                    p => match stream_kind(p) {
+                        Some(kind) => return self.session(c, head, kind),
+                        None => not_found(c),
+                    },
                 }
             }
         };
@@ -96,9 +104,34 @@ impl Handler for State {
     }
 }
 
-/// The single answer of every path not served yet.
-pub fn not_yet(c: &mut Client) -> std::io::Result<()> {
-    c.text(501, "Not Implemented\n")
+/// The path label of `kubelet_http_requests_total`, as upstream cuts it:
+/// the first element, and the second too under `/metrics/`.
+fn root_path(path: &str) -> String {
+    let mut parts = path.strip_prefix('/').unwrap_or(path).splitn(3, '/');
+    let first = parts.next().unwrap_or("");
+    match (first, parts.next()) {
+        ("metrics", Some(second)) => format!("{first}/{second}"),
+        _ => first.to_string(),
+    }
+}
+
+fn is_stats(path: &str) -> bool {
+    matches!(
+        path,
+        "/metrics" | "/metrics/probes" | "/metrics/resource" | "/stats/summary"
+    )
+}
+
+fn stream_kind(path: &str) -> Option<StreamKind> {
+    if path.starts_with("/exec/") {
+        Some(StreamKind::Exec)
+    } else if path.starts_with("/attach/") {
+        Some(StreamKind::Attach)
+    } else if path.starts_with("/portForward/") {
+        Some(StreamKind::PortForward)
+    } else {
+        None
+    }
 }
 
 fn not_found(c: &mut Client) -> std::io::Result<()> {
@@ -106,6 +139,71 @@ fn not_found(c: &mut Client) -> std::io::Result<()> {
 }
 
 impl State {
+    /// `/metrics`, `/metrics/probes`, `/metrics/resource` and
+    /// `/stats/summary`, rendered when asked.
+    fn stats(&self, c: &mut Client, head: &RequestHead) -> std::io::Result<()> {
+        if !get_only(c, head)? {
+            return Ok(());
+        }
+        const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+        let mut out = String::new();
+        let made = match head.path() {
+            "/metrics" => Ok(crate::metrics::render_metrics(&mut out)),
+            "/metrics/probes" => Ok(crate::metrics::render_probe_metrics(&mut out)),
+            "/metrics/resource" => {
+                crate::metrics::render_resource_metrics(&*self.runtime, &mut out)
+            }
+            _ => {
+                let mut facts = NodeFacts::new(&self.node_name, &self.root_dir);
+                facts.images = Some(&*self.images);
+                facts.logs_dir = &self.logs_dir;
+                crate::metrics::stats_summary(&*self.runtime, &facts).map(|json| out = json)
+            }
+        };
+        match made {
+            Ok(()) if head.path() == "/stats/summary" => {
+                c.respond(200, "application/json", out.as_bytes())
+            }
+            Ok(()) => c.respond(200, TEXT, out.as_bytes()),
+            Err(e) => {
+                error!("node API: {}: {e}", head.path());
+                c.text(500, "Internal Server Error\n")
+            }
+        }
+    }
+
+    /// `/run/<namespace>/<pod>[/<uid>]/<container>?cmd=...`: runs a
+    /// command in the container and answers its output (upstream's older
+    /// form of exec, without streams).
+    fn run(&self, c: &mut Client, head: &RequestHead) -> std::io::Result<()> {
+        if head.method != "POST" {
+            return c.text(405, "405: Method Not Allowed");
+        }
+        match stream::run_in_container(head, &*self.runtime) {
+            Ok(out) => c.respond(200, "text/plain", &out),
+            Err((code, body)) => c.text(code, &body),
+        }
+    }
+
+    /// Exec, attach and port-forward: the rest of the connection goes to
+    /// a session thread that relays it to the runtime's streaming server.
+    fn session(&self, c: &mut Client, head: &RequestHead, kind: StreamKind) -> Next {
+        let mut head = head.clone();
+        // A bearer token in the WebSocket protocol was for this node only.
+        super::auth::strip_token_protocol(&mut head);
+        let runtime = self.runtime.clone();
+        c.keep_alive = false;
+        Next::Session(Box::new(move |client: Client| {
+            if let Err(e) = stream::serve(kind, client.conn, &head, &*runtime) {
+                debug!(
+                    "node API: {} {}: session ended: {e}",
+                    head.method,
+                    head.path()
+                );
+            }
+        }))
+    }
+
     /// Authenticates and authorizes a main-port request; a refusal is
     /// answered (401, 403, or 500 for an error, logged, with no detail).
     fn allowed(&self, c: &mut Client, head: &RequestHead) -> bool {

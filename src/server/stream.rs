@@ -67,6 +67,45 @@ pub fn serve(
 /// A refusal: status code and plain-text body.
 type Refusal = (u16, String);
 
+/// `/run/<namespace>/<pod>[/<uid>]/<container>?cmd=...`: runs `cmd` (split
+/// at white space, as upstream splits it) in the container through the
+/// runtime's ExecSync, and gives its output, stdout then stderr.
+pub fn run_in_container(
+    head: &RequestHead,
+    runtime: &dyn RuntimeService,
+) -> Result<Vec<u8>, (u16, String)> {
+    let segs: Vec<String> = head
+        .path()
+        .split('/')
+        .skip(2)
+        .map(|s| percent_decode(s, false))
+        .collect();
+    if segs.iter().any(|s| s.is_empty()) {
+        return Err(not_routed());
+    }
+    let (ns, pod, uid, name) = match segs.as_slice() {
+        [ns, pod, c] => (ns, pod, None, c),
+        [ns, pod, uid, c] => (ns, pod, Some(uid.as_str()), c),
+        _ => return Err(not_routed()),
+    };
+    let cmd: Vec<String> = head
+        .query_value("cmd")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    if cmd.is_empty() {
+        return Err((400, "cmd is required".into()));
+    }
+    let id = find_container(runtime, ns, pod, uid, name)?;
+    let resp = runtime
+        .exec_sync(&id, &cmd, Duration::ZERO)
+        .map_err(runtime_refusal)?;
+    let mut out = resp.stdout;
+    out.extend_from_slice(&resp.stderr);
+    Ok(out)
+}
+
 fn not_routed() -> Refusal {
     (404, "404 page not found\n".into())
 }
