@@ -16,6 +16,7 @@ pub mod fieldpath;
 pub mod httpget;
 pub mod kube;
 pub mod kubelet;
+pub mod logs;
 pub mod malloc;
 pub mod node;
 pub mod options;
