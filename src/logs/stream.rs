@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
-use log::{debug, warn};
+use log::warn;
 
 use super::{LogFile, LogOptions};
 use crate::cri::{api, RuntimeService};
@@ -211,7 +211,7 @@ impl<'a> LogStream<'a> {
             }
             if last_check.elapsed() >= STATE_CHECK {
                 last_check = Instant::now();
-                if self.exited() {
+                if self.exited()? {
                     self.pump(&mut file, buf, o, path)?;
                     if let Renewed::New(mut new) = renewed(&file, path, u64::MAX)? {
                         self.parser.end_file();
@@ -234,25 +234,27 @@ impl<'a> LogStream<'a> {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
-            if self.exited() {
+            if self.exited()? {
                 return Ok(None);
             }
             std::thread::sleep(STATE_CHECK);
         }
     }
 
-    /// Whether the container has exited (or is gone) by the runtime.
-    fn exited(&self) -> bool {
+    /// Whether the container has exited (or is gone) by the runtime. A
+    /// runtime that cannot say ends the follow with that error, as
+    /// upstream's does, rather than follow on blind.
+    fn exited(&self) -> io::Result<bool> {
         let Some(rt) = self.runtime else {
-            return true;
+            return Ok(true);
         };
         match rt.container_status(&self.container_id) {
-            Ok(st) => st.state.enum_value_or_default() == api::ContainerState::CONTAINER_EXITED,
-            Err(e) if e.is_not_found() => true,
-            Err(e) => {
-                debug!("following the log of {}: {e}", self.container_id);
-                false
-            }
+            Ok(st) => Ok(st.state.enum_value_or_default() == api::ContainerState::CONTAINER_EXITED),
+            Err(e) if e.is_not_found() => Ok(true),
+            Err(e) => Err(io::Error::other(format!(
+                "following the log of container {}: {e}",
+                self.container_id
+            ))),
         }
     }
 }
