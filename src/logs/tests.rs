@@ -393,19 +393,23 @@ fn follow_picks_up_appended_lines_continues_across_a_rename_and_ends_with_the_co
     std::fs::write(&log, records(0, 3)).unwrap();
     let out = Shared::default();
     let (rt, w) = (fake.clone(), out.clone());
-    let t = crate::thread::spawn_named("follow-test", move || {
+    // The result comes through a channel (the thread is not joined), so a
+    // follow that never ends fails the test instead of hanging it.
+    let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+    crate::thread::spawn_named("follow-test", move || {
         let mut w = w;
         let o = LogOptions {
             follow: true,
             tail_lines: Some(1),
             ..Default::default()
         };
-        open(&*rt, "default", "web", "app", &o)
-            .map_err(|e| e.to_string())?
-            .copy_to(&mut w)
+        let r = open(&*rt, "default", "web", "app", &o)
             .map_err(|e| e.to_string())
+            .and_then(|mut s| s.copy_to(&mut w).map_err(|e| e.to_string()));
+        let _ = done_tx.send(r);
     })
-    .unwrap();
+    .unwrap()
+    .detach();
     wait_for("the tail", || out.text() == "line 2\n");
     let append = |s: &str| {
         let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
@@ -429,7 +433,8 @@ fn follow_picks_up_appended_lines_continues_across_a_rename_and_ends_with_the_co
     // A line written just before the end is still delivered.
     append(&records(8, 9));
     fake.exit_container(&id, 0);
-    t.join().unwrap().unwrap();
+    let r = done_rx.recv_timeout(Duration::from_secs(30));
+    assert_eq!(r, Ok(Ok(())), "the follow did not end with the container");
     assert_eq!(
         out.text(),
         "line 2\nline 3\nline 4\nline 5\nline 6\nline 7\nline 8\n"
