@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::jiff::Timestamp;
-use log::{debug, info, warn};
+use log::{debug, warn};
 
 use crate::cri::{api, RuntimeService};
 
@@ -126,7 +126,7 @@ impl LogRotation {
             }
             return Err(format!("reopening the log {}: {e}", log.display()));
         }
-        info!(
+        debug!(
             "rotated container log {} to {}",
             log.display(),
             target.display()
