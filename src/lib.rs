@@ -17,6 +17,7 @@ pub mod health;
 pub mod httpget;
 pub mod kube;
 pub mod kubelet;
+pub mod logs;
 pub mod malloc;
 pub mod metrics;
 pub mod node;

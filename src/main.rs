@@ -435,6 +435,12 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     } else {
         None
     };
+    let _log_rotation = tinylet::logs::rotate::start(
+        remote.clone(),
+        opts.container_log_max_size,
+        opts.container_log_max_files,
+    )
+    .context("starting the container log manager thread")?;
     let allocatable = NodeAllocatable::from_map(&node_state.read().allocatable);
     let volume_manager = match &client {
         Some(c) => VolumeManager::with_client(

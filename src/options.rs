@@ -119,6 +119,12 @@ pub struct Options {
     pub runonce: bool,
     /// How long `--runonce` waits for its pods (`--runonce-timeout`).
     pub runonce_timeout: Duration,
+    /// A container's live log is rotated from this size on, in bytes
+    /// (`--container-log-max-size`).
+    pub container_log_max_size: u64,
+    /// Log files kept per container, the live one included, at least 2
+    /// (`--container-log-max-files`).
+    pub container_log_max_files: usize,
 }
 
 /// Where the node's API listens; `None`: that listener is off.
@@ -228,6 +234,8 @@ impl Default for Options {
             auth: crate::server::auth::AuthConfig::default(),
             runonce: false,
             runonce_timeout: Duration::from_secs(5 * 60),
+            container_log_max_size: crate::logs::rotate::DEFAULT_MAX_SIZE,
+            container_log_max_files: crate::logs::rotate::DEFAULT_MAX_FILES,
         }
     }
 }
@@ -384,6 +392,10 @@ Flags:
   --hostname-override string           node name to use instead of the hostname
   --root-dir string                    directory for tinylet's state (default /var/lib/tinylet)
   --pod-logs-dir string                root of container log directories (default /var/log/pods)
+  --container-log-max-size quantity    a container's log is rotated (renamed, reopened by the
+                                       runtime) once it reaches this size (default 10Mi)
+  --container-log-max-files int        log files kept per container, the live one included;
+                                       older rotated ones are gzipped (default 5, at least 2)
   --file-check-frequency duration      how often the manifest path is re-listed (default 20s)
   --sync-frequency duration            how often a running pod is re-synced (default 1m0s)
   --runtime-request-timeout duration   deadline of each CRI call (default 2m0s)
@@ -647,6 +659,14 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "hostname-override" => o.hostname_override = (!v.is_empty()).then_some(v),
             "root-dir" => o.root_dir = PathBuf::from(v),
             "pod-logs-dir" => o.pod_logs_dir = PathBuf::from(v),
+            "container-log-max-size" => {
+                o.container_log_max_size =
+                    log_max_size(&v).map_err(|e| format!("flag --{name}: {e}"))?
+            }
+            "container-log-max-files" => {
+                o.container_log_max_files =
+                    log_max_files(number(name, &v)?).map_err(|e| format!("flag --{name}: {e}"))?
+            }
             "file-check-frequency" => o.file_check_frequency = dur(&v)?,
             "sync-frequency" => o.sync_frequency = dur(&v)?,
             "runtime-request-timeout" => o.runtime_request_timeout = dur(&v)?,
@@ -909,6 +929,8 @@ const FLAGS: &[&str] = &[
     "hostname-override",
     "root-dir",
     "pod-logs-dir",
+    "container-log-max-size",
+    "container-log-max-files",
     "file-check-frequency",
     "sync-frequency",
     "runtime-request-timeout",
@@ -1032,8 +1054,6 @@ pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "cni-conf-dir",
     "config-dir",
     "container-hints",
-    "container-log-max-files",
-    "container-log-max-size",
     "container-runtime",
     "containerd",
     "cpu-cfs-quota-period",
@@ -1132,6 +1152,22 @@ pub fn parse_ips(v: &str) -> Result<Vec<std::net::IpAddr>, String> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().map_err(|_| format!("{s:?} is not an IP address")))
         .collect()
+}
+
+/// `--container-log-max-size` / `containerLogMaxSize`: a quantity of bytes.
+fn log_max_size(v: &str) -> Result<u64, String> {
+    crate::quantity::parse_bytes(v)
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| format!("invalid quantity {v:?} (want e.g. 10Mi)"))
+}
+
+/// `--container-log-max-files` / `containerLogMaxFiles`: upstream refuses
+/// fewer than 2 (the live file and one rotated).
+fn log_max_files(n: u64) -> Result<usize, String> {
+    if n < 2 {
+        return Err(format!("{n} must be greater than 1"));
+    }
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -1336,6 +1372,16 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
             "runtimeRequestTimeout" => o.runtime_request_timeout = duration(field, v)?,
             "containerRuntimeEndpoint" => o.container_runtime_endpoint = string(field, v)?,
             "podLogsDir" => o.pod_logs_dir = PathBuf::from(string(field, v)?),
+            "containerLogMaxSize" => {
+                o.container_log_max_size =
+                    log_max_size(&string(field, v)?).map_err(|e| err(field, e))?
+            }
+            "containerLogMaxFiles" => {
+                let n = v.as_u64().ok_or_else(|| {
+                    err(field, format!("expected a non-negative integer, found {v}"))
+                })?;
+                o.container_log_max_files = log_max_files(n).map_err(|e| err(field, e))?;
+            }
             "kubeAPIQPS" => {
                 o.kube_api_qps = v
                     .as_f64()
@@ -2067,6 +2113,80 @@ cgroupDriver: systemd
         assert!(e.contains("registryPullQPS"), "{e}");
     }
 
+    #[test]
+    fn container_log_flags_and_config_fields() {
+        let d = run(&[]);
+        assert_eq!(
+            (d.container_log_max_size, d.container_log_max_files),
+            (10 << 20, 5)
+        );
+        let o = run(&[
+            "--container-log-max-size",
+            "1Ki",
+            "--container-log-max-files=2",
+        ]);
+        assert_eq!(
+            (o.container_log_max_size, o.container_log_max_files),
+            (1024, 2)
+        );
+        assert!(o.ignored_flags.is_empty(), "{:?}", o.ignored_flags);
+        for (args, want) in [
+            (
+                &["--container-log-max-size", "ten"][..],
+                "--container-log-max-size",
+            ),
+            (
+                &["--container-log-max-size", "-1Mi"][..],
+                "--container-log-max-size",
+            ),
+            (
+                &["--container-log-max-files", "1"][..],
+                "--container-log-max-files",
+            ),
+            (
+                &["--container-log-max-files", "x"][..],
+                "--container-log-max-files",
+            ),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(
+            &dir,
+            "kubelet.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             containerLogMaxSize: 5Mi\ncontainerLogMaxFiles: 3\n",
+        );
+        let o = run(&["--config", &file]);
+        assert_eq!(
+            (o.container_log_max_size, o.container_log_max_files),
+            (5 << 20, 3)
+        );
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
+        let o = run(&["--config", &file, "--container-log-max-files", "7"]);
+        assert_eq!(o.container_log_max_files, 7);
+        for (text, field) in [
+            ("containerLogMaxFiles: 1", "containerLogMaxFiles"),
+            ("containerLogMaxSize: 10", "containerLogMaxSize"),
+            ("containerLogMaxSize: lots", "containerLogMaxSize"),
+        ] {
+            let bad = config_file(
+                &dir,
+                "bad.yaml",
+                &format!(
+                    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{text}\n"
+                ),
+            );
+            let e = parse(&["--config", &bad]).unwrap_err();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+    }
+
     /// A kubeadm-flags.env line (plus KUBELET_EXTRA_ARGS) as a distro unit
     /// expands it: the kubelet flags tinylet has no use for are accepted and
     /// named once each; the ones it implements still work.
@@ -2367,7 +2487,15 @@ authorization:
         assert_eq!(o.auth.mode, Some(AuthorizationMode::Webhook));
         assert_eq!(o.auth.authorized_ttl, Duration::from_secs(420));
         assert_eq!(o.auth.unauthorized_ttl, Duration::from_secs(5));
-        assert_eq!(o.ignored_config_fields, ["authentication.x509"]);
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
+        assert_eq!(
+            o.client_ca_file.as_deref(),
+            Some(Path::new("/etc/kubernetes/pki/ca.crt"))
+        );
         let o = run(&[
             "--config",
             &file,

@@ -15,6 +15,7 @@ mod e2e_hostile_numbers;
 mod e2e_images;
 mod e2e_kill;
 mod e2e_lifecycle;
+mod e2e_logs;
 mod e2e_outage;
 mod e2e_policy;
 mod e2e_probes;

@@ -235,6 +235,14 @@ impl FakeRuntime {
         }
     }
 
+    /// Sets the log path `ContainerStatus` reports for container `id`.
+    pub fn set_log_path(&self, id: &str, path: &std::path::Path) {
+        let mut s = self.state.lock();
+        if let Some((_, c)) = s.containers.iter_mut().find(|(_, c)| c.id == id) {
+            c.log_path = path.to_string_lossy().into_owned();
+        }
+    }
+
     pub fn containers(&self) -> Vec<api::ContainerStatus> {
         self.state
             .lock()
@@ -537,6 +545,38 @@ impl RuntimeService for FakeRuntime {
                 Some(st)
             })
             .collect())
+    }
+
+    /// As a runtime does: opens the container's log path anew (creating
+    /// the file), so a renamed log is continued in a new file.
+    fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {
+        let s = self.begin("ReopenContainerLog")?;
+        let (_, c) = s
+            .containers
+            .iter()
+            .find(|(_, c)| c.id == id)
+            .ok_or_else(|| not_found("ReopenContainerLog", id))?;
+        if c.state.enum_value() != Ok(api::ContainerState::CONTAINER_RUNNING) {
+            return Err(CriError::status(
+                "ReopenContainerLog",
+                "fake",
+                RpcStatusCode::FAILED_PRECONDITION,
+                "container is not running",
+            ));
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&c.log_path)
+            .map_err(|e| {
+                CriError::status(
+                    "ReopenContainerLog",
+                    "fake",
+                    RpcStatusCode::INTERNAL,
+                    e.to_string(),
+                )
+            })?;
+        Ok(())
     }
 }
 

@@ -396,6 +396,7 @@ mod tests {
     #[test]
     fn healthz_fails_with_the_reason_when_the_sync_loop_is_stuck() {
         let health = Arc::new(Health::new(Duration::from_secs(60)));
+        let fake = Arc::new(crate::runtime::fake::FakeRuntime::default());
         let state = State {
             health: health.clone(),
             pods: Arc::new(PodView::default()),
@@ -403,7 +404,12 @@ mod tests {
             running: Arc::new(RunningPods::default()),
             cache: PodCache::new(),
             configz: "{}".into(),
-            auth: Auth::default(),
+            auth: Auth::new(Default::default(), None),
+            runtime: fake.clone(),
+            images: fake,
+            node_name: "edge-1".into(),
+            root_dir: "/nonexistent".into(),
+            logs_dir: "/nonexistent".into(),
         };
         let now = Instant::now();
         health.sync_loop_turned_at(now);

@@ -1,0 +1,388 @@
+//! Container log rotation (upstream's container log manager): the
+//! `container-log-manager` thread looks at every running container's log
+//! every 10 s; one over `--container-log-max-size` is renamed to
+//! `<log>.<UTC time YYYYmmdd-HHMMSS>` and the runtime is told to reopen the
+//! log (CRI `ReopenContainerLog`; if that fails the file is renamed back,
+//! to be tried again next time). Before that, older rotated files are
+//! gzipped (`<name>.gz`, written as `<name>.tmp` and renamed) and the
+//! oldest removed, so that at most `--container-log-max-files` files stay
+//! per container, the live one included. Rotated files of removed
+//! containers go with the container's log directory, as upstream.
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::jiff::Timestamp;
+use log::{debug, warn};
+
+use crate::cri::{api, RuntimeService};
+
+/// How often logs are looked at (upstream's `logMonitorPeriod`).
+pub const PERIOD: Duration = Duration::from_secs(10);
+/// `--container-log-max-size`'s default: 10Mi.
+pub const DEFAULT_MAX_SIZE: u64 = 10 * 1024 * 1024;
+/// `--container-log-max-files`'s default.
+pub const DEFAULT_MAX_FILES: usize = 5;
+
+const COMPRESS_SUFFIX: &str = ".gz";
+const TMP_SUFFIX: &str = ".tmp";
+
+/// The rotation policy over a runtime.
+pub struct LogRotation {
+    runtime: Arc<dyn RuntimeService>,
+    max_size: u64,
+    max_files: usize,
+}
+
+impl LogRotation {
+    /// `max_files` below 2 is taken as 2 (the options refuse it earlier).
+    pub fn new(runtime: Arc<dyn RuntimeService>, max_size: u64, max_files: usize) -> Self {
+        LogRotation {
+            runtime,
+            max_size,
+            max_files: max_files.max(2),
+        }
+    }
+
+    /// One pass over the running containers; `now` names rotated files.
+    /// A container that fails is logged and the others go on.
+    pub fn rotate_logs(&self, now: SystemTime) -> Result<(), String> {
+        let containers = self
+            .runtime
+            .list_containers(None)
+            .map_err(|e| format!("listing containers: {e}"))?;
+        for c in containers {
+            if c.state.enum_value_or_default() != api::ContainerState::CONTAINER_RUNNING {
+                continue;
+            }
+            if let Err(e) = self.rotate_container(&c.id, now) {
+                warn!("container log rotation of {}: {e}", c.id);
+            }
+        }
+        Ok(())
+    }
+
+    fn rotate_container(&self, id: &str, now: SystemTime) -> Result<(), String> {
+        let status = self
+            .runtime
+            .container_status(id)
+            .map_err(|e| e.to_string())?;
+        if status.log_path.is_empty() {
+            return Ok(());
+        }
+        let log = PathBuf::from(&status.log_path);
+        let size = match std::fs::metadata(&log) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // A rotation that failed half-way (renamed, not reopened,
+                // not renamed back) lost the live file: have the runtime
+                // make it again.
+                self.runtime
+                    .reopen_container_log(id)
+                    .map_err(|e| format!("reopening the missing {}: {e}", log.display()))?;
+                return Ok(());
+            }
+            Err(e) => return Err(format!("{}: {e}", log.display())),
+        };
+        if size < self.max_size {
+            return Ok(());
+        }
+        self.rotate_log(id, &log, now)
+    }
+
+    fn rotate_log(&self, id: &str, log: &Path, now: SystemTime) -> Result<(), String> {
+        let rotated = self.cleanup(log)?;
+        // Room for the file rotated now and the new live one.
+        let keep = self.max_files - 2;
+        let excess = rotated.len().saturating_sub(keep);
+        for old in &rotated[..excess] {
+            remove(old)?;
+        }
+        for old in &rotated[excess..] {
+            if !old.to_string_lossy().ends_with(COMPRESS_SUFFIX) {
+                compress(old)?;
+            }
+        }
+        let stamp = Timestamp::try_from(now)
+            .map(|t| t.strftime("%Y%m%d-%H%M%S").to_string())
+            .map_err(|e| format!("the time for {}: {e}", log.display()))?;
+        let mut name = log.as_os_str().to_owned();
+        name.push(format!(".{stamp}"));
+        let target = PathBuf::from(name);
+        std::fs::rename(log, &target)
+            .map_err(|e| format!("renaming {} to {}: {e}", log.display(), target.display()))?;
+        if let Err(e) = self.runtime.reopen_container_log(id) {
+            // Back, so that the next pass tries again rather than the
+            // runtime writing on into a rotated file.
+            if let Err(back) = std::fs::rename(&target, log) {
+                warn!(
+                    "renaming {} back to {} after a failed reopen: {back}",
+                    target.display(),
+                    log.display()
+                );
+            }
+            return Err(format!("reopening the log {}: {e}", log.display()));
+        }
+        debug!(
+            "rotated container log {} to {}",
+            log.display(),
+            target.display()
+        );
+        Ok(())
+    }
+
+    /// Removes leftovers of `log` (temp files of an unfinished compression,
+    /// plain files whose compressed copy is done) and returns its rotated
+    /// files, oldest first.
+    fn cleanup(&self, log: &Path) -> Result<Vec<PathBuf>, String> {
+        let (Some(dir), Some(base)) = (log.parent(), log.file_name().and_then(|n| n.to_str()))
+        else {
+            return Ok(Vec::new());
+        };
+        let prefix = format!("{base}.");
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| format!("listing {}: {e}", dir.display()))?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        names.sort();
+        let mut rotated = Vec::new();
+        for n in &names {
+            let stamp = n[prefix.len()..].trim_end_matches(COMPRESS_SUFFIX);
+            let unused = n.ends_with(TMP_SUFFIX)
+                || (!n.ends_with(COMPRESS_SUFFIX)
+                    && names
+                        .iter()
+                        .any(|o| o.strip_suffix(COMPRESS_SUFFIX) == Some(n)));
+            if unused {
+                remove(&dir.join(n))?;
+            } else if super::parse_rotation_time(stamp).is_some() {
+                rotated.push(dir.join(n));
+            }
+        }
+        Ok(rotated)
+    }
+}
+
+fn remove(p: &Path) -> Result<(), String> {
+    match std::fs::remove_file(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("removing {}: {e}", p.display())),
+    }
+}
+
+/// Gzips `path` to `<path>.gz` through `<path>.tmp`, then removes `path`.
+///
+/// The compressor's state (a few hundred KiB) is built on the stack before
+/// it is boxed in an unoptimised build, which overflows the manager's small
+/// stack: the work runs on a short-lived thread with room, whose touched
+/// stack pages go back to the system when it ends, rather than on a
+/// manager stack made large and resident for good.
+fn compress(path: &Path) -> Result<(), String> {
+    let owned = path.to_path_buf();
+    crate::thread::spawn_with_stack("container-log-gzip", 4 << 20, move || compress_here(&owned))
+        .map_err(|e| format!("compressing {}: starting a thread: {e}", path.display()))?
+        .join()
+        .map_err(|_| format!("compressing {}: the thread panicked", path.display()))?
+}
+
+fn compress_here(path: &Path) -> Result<(), String> {
+    let with = |suffix: &str| {
+        let mut s = path.as_os_str().to_owned();
+        s.push(suffix);
+        PathBuf::from(s)
+    };
+    let (tmp, gz) = (with(TMP_SUFFIX), with(COMPRESS_SUFFIX));
+    let run = || -> io::Result<()> {
+        let mut src = File::open(path)?;
+        let out = File::create(&tmp)?;
+        let mut enc =
+            flate2::write::GzEncoder::new(io::BufWriter::new(out), flate2::Compression::default());
+        io::copy(&mut src, &mut enc)?;
+        enc.finish()?
+            .into_inner()
+            .map_err(|e| e.into_error())?
+            .sync_all()?;
+        std::fs::rename(&tmp, &gz)?;
+        std::fs::remove_file(path)
+    };
+    run().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("compressing {}: {e}", path.display())
+    })?;
+    debug!("compressed {}", path.display());
+    Ok(())
+}
+
+/// The running `container-log-manager` thread; dropping it stops the thread.
+pub struct LogRotationThread {
+    _stop: crossbeam_channel::Sender<()>,
+    _thread: crate::thread::JoinOnDrop<()>,
+}
+
+/// Starts the `container-log-manager` thread: a pass every 10 s.
+pub fn start(
+    runtime: Arc<dyn RuntimeService>,
+    max_size: u64,
+    max_files: usize,
+) -> io::Result<LogRotationThread> {
+    let rotation = LogRotation::new(runtime, max_size, max_files);
+    let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+    let thread = crate::thread::spawn_named("container-log-manager", move || loop {
+        // A stop (or the handle dropped) ends the wait early.
+        if !matches!(
+            stop_rx.recv_timeout(PERIOD),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout)
+        ) {
+            break;
+        }
+        if let Err(e) = rotation.rotate_logs(SystemTime::now()) {
+            warn!("container log rotation: {e}");
+        }
+    })?;
+    Ok(LogRotationThread {
+        _stop: stop_tx,
+        _thread: thread,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::fake::{FakeRuntime, TEST_IMAGE};
+    use std::io::Read;
+
+    fn setup(tag: &str) -> (Arc<FakeRuntime>, String, PathBuf) {
+        let d = std::env::temp_dir().join(format!(
+            "tinylet-rotate-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let fake = Arc::new(FakeRuntime::with_images(&[TEST_IMAGE]));
+        let sb = api::PodSandboxConfig::new();
+        let sid = fake.run_pod_sandbox(&sb, "").unwrap();
+        let mut c = api::ContainerConfig::new();
+        let mut image = api::ImageSpec::new();
+        image.image = TEST_IMAGE.into();
+        c.image = Some(image).into();
+        let id = fake.create_container(&sid, &c, &sb).unwrap();
+        fake.start_container(&id).unwrap();
+        let log = d.join("0.log");
+        fake.set_log_path(&id, &log);
+        (fake, id, log)
+    }
+
+    fn at(s: &str) -> SystemTime {
+        SystemTime::from(s.parse::<Timestamp>().unwrap())
+    }
+
+    fn names(log: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(log.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn gunzip(p: &Path) -> String {
+        let mut s = String::new();
+        flate2::read::GzDecoder::new(File::open(p).unwrap())
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    }
+
+    #[test]
+    fn a_big_log_is_renamed_reopened_and_older_ones_compressed() {
+        let (fake, _id, log) = setup("big");
+        let rot = LogRotation::new(fake.clone(), 100, 5);
+        std::fs::write(&log, "small").unwrap();
+        rot.rotate_logs(at("2021-01-02T03:04:05Z")).unwrap();
+        assert_eq!(names(&log), ["0.log"]);
+        assert_eq!(fake.count("ReopenContainerLog"), 0);
+        std::fs::write(&log, "x".repeat(100)).unwrap();
+        rot.rotate_logs(at("2021-01-02T03:04:05Z")).unwrap();
+        assert_eq!(names(&log), ["0.log", "0.log.20210102-030405"]);
+        assert_eq!(fake.count("ReopenContainerLog"), 1);
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "");
+        std::fs::write(&log, "y".repeat(200)).unwrap();
+        // On a thread with the manager's stack: compressing must fit.
+        let rot = Arc::new(rot);
+        let on_thread = rot.clone();
+        crate::thread::spawn_named("rotate-test", move || {
+            on_thread.rotate_logs(at("2021-01-02T03:05:00Z"))
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            names(&log),
+            ["0.log", "0.log.20210102-030405.gz", "0.log.20210102-030500"]
+        );
+        assert_eq!(
+            gunzip(&log.with_file_name("0.log.20210102-030405.gz")),
+            "x".repeat(100)
+        );
+        // What reading sees: the rotated files, then the live one.
+        let files = super::super::log_files(&log).unwrap();
+        assert_eq!(files.len(), 3);
+        assert!(files[0].gzip && !files[1].gzip && files[2].rotated_at.is_none());
+    }
+
+    #[test]
+    fn at_most_max_files_stay_and_leftovers_are_cleaned() {
+        let (fake, _id, log) = setup("max");
+        let dir = log.parent().unwrap().to_path_buf();
+        for n in [
+            "0.log.20210101-000001.gz",
+            "0.log.20210101-000002.gz",
+            "0.log.20210101-000003",
+            // Compressed, but the plain one was not removed yet.
+            "0.log.20210101-000004",
+            "0.log.20210101-000004.gz",
+            "0.log.20210101-000005.tmp",
+            "1.log",
+        ] {
+            std::fs::write(dir.join(n), "old").unwrap();
+        }
+        std::fs::write(&log, "z".repeat(10)).unwrap();
+        LogRotation::new(fake.clone(), 10, 3)
+            .rotate_logs(at("2021-01-02T00:00:00Z"))
+            .unwrap();
+        assert_eq!(
+            names(&log),
+            [
+                "0.log",
+                "0.log.20210101-000004.gz",
+                "0.log.20210102-000000",
+                "1.log"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_failed_reopen_renames_the_log_back() {
+        let (fake, id, log) = setup("reopen");
+        std::fs::write(&log, "x".repeat(50)).unwrap();
+        fake.fail_next("ReopenContainerLog", 1);
+        let rot = LogRotation::new(fake.clone(), 10, 5);
+        rot.rotate_logs(at("2021-01-02T00:00:00Z")).unwrap();
+        assert_eq!(names(&log), ["0.log"]);
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "x".repeat(50));
+        // Next time it works; an exited container is left alone.
+        rot.rotate_logs(at("2021-01-02T00:00:10Z")).unwrap();
+        assert_eq!(names(&log), ["0.log", "0.log.20210102-000010"]);
+        std::fs::write(&log, "x".repeat(50)).unwrap();
+        fake.exit_container(&id, 0);
+        rot.rotate_logs(at("2021-01-02T00:00:20Z")).unwrap();
+        assert_eq!(names(&log), ["0.log", "0.log.20210102-000010"]);
+    }
+}
