@@ -13,12 +13,13 @@ use log::{debug, error};
 use serde_json::{json, Value};
 
 use super::auth::Auth;
-use super::head::RequestHead;
+use super::head::{percent_decode, query_pairs, RequestHead};
 use super::http::{Client, Handler, Next, Port};
 use super::stream::{self, StreamKind};
 use crate::cri::{ImageService, RuntimeService};
 use crate::health::Health;
 use crate::kubelet::PodView;
+use crate::logs::{self, LogError, LogOptions};
 use crate::metrics::NodeFacts;
 use crate::pleg::{PodCache, RunningPods};
 use crate::runtime::ContainerState;
@@ -84,6 +85,7 @@ impl Handler for State {
                     "/configz" => self.configz(c, head),
                     p if is_stats(p) => self.stats(c, head),
                     p if p.starts_with("/run/") => self.run(c, head),
+                    p if p.starts_with("/containerLogs/") => return self.container_logs(c, head),
                     p => match stream_kind(p) {
                         Some(kind) => return self.session(c, head, kind),
                         None => not_found(c),
@@ -182,6 +184,59 @@ impl State {
         match stream::run_in_container(head, &*self.runtime) {
             Ok(out) => c.respond(200, "text/plain", &out),
             Err((code, body)) => c.text(code, &body),
+        }
+    }
+
+    /// `/containerLogs/<namespace>/<pod>/<container>`: the container's
+    /// log as plain text; with `follow` on a session thread of its own,
+    /// until the container ends or the client goes.
+    fn container_logs(&self, c: &mut Client, head: &RequestHead) -> Next {
+        let done = |r: std::io::Result<()>| if r.is_ok() { Next::Done } else { Next::Close };
+        if head.method != "GET" {
+            return done(c.text(405, "405: Method Not Allowed"));
+        }
+        let segs: Vec<String> = head
+            .path()
+            .split('/')
+            .skip(2)
+            .map(|s| percent_decode(s, false))
+            .collect();
+        let (ns, pod, container) = match segs.as_slice() {
+            [ns, pod, container] if !ns.is_empty() && !pod.is_empty() && !container.is_empty() => {
+                (ns.clone(), pod.clone(), container.clone())
+            }
+            [_, _] | [_, _, _] => return done(c.text(400, "missing container name")),
+            _ => return done(not_found(c)),
+        };
+        let opts = match LogOptions::from_query(query_pairs(head.query())) {
+            Ok(o) => o,
+            Err(e) => return done(c.text(400, &e)),
+        };
+        let follow = opts.follow;
+        let runtime = self.runtime.clone();
+        let serve = move |c: &mut Client| -> std::io::Result<()> {
+            let mut stream = match logs::open(&*runtime, &ns, &pod, &container, &opts) {
+                Ok(s) => s,
+                Err(LogError::NotFound(m)) => return c.text(404, &m),
+                Err(LogError::BadRequest(m)) => return c.text(400, &m),
+                Err(LogError::Runtime(m)) => {
+                    error!("node API: logs of {ns}/{pod}/{container}: {m}");
+                    return c.text(500, "Internal Server Error");
+                }
+            };
+            let mut body = c.chunked(200, "text/plain")?;
+            stream.copy_to(&mut body)?;
+            body.finish()
+        };
+        if follow {
+            let what = head.path().to_string();
+            Next::Session(Box::new(move |mut client: Client| {
+                if let Err(e) = serve(&mut client) {
+                    debug!("node API: GET {what}: follow ended: {e}");
+                }
+            }))
+        } else {
+            done(serve(c))
         }
     }
 
