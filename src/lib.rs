@@ -34,5 +34,6 @@ pub mod status;
 pub mod status_cmd;
 pub mod sysctl;
 pub mod thread;
+pub mod tls_roots;
 pub mod version;
 pub mod volume;

@@ -105,7 +105,11 @@ impl HttpSource {
         } else {
             period
         };
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(crate::tls_roots::system())
+            .build();
         let agent: ureq::Agent = ureq::Agent::config_builder()
+            .tls_config(tls)
             .timeout_global(Some(HTTP_REQUEST_TIMEOUT))
             .http_status_as_error(false)
             .user_agent(format!("tinylet/{}", env!("CARGO_PKG_VERSION")))

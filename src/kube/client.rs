@@ -114,6 +114,9 @@ impl Client {
             let certs =
                 parse_certs(pem).map_err(|e| format!("{file}: certificate authority: {e}"))?;
             tls = tls.root_certs(RootCerts::new_with_certs(&certs));
+        } else if !config.insecure_skip_tls_verify {
+            // Without a CA in the kubeconfig the system's roots are trusted.
+            tls = tls.root_certs(crate::tls_roots::system());
         }
         if config.insecure_skip_tls_verify {
             tls = tls.disable_verification(true);
