@@ -12,7 +12,10 @@
 #   token volume reads its token; a static pod gets its mirror pod; a
 #   crashing pod shows CrashLoopBackOff; events are posted; a graceful
 #   delete stops the pod within its grace period and removes the object;
-#   an apiserver restart loses, restarts and duplicates nothing.
+#   an apiserver restart loses, restarts and duplicates nothing; through
+#   the apiserver to the node's port 10250, kubectl logs (and -f), exec
+#   with stdin and an exit code, attach and port-forward work, and another
+#   node's credentials (403) or none (401) are refused.
 #
 #   bash packaging/real-apiserver.sh            # uses $TINYLET_BIN or builds
 # Needs root. Environment: KCP_DIR, TINYLET_BIN, CARGO_TARGET_DIR.
@@ -79,6 +82,7 @@ start_tinylet() {
         --container-runtime-endpoint "unix://$ctd/containerd.sock" \
         --pod-manifest-path "$work/manifests" --root-dir "$work/root" \
         --pod-logs-dir "$work/logs" --node-status-update-frequency 2s \
+        --client-ca-file "$KCP/pki/ca.crt" \
         --image-gc-high-threshold 100 >>"$work/tinylet.log" 2>&1 &
     tinylet_pid=$!
 }
@@ -142,6 +146,47 @@ grep -qF " $work/root/pods/$uid/volumes/kubernetes.io~secret/$vol " /proc/self/m
     fail "volume $vol is not a mount (secrets belong on tmpfs)"
 $KUBECTL delete pod sa --wait=false >/dev/null
 ok "pod sa reads its service account token (accepted by the apiserver) from tmpfs volume $vol"
+
+# 2c. The node's API through the apiserver (it calls the node's port 10250
+# with its kubelet-client certificate, which --client-ca-file trusts):
+# kubectl logs, logs -f, exec with stdin and an exit code, attach and
+# port-forward; a user the node's authorizer refuses gets 403, and one
+# without credentials 401.
+pod talk 'i=0; while :; do echo line $i; i=$((i+1)); sleep 1; done' 0 | $KUBECTL apply -f - >/dev/null ||
+    fail "cannot create pod talk"
+pod pf 'while :; do echo pong | nc -l -p 8080; done' 0 | $KUBECTL apply -f - >/dev/null ||
+    fail "cannot create pod pf"
+within 30 $KUBECTL wait --for=condition=Ready pod/talk --timeout=2s || fail "pod talk not Ready"
+within 30 $KUBECTL wait --for=condition=Ready pod/pf --timeout=2s || fail "pod pf not Ready"
+sleep 2
+logs=$($KUBECTL logs talk 2>&1) || fail "kubectl logs talk: $logs"
+grep -qx 'line 0' <<<"$logs" || fail "kubectl logs talk has no 'line 0': $logs"
+follow=$(timeout 4 $KUBECTL logs -f --tail 1 talk 2>&1 || true)
+[ "$(grep -c '^line ' <<<"$follow")" -ge 3 ] || fail "kubectl logs -f talk did not keep streaming: $follow"
+got=$(echo hello | $KUBECTL exec -i app -- sh -c 'read x; echo got $x' 2>&1) || fail "kubectl exec -i app: $got"
+[ "$got" = "got hello" ] || fail "kubectl exec -i app printed '$got'"
+code=0; $KUBECTL exec app -- sh -c 'exit 3' >/dev/null 2>&1 || code=$?
+[ $code = 3 ] || fail "kubectl exec app -- exit 3 exited $code"
+# -it needs a terminal: script(1) gives kubectl one; the shell in the
+# container sees its own TTY and gets the typed line.
+tty_out=$(printf 'echo typed-$((6*7))\nexit\n' | timeout 20 script -qec \
+    "$KUBECTL exec -it app -- sh -c 'tty; read l; eval \"\$l\"'" /dev/null 2>&1 || true)
+grep -q '^/dev/pts/' <<<"$tty_out" && grep -q 'typed-42' <<<"$tty_out" ||
+    fail "kubectl exec -it app: no TTY or no answer: $tty_out"
+attached=$(timeout 4 $KUBECTL attach talk 2>&1 || true)
+grep -q '^line ' <<<"$attached" || fail "kubectl attach talk showed no output: $attached"
+$KUBECTL port-forward pod/pf 18080:8080 >"$work/pf.log" 2>&1 &
+pf_pid=$!
+pong() { exec 3<>/dev/tcp/127.0.0.1/18080 && read -r -t 5 line <&3 && exec 3<&- && [ "$line" = pong ]; }
+within 20 pong || { kill $pf_pid 2>/dev/null; fail "kubectl port-forward pod/pf: no pong ($(cat "$work/pf.log"))"; }
+kill $pf_pid 2>/dev/null; wait $pf_pid 2>/dev/null || true
+refused=$("$KCP/bin/kubectl" --kubeconfig "$KCP/node-edge-2.kubeconfig" --server https://127.0.0.1:10250 \
+    --insecure-skip-tls-verify get --raw /containerLogs/default/talk/app 2>&1) && fail "edge-2 read edge-1's logs: $refused"
+grep -q Forbidden <<<"$refused" || fail "edge-2's request to edge-1's node API: '$refused', not Forbidden"
+anon=$(curl -sk -w ' %{http_code}' https://127.0.0.1:10250/pods 2>&1)
+[ "$anon" = "Unauthorized 401" ] || fail "an anonymous request to the node API: '$anon', not 401 Unauthorized"
+$KUBECTL delete pod talk pf --wait=false >/dev/null
+ok "kubectl logs, logs -f, exec -i (exit 3), exec -it (a TTY), attach and port-forward through the apiserver; edge-2 refused (403), anonymous refused (401)"
 
 # 3. A static pod gets its mirror pod.
 cat >"$work/manifests/.web.yaml" <<EOF
