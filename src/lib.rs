@@ -30,6 +30,7 @@ pub mod quantity;
 pub mod runonce;
 pub mod runtime;
 pub mod server;
+pub mod stats;
 pub mod status;
 pub mod status_cmd;
 pub mod sysctl;

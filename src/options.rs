@@ -114,7 +114,7 @@ pub struct Options {
     /// `--authorization-mode` and the cache TTLs (the configuration file's
     /// `authentication` and `authorization`). `node_name` is left empty:
     /// the caller sets it. `mode` is Webhook with a kubeconfig unless given.
-    pub auth: crate::server::auth::AuthConfig,
+    pub auth: AuthConfig,
     /// Run the file and URL sources' pods once and exit (`--runonce`).
     pub runonce: bool,
     /// How long `--runonce` waits for its pods (`--runonce-timeout`).
@@ -231,7 +231,7 @@ impl Default for Options {
             enable_server: None,
             port_given: false,
             healthz_given: false,
-            auth: crate::server::auth::AuthConfig::default(),
+            auth: AuthConfig::default(),
             runonce: false,
             runonce_timeout: Duration::from_secs(5 * 60),
             container_log_max_size: crate::logs::rotate::DEFAULT_MAX_SIZE,
@@ -774,10 +774,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "authentication-token-webhook" => o.auth.token_webhook = boolean(name, &v)?,
             "authentication-token-webhook-cache-ttl" => o.auth.token_cache_ttl = dur(&v)?,
             "authorization-mode" => {
-                o.auth.mode = Some(
-                    crate::server::auth::AuthorizationMode::parse(&v)
-                        .map_err(|e| format!("flag --{name}: {e}"))?,
-                );
+                o.auth.mode =
+                    Some(AuthorizationMode::parse(&v).map_err(|e| format!("flag --{name}: {e}"))?);
             }
             "authorization-webhook-cache-authorized-ttl" => o.auth.authorized_ttl = dur(&v)?,
             "authorization-webhook-cache-unauthorized-ttl" => o.auth.unauthorized_ttl = dur(&v)?,
@@ -884,7 +882,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
 /// Webhook authorization by default on a cluster node; the webhooks need
 /// the apiserver, so asking for one without `--kubeconfig` is an error.
 fn resolve_auth(o: &mut Options) -> Result<(), String> {
-    use crate::server::auth::AuthorizationMode;
+    use AuthorizationMode;
     if o.kubeconfig.is_some() {
         o.auth.mode.get_or_insert(AuthorizationMode::Webhook);
         return Ok(());
@@ -1555,7 +1553,7 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                     match (field.as_str(), key.as_str()) {
                         ("authorization", "mode") => {
                             o.auth.mode = Some(
-                                crate::server::auth::AuthorizationMode::parse(&string(&at, sub)?)
+                                AuthorizationMode::parse(&string(&at, sub)?)
                                     .map_err(|e| err(&at, e))?,
                             );
                         }
@@ -1606,6 +1604,61 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `--authorization-mode`: the two modes the kubelet accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    Webhook,
+}
+
+impl AuthorizationMode {
+    pub fn parse(s: &str) -> Result<AuthorizationMode, String> {
+        match s {
+            "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
+            "Webhook" => Ok(AuthorizationMode::Webhook),
+            _ => Err(format!(
+                "unknown authorization mode {s:?} (want AlwaysAllow or Webhook)"
+            )),
+        }
+    }
+}
+
+/// The node API's authentication and authorization settings, resolved
+/// from the flags and the configuration file (`server::auth` uses them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthConfig {
+    /// The Node every request is authorized against.
+    pub node_name: String,
+    /// `--anonymous-auth` (tinylet's default: false).
+    pub anonymous: bool,
+    /// `--authentication-token-webhook`.
+    pub token_webhook: bool,
+    /// `--authentication-token-webhook-cache-ttl`, for accepted and
+    /// refused tokens alike; zero: no cache.
+    pub token_cache_ttl: Duration,
+    /// `--authorization-mode`; none (standalone without the flag): every
+    /// request is refused.
+    pub mode: Option<AuthorizationMode>,
+    /// `--authorization-webhook-cache-authorized-ttl`.
+    pub authorized_ttl: Duration,
+    /// `--authorization-webhook-cache-unauthorized-ttl`.
+    pub unauthorized_ttl: Duration,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            node_name: String::new(),
+            anonymous: false,
+            token_webhook: false,
+            token_cache_ttl: Duration::from_secs(2 * 60),
+            mode: None,
+            authorized_ttl: Duration::from_secs(5 * 60),
+            unauthorized_ttl: Duration::from_secs(30),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -2403,7 +2456,7 @@ cgroupDriver: systemd
 
     #[test]
     fn auth_flags_and_config_sections() {
-        use crate::server::auth::{AuthConfig, AuthorizationMode};
+        use super::{AuthConfig, AuthorizationMode};
         // Standalone: nothing asked, nothing allowed; anonymous off.
         let o = run(&[]);
         assert_eq!(o.auth, AuthConfig::default());

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tinylet::cri::RemoteRuntime;
-use tinylet::metrics::{render_resource_metrics, stats_summary, NodeFacts};
+use tinylet::stats::{render_resource_metrics, stats_summary, NodeFacts};
 
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
 use crate::support::containerd::{

@@ -1,18 +1,17 @@
-//! The kubelet's metrics (`/metrics`, `/metrics/probes`) and statistics
-//! (`/metrics/resource`, `/stats/summary`).
+//! The kubelet's metrics (`/metrics`, `/metrics/probes`); the statistics
+//! (`/metrics/resource`, `/stats/summary`) are `crate::stats`.
 //!
 //! Metrics are process-global statics (see [`registry`]) with upstream's
 //! names, label names and bucket boundaries; the places that record them
 //! call the small functions below (an atomic add each). Process metrics
-//! are read from `/proc/self` when the page is rendered. Statistics are
-//! read from the runtime (CRI `ListContainerStats`), `/proc` and `statvfs`
-//! at each request ([`stats`]).
+//! are read from `/proc/self` when the page is rendered. This module sits
+//! on the ground floor (it imports nothing of tinylet), so the CRI and
+//! API clients can record into it.
 //!
 //! Not exported: `kubelet_evictions` (tinylet has no eviction manager).
 
 pub mod process;
 pub mod registry;
-pub mod stats;
 
 use std::time::Duration;
 
@@ -20,8 +19,6 @@ use parking_lot::Mutex;
 
 use registry::{header, sample, Counter, CounterFamily, Gauge, Histogram};
 use registry::{DEF_BUCKETS, RUNTIME_BUCKETS};
-
-pub use stats::{render_resource_metrics, render_resource_metrics_at, stats_summary, NodeFacts};
 
 // ---- CRI operations -------------------------------------------------------
 

@@ -31,6 +31,7 @@ use serde_json::{json, Value};
 
 use super::head::{percent_decode, RequestHead};
 use crate::kube::Client;
+pub use crate::options::{AuthConfig, AuthorizationMode};
 
 /// Entries kept in each cache; the oldest is dropped for a new one.
 pub const CACHE_ENTRIES: usize = 1024;
@@ -39,61 +40,6 @@ const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
 const ALL_AUTHENTICATED: &str = "system:authenticated";
 const ALL_UNAUTHENTICATED: &str = "system:unauthenticated";
-
-/// `--authorization-mode`: the two modes the kubelet accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthorizationMode {
-    AlwaysAllow,
-    Webhook,
-}
-
-impl AuthorizationMode {
-    pub fn parse(s: &str) -> Result<AuthorizationMode, String> {
-        match s {
-            "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
-            "Webhook" => Ok(AuthorizationMode::Webhook),
-            _ => Err(format!(
-                "unknown authorization mode {s:?} (want AlwaysAllow or Webhook)"
-            )),
-        }
-    }
-}
-
-/// The settings of authentication and authorization, resolved from the
-/// flags and the configuration file.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AuthConfig {
-    /// The Node every request is authorized against.
-    pub node_name: String,
-    /// `--anonymous-auth` (tinylet's default: false).
-    pub anonymous: bool,
-    /// `--authentication-token-webhook`.
-    pub token_webhook: bool,
-    /// `--authentication-token-webhook-cache-ttl`, for accepted and
-    /// refused tokens alike; zero: no cache.
-    pub token_cache_ttl: Duration,
-    /// `--authorization-mode`; none (standalone without the flag): every
-    /// request is refused.
-    pub mode: Option<AuthorizationMode>,
-    /// `--authorization-webhook-cache-authorized-ttl`.
-    pub authorized_ttl: Duration,
-    /// `--authorization-webhook-cache-unauthorized-ttl`.
-    pub unauthorized_ttl: Duration,
-}
-
-impl Default for AuthConfig {
-    fn default() -> Self {
-        AuthConfig {
-            node_name: String::new(),
-            anonymous: false,
-            token_webhook: false,
-            token_cache_ttl: Duration::from_secs(2 * 60),
-            mode: None,
-            authorized_ttl: Duration::from_secs(5 * 60),
-            unauthorized_ttl: Duration::from_secs(30),
-        }
-    }
-}
 
 /// An authenticated caller.
 #[derive(Debug, Clone, PartialEq, Eq)]

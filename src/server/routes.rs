@@ -20,9 +20,9 @@ use crate::cri::{ImageService, RuntimeService};
 use crate::health::Health;
 use crate::kubelet::PodView;
 use crate::logs::{self, LogError, LogOptions};
-use crate::metrics::NodeFacts;
 use crate::pleg::{PodCache, RunningPods};
 use crate::runtime::ContainerState;
+use crate::stats::NodeFacts;
 use crate::status::manager::StatusReporter;
 
 /// What the endpoints read: views other threads publish, never a lock
@@ -152,14 +152,12 @@ impl State {
         let made = match head.path() {
             "/metrics" => Ok(crate::metrics::render_metrics(&mut out)),
             "/metrics/probes" => Ok(crate::metrics::render_probe_metrics(&mut out)),
-            "/metrics/resource" => {
-                crate::metrics::render_resource_metrics(&*self.runtime, &mut out)
-            }
+            "/metrics/resource" => crate::stats::render_resource_metrics(&*self.runtime, &mut out),
             _ => {
                 let mut facts = NodeFacts::new(&self.node_name, &self.root_dir);
                 facts.images = Some(&*self.images);
                 facts.logs_dir = &self.logs_dir;
-                crate::metrics::stats_summary(&*self.runtime, &facts).map(|json| out = json)
+                crate::stats::stats_summary(&*self.runtime, &facts).map(|json| out = json)
             }
         };
         match made {

@@ -27,9 +27,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 
-use super::process::{boot_time, clock_ticks};
-use super::registry::{header, sample_at};
 use crate::cri::{api, ImageService, RuntimeService};
+use crate::metrics::process::{boot_time, clock_ticks};
+use crate::metrics::registry::{header, sample_at};
 use crate::node::machine::{fs_stats, FsStats};
 use crate::runtime::labels;
 
@@ -841,3 +841,6 @@ pub(crate) fn resource_page(runtime: &dyn RuntimeService) -> String {
     );
     out
 }
+
+#[cfg(test)]
+mod tests;
