@@ -99,6 +99,15 @@ pub fn go_duration(d: Duration) -> String {
     }
 }
 
+/// A byte count as the API writes a quantity: `10Mi`, `512Ki`, or bytes.
+fn binary_quantity(n: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")];
+    match UNITS.iter().find(|(u, _)| n >= *u && n % u == 0) {
+        Some((u, suffix)) => format!("{}{suffix}", n / u),
+        None => n.to_string(),
+    }
+}
+
 /// `/configz`: the effective settings under upstream's
 /// KubeletConfiguration field names, for the fields tinylet has.
 pub fn configz(opts: &Options) -> String {
@@ -122,7 +131,27 @@ pub fn configz(opts: &Options) -> String {
             "healthzBindAddress": opts.healthz_bind_address.to_string(),
             "tlsCertFile": path(&opts.tls_cert_file),
             "tlsPrivateKeyFile": path(&opts.tls_private_key_file),
-            "authentication": {"x509": {"clientCAFile": path(&opts.client_ca_file)}},
+            "authentication": {
+                "x509": {"clientCAFile": path(&opts.client_ca_file)},
+                "webhook": {
+                    "enabled": opts.auth.token_webhook,
+                    "cacheTTL": go_duration(opts.auth.token_cache_ttl),
+                },
+                "anonymous": {"enabled": opts.auth.anonymous},
+            },
+            "authorization": {
+                "mode": match opts.auth.mode {
+                    Some(crate::options::AuthorizationMode::AlwaysAllow) => "AlwaysAllow",
+                    Some(crate::options::AuthorizationMode::Webhook) => "Webhook",
+                    None => "",
+                },
+                "webhook": {
+                    "cacheAuthorizedTTL": go_duration(opts.auth.authorized_ttl),
+                    "cacheUnauthorizedTTL": go_duration(opts.auth.unauthorized_ttl),
+                },
+            },
+            "containerLogMaxSize": binary_quantity(opts.container_log_max_size),
+            "containerLogMaxFiles": opts.container_log_max_files,
             "registryPullQPS": opts.registry_qps,
             "registryBurst": opts.registry_burst,
             "clusterDomain": opts.cluster_domain,
@@ -152,6 +181,14 @@ pub fn configz(opts: &Options) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_counts_print_as_quantities() {
+        assert_eq!(binary_quantity(10 << 20), "10Mi");
+        assert_eq!(binary_quantity(1024), "1Ki");
+        assert_eq!(binary_quantity(1536), "1536");
+        assert_eq!(binary_quantity(0), "0");
+    }
 
     #[test]
     fn durations_print_as_go_does() {
