@@ -131,6 +131,12 @@ impl Client {
         }
     }
 
+    /// Takes the bytes the client sent past its request head that were
+    /// read with it (a session passes them on before the connection's own).
+    pub fn take_read_ahead(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
     /// The client's verified certificate (DER), on a TLS connection.
     pub fn peer_cert(&self) -> Option<Vec<u8>> {
         match &self.conn {

@@ -248,8 +248,11 @@ impl State {
         super::auth::strip_token_protocol(&mut head);
         let runtime = self.runtime.clone();
         c.keep_alive = false;
-        Next::Session(Box::new(move |client: Client| {
-            if let Err(e) = stream::serve(kind, client.conn, &head, &*runtime) {
+        Next::Session(Box::new(move |mut client: Client| {
+            // What the client sent right after its request (a SPDY client
+            // may open its streams before the answer) goes first.
+            let early = client.take_read_ahead();
+            if let Err(e) = stream::serve(kind, client.conn, &head, &early, &*runtime) {
                 debug!(
                     "node API: {} {}: session ended: {e}",
                     head.method,
