@@ -719,7 +719,7 @@ fn client_has_output(conn: &mut Conn, buf: &Buf) -> bool {
     }
 }
 
-/// Whether reading the client's socket would make progress.
+/// Whether waiting for the client's socket to be readable makes sense.
 fn client_takes_input(conn: &mut Conn, buf: &Buf) -> bool {
     buf.has_space() && conn.tls_mut().is_none_or(|(_, tls)| tls.wants_read())
 }
@@ -742,7 +742,11 @@ fn relay(conn: &mut Conn, backend: &mut TcpStream, mut to_client: Buf) -> io::Re
                 }
             }
             moved |= client_write(conn, &mut to_client)?;
-            if !client_ended && client_takes_input(conn, &to_backend) {
+            // Tried whenever there is room, not only when the socket could
+            // be read: rustls may hold the rest of a record that did not
+            // fit last time, and wants no read from the socket until it
+            // is taken.
+            if !client_ended && to_backend.has_space() {
                 match client_read(conn, &mut to_backend) {
                     Ok(Got::Data) => moved = true,
                     Ok(Got::Nothing) => {}
