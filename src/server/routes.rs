@@ -263,7 +263,8 @@ impl State {
     }
 
     /// Authenticates and authorizes a main-port request; a refusal is
-    /// answered (401, 403, or 500 for an error, logged, with no detail).
+    /// answered (401, 403, or 500 for an authorization error, logged,
+    /// with no detail).
     fn allowed(&self, c: &mut Client, head: &RequestHead) -> bool {
         let cert = c.peer_cert();
         let refuse = |c: &mut Client, status: u16, body: &str| {
@@ -277,13 +278,15 @@ impl State {
                 Some(u) => u,
                 None => return refuse(c, 401, "Unauthorized"),
             },
+            // As upstream: a credential that fails (an unknown token, a
+            // TokenReview that could not be made) is 401, never anonymous.
             Err(e) => {
                 error!(
                     "node API: authenticating {} {}: {e}",
                     head.method,
                     head.path()
                 );
-                return refuse(c, 500, "Internal Server Error");
+                return refuse(c, 401, "Unauthorized");
             }
         };
         match self.auth.authorize(&user, head) {
