@@ -303,6 +303,25 @@ impl Spdy {
         }
     }
 
+    /// Like `connect`, but opens the streams `streams` names (their
+    /// headers) right after the upgrade request, before the answer is
+    /// read, as a client may; returns their IDs too.
+    pub fn connect_eager(
+        dial: impl Into<Dial>,
+        target: &str,
+        protocol: &str,
+        streams: &[&[(&str, &str)]],
+    ) -> io::Result<(Spdy, Vec<u32>)> {
+        let s = send_upgrade(&dial.into(), "POST", target, &spdy_headers(protocol))?;
+        let mut spdy = Spdy::on(s);
+        let mut ids = Vec::new();
+        for headers in streams {
+            ids.push(spdy.open(headers)?);
+        }
+        spdy.sock = expect_101(spdy.sock)?;
+        Ok((spdy, ids))
+    }
+
     /// A header block: the name/value pairs in one zlib stream for the
     /// whole connection (with the SPDY/3 dictionary named in its header),
     /// written as a stored deflate block and a sync flush, which a zlib
