@@ -9,6 +9,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use serde_json::Value;
 
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
@@ -188,7 +189,15 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
         ],
     );
     write_manifest(&kubelet.manifest_dir(), "api.yaml", &api_pod());
+    // A container that ends when told to (by a file `run` makes).
+    let script = "echo start; while [ ! -f /tmp/go ]; do sleep 0.2; done; echo last";
+    write_manifest(
+        &kubelet.manifest_dir(),
+        "brief.yaml",
+        &crate::e2e::yaml_pod("brief", script, "  restartPolicy: Never\n"),
+    );
     let pod = format!("api-{NODE}");
+    let brief = format!("brief-{NODE}");
     let main = client_dial(certs.path(), port);
     let anonymous = Dial {
         addr: main.addr.clone(),
@@ -237,6 +246,7 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     wait_until(SETTLE * 2, &format!("{pod} runs"), || {
         // `once` is checked by its logs below: its exited instance stays.
         ctd.pod_running(&pod, &["fixed", "ticker", "sh", "cat", "nc"])
+            && ctd.pod_running(&brief, &["app"])
     });
 
     // Logs: plain, tail, timestamps, limitBytes.
@@ -294,6 +304,59 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     r.into_inner().close();
     assert_eq!(ok(&main, "/healthz"), "ok");
 
+    // A follow ends when its container does.
+    let (s, head) = send(
+        &main,
+        "GET",
+        &format!("/containerLogs/default/{brief}/app?follow=true"),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(status_of(&head), 200, "{head}");
+    let mut r = BufReader::new(s);
+    let mut text = String::new();
+    let mut told = false;
+    while let Some(chunk) =
+        read_chunk(&mut r).unwrap_or_else(|e| panic!("following brief: {e}; so far {text:?}"))
+    {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        if !told && text.contains("start\n") {
+            let run = call_with(
+                &main,
+                "POST",
+                &format!("/run/default/{brief}/app?cmd=touch+/tmp/go"),
+                &[],
+            );
+            assert_eq!(run.status, 200, "{}{}", run.head, run.body);
+            told = true;
+        }
+    }
+    assert_eq!(text, "start\nlast\n");
+
+    // Requests one after another on one kept-alive TLS connection.
+    let mut conn = main.open().unwrap();
+    for _ in 0..3 {
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: node\r\n\r\n")
+            .unwrap();
+        conn.flush().unwrap();
+        let head = String::from_utf8_lossy(&read_head(&mut conn).unwrap()).into_owned();
+        assert_eq!(status_of(&head), 200, "{head}");
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no length: {head}"));
+        let mut body = vec![0u8; len];
+        conn.read_exact(&mut body).unwrap();
+        assert_eq!(body, b"ok");
+    }
+    conn.close();
+
     // Previous: the first instance of a container that exited.
     wait_until(SETTLE * 2, "once restarted", || {
         get(
@@ -324,6 +387,24 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     let (out, err, status) = spdy.finish().unwrap();
     assert_eq!((out.as_str(), err.as_str()), ("got spdy\n", "oops\n"));
     assert_eq!(exit_code(&status), 3, "{status}");
+
+    // The pod's UID in the path: that pod's container, or none.
+    let pods: Value = serde_json::from_str(&ok(&main, "/pods")).unwrap();
+    let uid = pods["items"]
+        .as_array()
+        .and_then(|i| i.iter().find(|p| p["metadata"]["name"] == pod.as_str()))
+        .and_then(|p| p["metadata"]["uid"].as_str())
+        .unwrap_or_else(|| panic!("no uid of {pod} in {pods}"))
+        .to_string();
+    let by_uid =
+        |uid: &str| format!("/exec/default/{pod}/{uid}/sh?command=echo&command=uid&output=1");
+    let mut e = SpdyExec::start(&main, &by_uid(&uid), false, true, false, false).unwrap();
+    assert_eq!(e.finish().unwrap().0, "uid\n");
+    let wrong = SpdyExec::start(&main, &by_uid("0000"), false, true, false, false)
+        .err()
+        .expect("an exec under another pod UID is refused")
+        .to_string();
+    assert!(wrong.contains("HTTP/1.1 404 "), "{wrong}");
 
     // The same over WebSocket.
     let mut ws = WebSocket::connect(&main, &target, "v4.channel.k8s.io").unwrap();
@@ -555,6 +636,14 @@ fn webhook_authentication_and_authorization_on_a_joined_node() {
         refused.body,
         "Forbidden (user=other, verb=get, resource=nodes, subresource=proxy)"
     );
+    // A WebSocket client (a browser's) sends its token as a subprotocol;
+    // the runtime never sees it.
+    let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("reader-token");
+    let protocols = format!("v4.channel.k8s.io, base64url.bearer.authorization.k8s.io.{token}");
+    let target = format!("/exec/default/{pod}/app?command=echo&command=hi&output=1");
+    let mut ws = WebSocket::connect(&dial, &target, &protocols).unwrap();
+    ws.finish().unwrap();
+    assert_eq!(ws.text(1), "hi\n");
     let unknown = with("no-such-token");
     assert_eq!(
         (unknown.status, unknown.body.as_str()),
