@@ -304,6 +304,24 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     r.into_inner().close();
     assert_eq!(ok(&main, "/healthz"), "ok");
 
+    // Followers that leave while their container is quiet free their
+    // sessions: more of them, one after another, than the node keeps
+    // sessions at once (a moment's 503 while one ends is retried).
+    let quiet = format!("/containerLogs/default/{pod}/fixed?follow=true&tailLines=0");
+    for i in 0..24 {
+        let mut follower = None;
+        wait_until(SETTLE, &format!("follower {i} is served"), || {
+            match send(&main, "GET", &quiet, &[]) {
+                Ok((c, head)) if status_of(&head) == 200 => follower = Some(c),
+                _ => {}
+            }
+            follower.is_some()
+        });
+        if let Some(mut c) = follower {
+            c.close();
+        }
+    }
+
     // A follow ends when its container does.
     let (s, head) = send(
         &main,
