@@ -150,8 +150,14 @@ impl State {
         const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
         let mut out = String::new();
         let made = match head.path() {
-            "/metrics" => Ok(crate::metrics::render_metrics(&mut out)),
-            "/metrics/probes" => Ok(crate::metrics::render_probe_metrics(&mut out)),
+            "/metrics" => {
+                crate::metrics::render_metrics(&mut out);
+                Ok(())
+            }
+            "/metrics/probes" => {
+                crate::metrics::render_probe_metrics(&mut out);
+                Ok(())
+            }
             "/metrics/resource" => {
                 crate::metrics::render_resource_metrics(&*self.runtime, &mut out)
             }
