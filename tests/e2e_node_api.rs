@@ -266,6 +266,17 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
             "not an RFC 3339 time: {line:?}"
         );
     }
+    assert_eq!(
+        fixed("?sinceTime=2001-02-03T04:05:06Z"),
+        "one\ntwo\nthree\nfour\n"
+    );
+    assert_eq!(fixed("?sinceTime=2999-01-01T00:00:00Z"), "");
+    let no_previous = get(&main, &format!("{logs}?previous=true"));
+    assert_eq!(
+        no_previous.status, 400,
+        "{}{}",
+        no_previous.head, no_previous.body
+    );
     let missing = get(&main, &format!("/containerLogs/default/{pod}/nope"));
     assert_eq!(missing.status, 404, "{}{}", missing.head, missing.body);
     let bad = get(
@@ -486,6 +497,24 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     assert!(
         answered.contains("hello-from-nc"),
         "port-forward: {answered:?}"
+    );
+    // Over WebSocket, the port in the query; channel 0 starts with it.
+    let target = format!("/portForward/default/{pod}?port=8080");
+    let mut data = Vec::new();
+    for _ in 0..50 {
+        let mut ws = WebSocket::connect(&main, &target, "v4.channel.k8s.io").unwrap();
+        let _ = ws.until(|w| w.text(0).contains("hello-from-nc"));
+        data = ws.channels.get(&0).cloned().unwrap_or_default();
+        ws.close();
+        if String::from_utf8_lossy(&data).contains("hello-from-nc") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        String::from_utf8_lossy(&data).contains("hello-from-nc")
+            && data[..2] == 8080u16.to_le_bytes(),
+        "WebSocket port-forward: {data:?}"
     );
 
     // Run.
