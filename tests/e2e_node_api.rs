@@ -435,6 +435,23 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
         .to_string();
     assert!(wrong.contains("HTTP/1.1 404 "), "{wrong}");
 
+    // Exec clients that leave while their command runs free their
+    // sessions too (within the relay's linger).
+    let sleeper = format!("/exec/default/{pod}/sh?command=sleep&command=1000&output=1");
+    for i in 0..24 {
+        wait_until(
+            SETTLE,
+            &format!("exec {i} is served"),
+            || match SpdyExec::start(&main, &sleeper, false, true, false, false) {
+                Ok(e) => {
+                    e.conn.close();
+                    true
+                }
+                Err(_) => false,
+            },
+        );
+    }
+
     // The same over WebSocket.
     let mut ws = WebSocket::connect(&main, &target, "v4.channel.k8s.io").unwrap();
     ws.send(0, b"websocket\n").unwrap();
