@@ -386,6 +386,29 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     }
     conn.close();
 
+    // Two requests sent together in one TLS record, the first 8 KiB long
+    // (two whole reads of the server's): the second is answered too.
+    let first = "GET /healthz HTTP/1.1\r\nHost: node\r\nX-Pad: \r\n\r\n";
+    let pad = "a".repeat(8192 - first.len());
+    let first = first.replace("X-Pad: ", &format!("X-Pad: {pad}"));
+    assert_eq!(first.len(), 8192);
+    let both =
+        format!("{first}GET /healthz/ping HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
+    let mut conn = main.open().unwrap();
+    conn.write_all(both.as_bytes()).unwrap();
+    conn.flush().unwrap();
+    let mut answers = Vec::new();
+    match conn.read_to_end(&mut answers) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+        Err(e) => panic!(
+            "pipelined requests: {e}; got {:?}",
+            String::from_utf8_lossy(&answers)
+        ),
+    }
+    let answers = String::from_utf8_lossy(&answers);
+    assert_eq!(answers.matches("HTTP/1.1 200 OK").count(), 2, "{answers}");
+
     // Previous: the first instance of a container that exited.
     wait_until(SETTLE * 2, "once restarted", || {
         get(

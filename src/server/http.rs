@@ -517,7 +517,7 @@ impl Pool {
                     return;
                 }
             }
-            if c.buf.is_empty() {
+            if c.buf.is_empty() && !c.conn.holds_input() {
                 // Nothing more sent yet: back to the poll thread.
                 if self.back.try_send(c).is_ok() {
                     wake(self.wake.as_raw_fd());
