@@ -604,10 +604,11 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     kubelet.assert_running();
 }
 
-/// A large stdin over TLS: every byte reaches the container, however the
-/// TLS records fall against the relay's buffer.
+/// Bulk transfers over TLS: a large stdin reaches the container whole,
+/// however the TLS records fall against the relay's buffer, and a large
+/// port-forward download reaches the client whole.
 #[test]
-fn exec_stdin_in_bulk_over_tls() {
+fn bulk_stdin_and_port_forward_over_tls() {
     let certs = tempfile::tempdir().unwrap();
     make_ca_and_client(certs.path(), "good");
     let ca = certs.path().join("good-ca.crt").display().to_string();
@@ -633,9 +634,16 @@ fn exec_stdin_in_bulk_over_tls() {
         "sh.yaml",
         &crate::e2e::yaml_pod("sh", LONG_RUNNING, ""),
     );
+    let size = 16 << 20;
+    let bulk = format!("while :; do head -c {size} /dev/zero | nc -l -p 8081; done");
+    write_manifest(
+        &kubelet.manifest_dir(),
+        "bulk.yaml",
+        &crate::e2e::yaml_pod("bulk", &bulk, ""),
+    );
     let pod = format!("sh-{NODE}");
-    wait_until(SETTLE, &format!("{pod} runs"), || {
-        ctd.pod_running(&pod, &["app"])
+    wait_until(SETTLE, "the pods run", || {
+        ctd.pod_running(&pod, &["app"]) && ctd.pod_running(&format!("bulk-{NODE}"), &["app"])
     });
     let main = client_dial(certs.path(), port);
     // A slow reader first, so the relay's buffer toward the runtime fills
@@ -643,7 +651,6 @@ fn exec_stdin_in_bulk_over_tls() {
     let script = commands(&["sh", "-c", "sleep 3; wc -c"]);
     let target = format!("/exec/default/{pod}/app?{script}input=1&output=1");
     let mut e = SpdyExec::start(&main, &target, true, true, false, false).unwrap();
-    let size = 16 << 20;
     let block = vec![b'x'; 40_000];
     let started = Instant::now();
     let mut sent = 0;
@@ -660,6 +667,25 @@ fn exec_stdin_in_bulk_over_tls() {
         "status {status}, after {:?}",
         started.elapsed()
     );
+
+    // The download (the pod's listener comes back after each connection).
+    let target = format!("/portForward/default/bulk-{NODE}");
+    let mut got = 0;
+    for _ in 0..50 {
+        let mut pf = Spdy::connect(&main, &target, "portforward.k8s.io").unwrap();
+        let headers = |kind| [("streamtype", kind), ("port", "8081"), ("requestid", "0")];
+        let _error = pf.open(&headers("error")).unwrap();
+        let data = pf.open(&headers("data")).unwrap();
+        let _ = pf
+            .until(|c| c.data.get(&data).map_or(0, Vec::len) >= size || c.finished.contains(&data));
+        got = pf.data.get(&data).map_or(0, Vec::len);
+        pf.close();
+        if got > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(got, size, "port-forward download over TLS");
 }
 
 /// A node joined to the fake apiserver with `--authentication-token-webhook`
