@@ -241,13 +241,17 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
         );
     }
 
-    kubelet.restart_with(&["--authorization-mode", "AlwaysAllow"]);
-    wait_listening(port);
-    wait_until(SETTLE * 2, &format!("{pod} runs"), || {
+    // The pods run before the restart (so none is cut off while being
+    // made), and are adopted after it.
+    let pods_run = || {
         // `once` is checked by its logs below: its exited instance stays.
         ctd.pod_running(&pod, &["fixed", "ticker", "sh", "cat", "nc"])
             && ctd.pod_running(&brief, &["app"])
-    });
+    };
+    wait_until(SETTLE * 2, &format!("{pod} and {brief} run"), pods_run);
+    kubelet.restart_with(&["--authorization-mode", "AlwaysAllow"]);
+    wait_listening(port);
+    wait_until(SETTLE, "the pods still run", pods_run);
 
     // Logs: plain, tail, timestamps, limitBytes.
     let fixed = |q: &str| ok(&main, &format!("/containerLogs/default/{pod}/fixed{q}"));
@@ -458,23 +462,6 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
         .to_string();
     assert!(wrong.contains("HTTP/1.1 404 "), "{wrong}");
 
-    // Exec clients that leave while their command runs free their
-    // sessions too (within the relay's linger).
-    let sleeper = format!("/exec/default/{pod}/sh?command=sleep&command=1000&output=1");
-    for i in 0..24 {
-        wait_until(
-            SETTLE,
-            &format!("exec {i} is served"),
-            || match SpdyExec::start(&main, &sleeper, false, true, false, false) {
-                Ok(e) => {
-                    e.conn.close();
-                    true
-                }
-                Err(_) => false,
-            },
-        );
-    }
-
     // The same over WebSocket.
     let mut ws = WebSocket::connect(&main, &target, "v4.channel.k8s.io").unwrap();
     ws.send(0, b"websocket\n").unwrap();
@@ -557,6 +544,24 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
         "WebSocket port-forward: {data:?}"
     );
 
+    // Exec clients that leave while their command runs free their
+    // sessions too (each within the relay's linger, so this comes after
+    // the other sessions).
+    let sleeper = format!("/exec/default/{pod}/sh?command=sleep&command=1000&output=1");
+    for i in 0..24 {
+        wait_until(
+            SETTLE,
+            &format!("exec {i} is served"),
+            || match SpdyExec::start(&main, &sleeper, false, true, false, false) {
+                Ok(e) => {
+                    e.conn.close();
+                    true
+                }
+                Err(_) => false,
+            },
+        );
+    }
+
     // Run.
     let run = call_with(
         &main,
@@ -595,6 +600,19 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     samples(&ok(&main, "/metrics/probes"), "/metrics/probes");
     samples(&ok(&main, "/metrics/resource"), "/metrics/resource");
     assert!(summary_lists(&ok(&main, "/stats/summary"), &pod));
+
+    // The node's own view: its configuration and the pods it runs.
+    let configz: Value = serde_json::from_str(&ok(&main, "/configz")).unwrap();
+    let cfg = &configz["kubeletconfig"];
+    assert_eq!(cfg["port"], port, "{configz}");
+    assert_eq!(cfg["readOnlyPort"], ro, "{configz}");
+    assert_eq!(
+        cfg["authentication"]["x509"]["clientCAFile"],
+        ca.as_str(),
+        "{configz}"
+    );
+    assert!(ok(&main, "/runningpods/").contains(&format!("\"{pod}\"")));
+    assert!(ok(&main, "/pods").contains(&format!("\"{brief}\"")));
 
     // The read-only port: metrics and statistics, never logs or exec.
     samples(&ok(&read_only, "/metrics"), "read-only /metrics");
@@ -742,6 +760,21 @@ fn webhook_authentication_and_authorization_on_a_joined_node() {
     wait_until(SETTLE, "the log is served", || {
         let a = with("reader-token");
         a.status == 200 && a.body == "hello-node-api\n"
+    });
+    // Access to nodes/proxy is not access to nodes/stats.
+    let bearer = "Bearer reader-token";
+    let stats = call_with(&dial, "GET", "/stats/summary", &[("Authorization", bearer)]);
+    assert_eq!(
+        (stats.status, stats.body.as_str()),
+        (
+            403,
+            "Forbidden (user=reader, verb=get, resource=nodes, subresource=stats)"
+        )
+    );
+    // The Node says where the API listens.
+    wait_until(SETTLE, "the Node names the port", || {
+        fake.node(NODE)
+            .is_some_and(|n| n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == port)
     });
     let refused = with("other-token");
     assert_eq!(refused.status, 403, "{}{}", refused.head, refused.body);
