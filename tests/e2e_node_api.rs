@@ -337,6 +337,15 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
         }
     }
 
+    // A follow with limitBytes ends at the limit.
+    let limited = get(
+        &main,
+        &format!("/containerLogs/default/{pod}/ticker?follow=true&limitBytes=20"),
+    );
+    assert_eq!(limited.status, 200, "{}", limited.head);
+    assert_eq!(limited.body.len(), 20, "{:?}", limited.body);
+    assert!(limited.body.starts_with("tick-1\n"), "{:?}", limited.body);
+
     // A follow ends when its container does.
     let (s, head) = send(
         &main,
@@ -598,7 +607,16 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
         "{log_requests} log requests counted:\n{page}"
     );
     samples(&ok(&main, "/metrics/probes"), "/metrics/probes");
-    samples(&ok(&main, "/metrics/resource"), "/metrics/resource");
+    let page = ok(&main, "/metrics/resource");
+    let resource = samples(&page, "/metrics/resource");
+    assert!(
+        resource
+            .iter()
+            .any(|s| s.name == "container_cpu_usage_seconds_total"
+                && has_label(s, "pod", &pod)
+                && has_label(s, "container", "ticker")),
+        "no CPU of ticker in:\n{page}"
+    );
     assert!(summary_lists(&ok(&main, "/stats/summary"), &pod));
 
     // The node's own view: its configuration and the pods it runs.
@@ -615,7 +633,14 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     assert!(ok(&main, "/pods").contains(&format!("\"{brief}\"")));
 
     // The read-only port: metrics and statistics, never logs or exec.
-    samples(&ok(&read_only, "/metrics"), "read-only /metrics");
+    let page = ok(&read_only, "/metrics");
+    let counted = samples(&page, "read-only /metrics").iter().any(|s| {
+        s.name == "kubelet_http_requests_total"
+            && has_label(s, "path", "metrics")
+            && has_label(s, "server_type", "readonly")
+            && s.value >= 1.0
+    });
+    assert!(counted, "the read-only request is not counted:\n{page}");
     assert!(summary_lists(&ok(&read_only, "/stats/summary"), &pod));
     assert_eq!(get(&read_only, &logs).status, 404);
     assert_eq!(get(&read_only, &exec).status, 404);
