@@ -210,20 +210,30 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     // authorization mode on a standalone node: 403, as upstream words it.
     let logs = format!("/containerLogs/default/{pod}/fixed");
     let exec = format!("/exec/default/{pod}/sh?command=true&output=1");
-    for path in [
-        "/healthz",
-        "/pods",
-        "/metrics",
-        "/stats/summary",
-        "/configz",
-        logs.as_str(),
-        exec.as_str(),
+    let attach = format!("/attach/default/{pod}/cat?input=1&output=1");
+    let forward = format!("/portForward/default/{pod}");
+    let run = format!("/run/default/{pod}/sh?cmd=echo+hi");
+    for (method, path) in [
+        ("GET", "/healthz"),
+        ("GET", "/healthz/ping"),
+        ("GET", "/pods"),
+        ("GET", "/runningpods/"),
+        ("GET", "/metrics"),
+        ("GET", "/metrics/probes"),
+        ("GET", "/metrics/resource"),
+        ("GET", "/stats/summary"),
+        ("GET", "/configz"),
+        ("GET", logs.as_str()),
+        ("POST", exec.as_str()),
+        ("POST", attach.as_str()),
+        ("POST", forward.as_str()),
+        ("POST", run.as_str()),
     ] {
-        let a = get(&anonymous, path);
+        let a = call_with(&anonymous, method, path, &[]);
         assert_eq!(
             (a.status, a.body.as_str()),
             (401, "Unauthorized"),
-            "GET {path}"
+            "{method} {path}"
         );
     }
     for (path, sub) in [
