@@ -154,7 +154,7 @@ fn wait_listening(port: u16) {
     });
 }
 
-/// The test CA and client pair under `dir`, and the main port's dial.
+/// The main port's dial, with the test CA's client pair under `dir`.
 fn client_dial(dir: &Path, port: u16) -> Dial {
     let (crt, key) = (dir.join("good-client.crt"), dir.join("good-client.key"));
     Dial {
@@ -164,8 +164,12 @@ fn client_dial(dir: &Path, port: u16) -> Dial {
 }
 
 /// Every endpoint of the main port over TLS with a client certificate,
-/// and the read-only port, on one node running the pod `api`; first, with
-/// no `--authorization-mode` on a standalone node, the refusals.
+/// and the read-only port, on one node running the pods `api` and `brief`;
+/// first, with no `--authorization-mode` on a standalone node, the
+/// refusals. Besides each endpoint's answers: follows end when their
+/// container or their client does (so sessions are not held), a client's
+/// bytes sent before the 101 reach the runtime, kept-alive and pipelined
+/// requests over TLS are answered.
 #[test]
 fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     let certs = tempfile::tempdir().unwrap();
