@@ -829,6 +829,26 @@ fn webhook_authentication_and_authorization_on_a_joined_node() {
     let mut ws = WebSocket::connect(&dial, &target, &protocols).unwrap();
     ws.finish().unwrap();
     assert_eq!(ws.text(1), "hi\n");
+    // A SubjectAccessReview that cannot be made: 500, named as upstream
+    // names it (the refusal comes from no decision).
+    fake.fail_next(
+        "POST",
+        "subjectaccessreviews",
+        500,
+        "InternalError",
+        "the review store is down",
+        100,
+    );
+    let failed = call_with(&dial, "GET", "/metrics", &[("Authorization", bearer)]);
+    assert_eq!(
+        (failed.status, failed.body.as_str()),
+        (
+            500,
+            "Authorization error (user=reader, verb=get, resource=nodes, subresource=metrics)"
+        ),
+        "{}",
+        failed.head
+    );
     let unknown = with("no-such-token");
     assert_eq!(
         (unknown.status, unknown.body.as_str()),

@@ -269,8 +269,8 @@ impl State {
     }
 
     /// Authenticates and authorizes a main-port request; a refusal is
-    /// answered (401, 403, or 500 for an authorization error, logged,
-    /// with no detail).
+    /// answered (401, 403, or 500 for an authorization error), logged,
+    /// with no more detail than upstream gives.
     fn allowed(&self, c: &mut Client, head: &RequestHead) -> bool {
         let cert = c.peer_cert();
         let refuse = |c: &mut Client, status: u16, body: &str| {
@@ -311,9 +311,15 @@ impl State {
                 );
                 refuse(c, 403, &msg)
             }
+            // As upstream words it: who asked for what, not why it failed.
             Err(e) => {
                 error!("node API: authorizing {} {}: {e}", head.method, head.path());
-                refuse(c, 500, "Internal Server Error")
+                let (verb, subresource) = super::auth::attributes(head);
+                let msg = format!(
+                    "Authorization error (user={}, verb={verb}, resource=nodes, subresource={subresource})",
+                    user.name
+                );
+                refuse(c, 500, &msg)
             }
         }
     }
