@@ -747,8 +747,9 @@ fn bulk_stdin_and_port_forward_over_tls() {
 
 /// A node joined to the fake apiserver with `--authentication-token-webhook`
 /// and the default Webhook authorization: a known token that an access
-/// rule allows `nodes/proxy` reads logs; one refused is 403; an unknown
-/// token is 401.
+/// rule allows `nodes/proxy` reads logs (also as a WebSocket token
+/// subprotocol); one refused is 403, as is the proxy-only token on stats;
+/// a review that fails is 500; an unknown token, or none, is 401.
 #[test]
 fn webhook_authentication_and_authorization_on_a_joined_node() {
     let fake = FakeApiServer::start();
@@ -849,6 +850,8 @@ fn webhook_authentication_and_authorization_on_a_joined_node() {
         "{}",
         failed.head
     );
+    let nobody = call_with(&dial, "GET", &logs, &[]);
+    assert_eq!((nobody.status, nobody.body.as_str()), (401, "Unauthorized"));
     let unknown = with("no-such-token");
     assert_eq!(
         (unknown.status, unknown.body.as_str()),
