@@ -19,7 +19,7 @@ use crate::support::containerd::{
 /// The text-format checker the unit tests use, shared by path.
 #[allow(dead_code)]
 #[path = "../src/metrics/textformat.rs"]
-mod textformat;
+pub(crate) mod textformat;
 
 /// The pod named `name` in a summary.
 fn pod<'a>(summary: &'a Value, name: &str) -> &'a Value {

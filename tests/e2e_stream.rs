@@ -35,7 +35,7 @@ spec:
 }
 
 /// A query value, percent-encoded.
-fn enc(s: &str) -> String {
+pub(crate) fn enc(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -46,7 +46,7 @@ fn enc(s: &str) -> String {
         .collect()
 }
 
-fn commands(args: &[&str]) -> String {
+pub(crate) fn commands(args: &[&str]) -> String {
     args.iter()
         .map(|a| format!("command={}&", enc(a)))
         .collect()
@@ -54,7 +54,7 @@ fn commands(args: &[&str]) -> String {
 
 /// The exit code an exec's error stream reports: 0 for `Success`, the
 /// `ExitCode` cause of a `NonZeroExitCode` failure.
-fn exit_code(status: &str) -> i64 {
+pub(crate) fn exit_code(status: &str) -> i64 {
     let v: Value = serde_json::from_str(status).unwrap_or_else(|e| panic!("{status:?}: {e}"));
     match v["status"].as_str() {
         Some("Success") => 0,

@@ -6,12 +6,12 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::agent::{running_containers, Agent};
 use crate::support::containerd::write_manifest;
 use crate::support::fake_cri::FakeCri;
+use crate::support::streams::tls_config;
 
 const POD: &str = r#"apiVersion: v1
 kind: Pod
@@ -25,7 +25,7 @@ spec:
     command: ["sleep", "1000"]
 "#;
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -66,64 +66,11 @@ fn wait_listening(agent: &mut Agent, port: u16) {
     });
 }
 
-/// Accepts any server certificate: these tests are about client ones.
-#[derive(Debug)]
-struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &rustls::pki_types::CertificateDer<'_>,
-        _: &[rustls::pki_types::CertificateDer<'_>],
-        _: &rustls::pki_types::ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &rustls::pki_types::CertificateDer<'_>,
-        d: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &rustls::pki_types::CertificateDer<'_>,
-        d: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// A TLS GET to the main port, with the client pair `cert` (PEM files).
 fn tls_get(port: u16, path: &str, cert: Option<(&Path, &Path)>) -> Result<(u16, String), String> {
-    use rustls::pki_types::pem::PemObject;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
-    let config = match cert {
-        Some((c, k)) => {
-            let certs = rustls::pki_types::CertificateDer::pem_file_iter(c)
-                .unwrap()
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(k).unwrap();
-            builder.with_client_auth_cert(certs, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
-    };
+    let config = tls_config(cert);
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let conn = rustls::ClientConnection::new(config, name).unwrap();
     let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
@@ -164,7 +111,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 /// A CA (`<name>-ca.crt`) and a client pair it signed
 /// (`<name>-client.crt`, `<name>-client.key`) under `dir`.
-fn make_ca_and_client(dir: &Path, name: &str) {
+pub(crate) fn make_ca_and_client(dir: &Path, name: &str) {
     let ec = [
         "-newkey",
         "ec",

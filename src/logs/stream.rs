@@ -537,11 +537,12 @@ impl Out<'_> {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        if self.batch.is_empty() {
-            return Ok(());
+        if !self.batch.is_empty() {
+            self.w.write_all(&self.batch)?;
+            self.batch.clear();
         }
-        self.w.write_all(&self.batch)?;
-        self.batch.clear();
+        // Even with nothing to write: the writer may tell that its reader
+        // has gone, which ends a follow of a quiet log.
         self.w.flush()
     }
 }

@@ -23,6 +23,16 @@ impl Conn {
         }
     }
 
+    /// Whether bytes already received wait to be read that polling the
+    /// socket would not announce: decrypted ones rustls holds (it wants
+    /// no read from the socket until they are taken), or its peer's end.
+    pub fn holds_input(&self) -> bool {
+        match self {
+            Conn::Plain(_) => false,
+            Conn::Tls(_, c) => !c.wants_read(),
+        }
+    }
+
     /// The TLS state, when the connection has one.
     pub fn tls_mut(&mut self) -> Option<(&mut TcpStream, &mut rustls::ServerConnection)> {
         match self {

@@ -131,6 +131,12 @@ impl Client {
         }
     }
 
+    /// Takes the bytes the client sent past its request head that were
+    /// read with it (a session passes them on before the connection's own).
+    pub fn take_read_ahead(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.buf)
+    }
+
     /// The client's verified certificate (DER), on a TLS connection.
     pub fn peer_cert(&self) -> Option<Vec<u8>> {
         match &self.conn {
@@ -202,9 +208,32 @@ impl Write for Chunked<'_> {
         Ok(buf.len())
     }
 
+    /// Also tells when the client has gone (closed or reset its end), so
+    /// that a stream with nothing new to write, such as a quiet log's
+    /// follow, ends with it rather than holding its session.
     fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
+        self.0.flush()?;
+        if peer_gone(self.0.tcp()) {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the client closed the connection",
+            ));
+        }
+        Ok(())
     }
+}
+
+/// Whether the peer of `sock` has closed or reset the connection, by a
+/// poll that does not wait. Bytes it sent meanwhile are left unread.
+fn peer_gone(sock: &std::net::TcpStream) -> bool {
+    let mut fd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: polls one initialised pollfd for an open socket, not waiting.
+    let n = unsafe { libc::poll(&mut fd, 1, 0) };
+    n > 0 && fd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// The running server; dropping it closes the listeners and every
@@ -488,7 +517,7 @@ impl Pool {
                     return;
                 }
             }
-            if c.buf.is_empty() {
+            if c.buf.is_empty() && !c.conn.holds_input() {
                 // Nothing more sent yet: back to the poll thread.
                 if self.back.try_send(c).is_ok() {
                     wake(self.wake.as_raw_fd());

@@ -150,8 +150,14 @@ impl State {
         const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
         let mut out = String::new();
         let made = match head.path() {
-            "/metrics" => Ok(crate::metrics::render_metrics(&mut out)),
-            "/metrics/probes" => Ok(crate::metrics::render_probe_metrics(&mut out)),
+            "/metrics" => {
+                crate::metrics::render_metrics(&mut out);
+                Ok(())
+            }
+            "/metrics/probes" => {
+                crate::metrics::render_probe_metrics(&mut out);
+                Ok(())
+            }
             "/metrics/resource" => crate::stats::render_resource_metrics(&*self.runtime, &mut out),
             _ => {
                 let mut facts = NodeFacts::new(&self.node_name, &self.root_dir);
@@ -246,8 +252,11 @@ impl State {
         super::auth::strip_token_protocol(&mut head);
         let runtime = self.runtime.clone();
         c.keep_alive = false;
-        Next::Session(Box::new(move |client: Client| {
-            if let Err(e) = stream::serve(kind, client.conn, &head, &*runtime) {
+        Next::Session(Box::new(move |mut client: Client| {
+            // What the client sent right after its request (a SPDY client
+            // may open its streams before the answer) goes first.
+            let early = client.take_read_ahead();
+            if let Err(e) = stream::serve(kind, client.conn, &head, &early, &*runtime) {
                 debug!(
                     "node API: {} {}: session ended: {e}",
                     head.method,
@@ -258,7 +267,8 @@ impl State {
     }
 
     /// Authenticates and authorizes a main-port request; a refusal is
-    /// answered (401, 403, or 500 for an error, logged, with no detail).
+    /// answered (401, 403, or 500 for an authorization error), logged,
+    /// with no more detail than upstream gives.
     fn allowed(&self, c: &mut Client, head: &RequestHead) -> bool {
         let cert = c.peer_cert();
         let refuse = |c: &mut Client, status: u16, body: &str| {
@@ -272,13 +282,15 @@ impl State {
                 Some(u) => u,
                 None => return refuse(c, 401, "Unauthorized"),
             },
+            // As upstream: a credential that fails (an unknown token, a
+            // TokenReview that could not be made) is 401, never anonymous.
             Err(e) => {
                 error!(
                     "node API: authenticating {} {}: {e}",
                     head.method,
                     head.path()
                 );
-                return refuse(c, 500, "Internal Server Error");
+                return refuse(c, 401, "Unauthorized");
             }
         };
         match self.auth.authorize(&user, head) {
@@ -297,9 +309,15 @@ impl State {
                 );
                 refuse(c, 403, &msg)
             }
+            // As upstream words it: who asked for what, not why it failed.
             Err(e) => {
                 error!("node API: authorizing {} {}: {e}", head.method, head.path());
-                refuse(c, 500, "Internal Server Error")
+                let (verb, subresource) = super::auth::attributes(head);
+                let msg = format!(
+                    "Authorization error (user={}, verb={verb}, resource=nodes, subresource={subresource})",
+                    user.name
+                );
+                refuse(c, 500, &msg)
             }
         }
     }

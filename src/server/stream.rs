@@ -51,15 +51,18 @@ const LINGER: Duration = Duration::from_secs(10);
 /// text: 400 bad parameters, 404 pod or container not found, 500 runtime
 /// errors), or gets the runtime's streaming URL, connects at once, replays
 /// the client's request there and relays bytes both ways until either side
-/// closes.
+/// closes. `early` is what the client sent after its request head that
+/// was read with it: it reaches the streaming server first, once that has
+/// switched protocols.
 pub fn serve(
     kind: StreamKind,
     mut conn: Conn,
     head: &RequestHead,
+    early: &[u8],
     runtime: &dyn RuntimeService,
 ) -> io::Result<()> {
     match session_url(kind, head, runtime) {
-        Ok(url) => proxy(conn, head, &url),
+        Ok(url) => proxy(conn, head, early, &url),
         Err((code, body)) => answer(&mut conn, code, &body),
     }
 }
@@ -406,7 +409,7 @@ fn split_url(url: &str) -> Option<(&str, &str)> {
 }
 
 /// Replays the request to the streaming server and relays its answer.
-fn proxy(mut conn: Conn, head: &RequestHead, url: &str) -> io::Result<()> {
+fn proxy(mut conn: Conn, head: &RequestHead, early: &[u8], url: &str) -> io::Result<()> {
     if !is_upgrade(head) {
         return answer(&mut conn, 500, "Upgrade request required\n");
     }
@@ -441,6 +444,9 @@ fn proxy(mut conn: Conn, head: &RequestHead, url: &str) -> io::Result<()> {
     if status.code != 101 {
         return relay_error(conn, backend, from_backend, status);
     }
+    // Still blocking, within the backend's write timeout: at most a
+    // request head's worth.
+    backend.write_all(early)?;
     set_keepalive(conn.tcp());
     conn.tcp().set_nonblocking(true)?;
     backend.set_nonblocking(true)?;
@@ -713,7 +719,7 @@ fn client_has_output(conn: &mut Conn, buf: &Buf) -> bool {
     }
 }
 
-/// Whether reading the client's socket would make progress.
+/// Whether waiting for the client's socket to be readable makes sense.
 fn client_takes_input(conn: &mut Conn, buf: &Buf) -> bool {
     buf.has_space() && conn.tls_mut().is_none_or(|(_, tls)| tls.wants_read())
 }
@@ -736,7 +742,11 @@ fn relay(conn: &mut Conn, backend: &mut TcpStream, mut to_client: Buf) -> io::Re
                 }
             }
             moved |= client_write(conn, &mut to_client)?;
-            if !client_ended && client_takes_input(conn, &to_backend) {
+            // Tried whenever there is room, not only when the socket could
+            // be read: rustls may hold the rest of a record that did not
+            // fit last time, and wants no read from the socket until it
+            // is taken.
+            if !client_ended && to_backend.has_space() {
                 match client_read(conn, &mut to_backend) {
                     Ok(Got::Data) => moved = true,
                     Ok(Got::Nothing) => {}
@@ -1135,7 +1145,7 @@ mod tests {
         spawn_named("test-serve", move || {
             let mut server = server;
             read_until_head_end(&mut server);
-            let _ = tx.send(serve(kind, Conn::Plain(server), &h, rt.as_ref()));
+            let _ = tx.send(serve(kind, Conn::Plain(server), &h, &[], rt.as_ref()));
         })
         .unwrap()
         .detach();
@@ -1393,8 +1403,16 @@ mod tests {
             let _ = tx.send(Ok(unsafe { libc::gettid() }));
             let mut server = server;
             read_until_head_end(&mut server);
-            let _ = tx
-                .send(serve(StreamKind::Attach, Conn::Plain(server), &h, rt.as_ref()).map(|()| 0));
+            let _ = tx.send(
+                serve(
+                    StreamKind::Attach,
+                    Conn::Plain(server),
+                    &h,
+                    &[],
+                    rt.as_ref(),
+                )
+                .map(|()| 0),
+            );
         })
         .unwrap()
         .detach();
@@ -1544,7 +1562,7 @@ mod tests {
                 let tls = rustls::ServerConnection::new(server_cfg).unwrap();
                 let mut conn = Conn::Tls(server_sock, Box::new(tls));
                 read_until_head_end(&mut conn);
-                let _ = tx.send(serve(StreamKind::Exec, conn, &hs, rt.as_ref()));
+                let _ = tx.send(serve(StreamKind::Exec, conn, &hs, &[], rt.as_ref()));
             })
             .unwrap()
             .detach();

@@ -6,11 +6,13 @@
 //! router does.
 //!
 //! Just enough of each protocol for tests and the bench: the clients are
-//! blocking, read with a timeout, and keep what arrives per stream.
+//! blocking, read with a timeout, and keep what arrives per stream. They
+//! dial plain TCP, or TLS over TCP (the node's main port) through [`Dial`].
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,7 +73,7 @@ pub fn serve_on_loopback(kind: StreamKind, runtime: Arc<dyn RuntimeService>) -> 
                         })
                         .collect(),
                 };
-                if let Err(e) = serve(kind, Conn::Plain(sock), &head, runtime.as_ref()) {
+                if let Err(e) = serve(kind, Conn::Plain(sock), &head, &[], runtime.as_ref()) {
                     eprintln!("serve {}: {e}", head.target);
                 }
             });
@@ -80,31 +82,157 @@ pub fn serve_on_loopback(kind: StreamKind, runtime: Arc<dyn RuntimeService>) -> 
     addr
 }
 
-/// Connects and sends `GET`/`POST target` with the given headers; returns
-/// the socket and the response head.
-fn upgrade(
-    addr: &str,
+/// A client's connection: TCP, or TLS over TCP.
+pub trait Duplex: Read + Write + Send {
+    /// Ends the connection both ways.
+    fn close(&mut self);
+}
+
+impl Duplex for TcpStream {
+    fn close(&mut self) {
+        let _ = self.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+impl Duplex for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    fn close(&mut self) {
+        self.conn.send_close_notify();
+        let _ = self.flush();
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Where a client connects: `addr` over plain TCP, or over TLS with
+/// `tls` (server name `localhost`).
+#[derive(Clone)]
+pub struct Dial {
+    pub addr: String,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl From<&str> for Dial {
+    fn from(addr: &str) -> Dial {
+        Dial {
+            addr: addr.to_string(),
+            tls: None,
+        }
+    }
+}
+
+impl From<&String> for Dial {
+    fn from(addr: &String) -> Dial {
+        Dial::from(addr.as_str())
+    }
+}
+
+impl From<&Dial> for Dial {
+    fn from(d: &Dial) -> Dial {
+        d.clone()
+    }
+}
+
+impl Dial {
+    /// Opens the connection (the TLS handshake happens with the first
+    /// write).
+    pub fn open(&self) -> io::Result<Box<dyn Duplex>> {
+        let s = TcpStream::connect(&self.addr)?;
+        s.set_read_timeout(Some(READ_TIMEOUT))?;
+        s.set_write_timeout(Some(READ_TIMEOUT))?;
+        s.set_nodelay(true)?;
+        let Some(config) = &self.tls else {
+            return Ok(Box::new(s));
+        };
+        let name = rustls::pki_types::ServerName::try_from("localhost")
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        let conn = rustls::ClientConnection::new(config.clone(), name)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(Box::new(rustls::StreamOwned::new(conn, s)))
+    }
+}
+
+/// Accepts any server certificate: the tests are about client ones.
+#[derive(Debug)]
+pub struct AnyServer(pub Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &rustls::pki_types::CertificateDer<'_>,
+        d: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A TLS client configuration that takes any server certificate, with
+/// the client pair `cert` (certificate and key PEM files) or none.
+pub fn tls_config(cert: Option<(&Path, &Path)>) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
+    let config = match cert {
+        Some((c, k)) => {
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(c)
+                .unwrap()
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(k).unwrap();
+            builder.with_client_auth_cert(certs, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Arc::new(config)
+}
+
+/// Sends `GET`/`POST target` with the given headers on a new connection;
+/// returns it with the response head unread.
+fn send_upgrade(
+    dial: &Dial,
     method: &str,
     target: &str,
     headers: &[(&str, &str)],
-) -> io::Result<(TcpStream, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(READ_TIMEOUT))?;
-    s.set_write_timeout(Some(READ_TIMEOUT))?;
-    s.set_nodelay(true)?;
-    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\n");
+) -> io::Result<Box<dyn Duplex>> {
+    let mut s = dial.open()?;
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {}\r\n", dial.addr);
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
     req.push_str("\r\n");
     s.write_all(req.as_bytes())?;
-    let head = String::from_utf8_lossy(&read_head(&mut s)?).into_owned();
-    Ok((s, head))
+    Ok(s)
 }
 
-/// An error when the answer is not `101 Switching Protocols`, with the
-/// answer's head and what of its body arrives.
-fn expect_101(s: TcpStream, head: String) -> io::Result<TcpStream> {
+/// Reads the response head: the connection when it is `101 Switching
+/// Protocols`, otherwise an error with the head and what of its body
+/// arrives.
+fn expect_101(mut s: Box<dyn Duplex>) -> io::Result<Box<dyn Duplex>> {
+    let head = String::from_utf8_lossy(&read_head(&mut s)?).into_owned();
     if head.starts_with("HTTP/1.1 101 ") {
         return Ok(s);
     }
@@ -116,13 +244,22 @@ fn expect_101(s: TcpStream, head: String) -> io::Result<TcpStream> {
     )))
 }
 
+/// The request headers of a SPDY/3.1 upgrade for `protocol`.
+fn spdy_headers(protocol: &str) -> [(&str, &str); 3] {
+    [
+        ("Connection", "Upgrade"),
+        ("Upgrade", "SPDY/3.1"),
+        ("X-Stream-Protocol-Version", protocol),
+    ]
+}
+
 /// The Adler-32 of SPDY/3's header dictionary, which a zlib stream with a
 /// preset dictionary names in its header.
 const SPDY3_DICTIONARY_ADLER32: u32 = 0xe3c6_a7c2;
 
 /// One SPDY/3.1 client connection.
 pub struct Spdy {
-    sock: TcpStream,
+    sock: Box<dyn Duplex>,
     next_id: u32,
     zlib_started: bool,
     /// Data received per stream.
@@ -150,26 +287,39 @@ enum Frame {
 impl Spdy {
     /// Upgrades `target` to SPDY/3.1 with `protocol` as the stream
     /// protocol (`v4.channel.k8s.io`, `portforward.k8s.io`).
-    pub fn connect(addr: &str, target: &str, protocol: &str) -> io::Result<Spdy> {
-        let (s, head) = upgrade(
-            addr,
-            "POST",
-            target,
-            &[
-                ("Connection", "Upgrade"),
-                ("Upgrade", "SPDY/3.1"),
-                ("X-Stream-Protocol-Version", protocol),
-            ],
-        )?;
-        let sock = expect_101(s, head)?;
-        Ok(Spdy {
+    pub fn connect(dial: impl Into<Dial>, target: &str, protocol: &str) -> io::Result<Spdy> {
+        let s = send_upgrade(&dial.into(), "POST", target, &spdy_headers(protocol))?;
+        Ok(Spdy::on(expect_101(s)?))
+    }
+
+    fn on(sock: Box<dyn Duplex>) -> Spdy {
+        Spdy {
             sock,
             next_id: 1,
             zlib_started: false,
             data: HashMap::new(),
             finished: Vec::new(),
             closed: false,
-        })
+        }
+    }
+
+    /// Like `connect`, but opens the streams `streams` names (their
+    /// headers) right after the upgrade request, before the answer is
+    /// read, as a client may; returns their IDs too.
+    pub fn connect_eager(
+        dial: impl Into<Dial>,
+        target: &str,
+        protocol: &str,
+        streams: &[&[(&str, &str)]],
+    ) -> io::Result<(Spdy, Vec<u32>)> {
+        let s = send_upgrade(&dial.into(), "POST", target, &spdy_headers(protocol))?;
+        let mut spdy = Spdy::on(s);
+        let mut ids = Vec::new();
+        for headers in streams {
+            ids.push(spdy.open(headers)?);
+        }
+        spdy.sock = expect_101(spdy.sock)?;
+        Ok((spdy, ids))
     }
 
     /// A header block: the name/value pairs in one zlib stream for the
@@ -207,7 +357,8 @@ impl Spdy {
         f.push(flags);
         f.extend(&(payload.len() as u32).to_be_bytes()[1..]);
         f.extend(payload);
-        self.sock.write_all(&f)
+        self.sock.write_all(&f)?;
+        self.sock.flush()
     }
 
     /// Opens a stream (SYN_STREAM) with the given headers; its ID.
@@ -240,7 +391,8 @@ impl Spdy {
         f.push(u8::from(fin));
         f.extend(&(data.len() as u32).to_be_bytes()[1..]);
         f.extend(data);
-        self.sock.write_all(&f)
+        self.sock.write_all(&f)?;
+        self.sock.flush()
     }
 
     fn read_frame(&mut self) -> io::Result<Option<Frame>> {
@@ -331,8 +483,8 @@ impl Spdy {
     }
 
     /// Closes the connection.
-    pub fn close(self) {
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    pub fn close(mut self) {
+        self.sock.close();
     }
 }
 
@@ -350,14 +502,14 @@ impl SpdyExec {
     /// Connects to `target` (whose query names the streams) and opens the
     /// streams it asks for, in client-go's order.
     pub fn start(
-        addr: &str,
+        dial: impl Into<Dial>,
         target: &str,
         stdin: bool,
         stdout: bool,
         stderr: bool,
         tty: bool,
     ) -> io::Result<SpdyExec> {
-        let mut conn = Spdy::connect(addr, target, "v4.channel.k8s.io")?;
+        let mut conn = Spdy::connect(dial, target, "v4.channel.k8s.io")?;
         let error = conn.open(&[("streamtype", "error")])?;
         let mut open = |on: bool, kind: &str| -> io::Result<Option<u32>> {
             if on {
@@ -417,7 +569,7 @@ impl SpdyExec {
 /// One WebSocket client connection (`v4.channel.k8s.io` framing: the
 /// first byte of each binary message is the channel).
 pub struct WebSocket {
-    sock: TcpStream,
+    sock: Box<dyn Duplex>,
     /// Data received per channel.
     pub channels: HashMap<u8, Vec<u8>>,
     /// Whether the server closed (close frame or EOF).
@@ -426,9 +578,9 @@ pub struct WebSocket {
 
 impl WebSocket {
     /// Upgrades `target` (GET) to a WebSocket with `protocol`.
-    pub fn connect(addr: &str, target: &str, protocol: &str) -> io::Result<WebSocket> {
-        let (s, head) = upgrade(
-            addr,
+    pub fn connect(dial: impl Into<Dial>, target: &str, protocol: &str) -> io::Result<WebSocket> {
+        let s = send_upgrade(
+            &dial.into(),
             "GET",
             target,
             &[
@@ -439,7 +591,7 @@ impl WebSocket {
                 ("Sec-WebSocket-Protocol", protocol),
             ],
         )?;
-        let sock = expect_101(s, head)?;
+        let sock = expect_101(s)?;
         Ok(WebSocket {
             sock,
             channels: HashMap::new(),
@@ -463,7 +615,8 @@ impl WebSocket {
         let mask = [0x5a, 0x3c, 0x96, 0x0f];
         f.extend(mask);
         f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        self.sock.write_all(&f)
+        self.sock.write_all(&f)?;
+        self.sock.flush()
     }
 
     /// Sends `data` on `channel` (0 is stdin) as one binary message.
@@ -543,8 +696,8 @@ impl WebSocket {
     }
 
     /// Closes the connection.
-    pub fn close(self) {
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    pub fn close(mut self) {
+        self.sock.close();
     }
 
     /// Reads until the server closes.
