@@ -65,6 +65,13 @@ impl Agent {
             // disk is over 85% full; its own test sets its thresholds.
             "--image-gc-high-threshold".into(),
             "100".into(),
+            // A node with a kubeconfig serves its API on 10250 and 10248 by
+            // default; parallel tests would fight over them. Tests of the
+            // server give their own ports.
+            "--port".into(),
+            "0".into(),
+            "--healthz-port".into(),
+            "0".into(),
         ];
         let mut args = args;
         args.extend(extra.iter().map(|s| s.to_string()));

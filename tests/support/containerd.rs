@@ -905,6 +905,13 @@ impl Tinylet {
             // is over 85% full; its own tests set their thresholds.
             "--image-gc-high-threshold".into(),
             "100".into(),
+            // A node with a kubeconfig serves its API on 10250 and 10248 by
+            // default; parallel tests would fight over them. Tests of the
+            // server give their own ports.
+            "--port".into(),
+            "0".into(),
+            "--healthz-port".into(),
+            "0".into(),
         ];
         if root_mode != Root::Writable {
             // The default, /var/log/pods, is read-only there.
