@@ -6,7 +6,11 @@
 //! router does.
 //!
 //! Just enough of each protocol for tests and the bench: the clients are
-//! blocking, read with a timeout, and keep what arrives per stream.
+//! blocking, read with a timeout, and keep what arrives per stream. The
+//! SPDY client speaks over any [`Transport`]: plain TCP, or the bench's TLS
+//! connection to the node's main port.
+
+#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -21,6 +25,18 @@ use tinylet::server::stream::{serve, StreamKind};
 
 /// How long a client waits for the next byte before it gives up.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A byte stream a client speaks over.
+pub trait Transport: Read + Write {
+    /// Closes the underlying socket both ways.
+    fn shutdown(&self);
+}
+
+impl Transport for TcpStream {
+    fn shutdown(&self) {
+        let _ = TcpStream::shutdown(self, std::net::Shutdown::Both);
+    }
+}
 
 /// Reads an HTTP head (through the blank line), byte by byte so that
 /// nothing after it is taken.
@@ -80,6 +96,15 @@ pub fn serve_on_loopback(kind: StreamKind, runtime: Arc<dyn RuntimeService>) -> 
     addr
 }
 
+/// Connects to `addr` with the client's timeouts.
+fn connect(addr: &str) -> io::Result<TcpStream> {
+    let s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(READ_TIMEOUT))?;
+    s.set_write_timeout(Some(READ_TIMEOUT))?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
 /// Connects and sends `GET`/`POST target` with the given headers; returns
 /// the socket and the response head.
 fn upgrade(
@@ -88,11 +113,19 @@ fn upgrade(
     target: &str,
     headers: &[(&str, &str)],
 ) -> io::Result<(TcpStream, String)> {
-    let mut s = TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(READ_TIMEOUT))?;
-    s.set_write_timeout(Some(READ_TIMEOUT))?;
-    s.set_nodelay(true)?;
-    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\n");
+    upgrade_over(connect(addr)?, addr, method, target, headers)
+}
+
+/// Sends `GET`/`POST target` (with `Host: host`) over `s`; returns it and
+/// the response head.
+fn upgrade_over<S: Read + Write>(
+    mut s: S,
+    host: &str,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> io::Result<(S, String)> {
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n");
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
@@ -104,7 +137,7 @@ fn upgrade(
 
 /// An error when the answer is not `101 Switching Protocols`, with the
 /// answer's head and what of its body arrives.
-fn expect_101(s: TcpStream, head: String) -> io::Result<TcpStream> {
+fn expect_101<S: Read>(s: S, head: String) -> io::Result<S> {
     if head.starts_with("HTTP/1.1 101 ") {
         return Ok(s);
     }
@@ -122,7 +155,7 @@ const SPDY3_DICTIONARY_ADLER32: u32 = 0xe3c6_a7c2;
 
 /// One SPDY/3.1 client connection.
 pub struct Spdy {
-    sock: TcpStream,
+    sock: Box<dyn Transport + Send>,
     next_id: u32,
     zlib_started: bool,
     /// Data received per stream.
@@ -151,8 +184,19 @@ impl Spdy {
     /// Upgrades `target` to SPDY/3.1 with `protocol` as the stream
     /// protocol (`v4.channel.k8s.io`, `portforward.k8s.io`).
     pub fn connect(addr: &str, target: &str, protocol: &str) -> io::Result<Spdy> {
-        let (s, head) = upgrade(
-            addr,
+        Spdy::connect_over(Box::new(connect(addr)?), addr, target, protocol)
+    }
+
+    /// Like `connect`, over an open transport; `host` is the Host header.
+    pub fn connect_over(
+        s: Box<dyn Transport + Send>,
+        host: &str,
+        target: &str,
+        protocol: &str,
+    ) -> io::Result<Spdy> {
+        let (s, head) = upgrade_over(
+            s,
+            host,
             "POST",
             target,
             &[
@@ -332,7 +376,7 @@ impl Spdy {
 
     /// Closes the connection.
     pub fn close(self) {
-        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        self.sock.shutdown();
     }
 }
 
@@ -357,7 +401,18 @@ impl SpdyExec {
         stderr: bool,
         tty: bool,
     ) -> io::Result<SpdyExec> {
-        let mut conn = Spdy::connect(addr, target, "v4.channel.k8s.io")?;
+        let conn = Spdy::connect(addr, target, "v4.channel.k8s.io")?;
+        SpdyExec::open_streams(conn, stdin, stdout, stderr, tty)
+    }
+
+    /// Opens the streams of an exec or attach on an upgraded connection.
+    pub fn open_streams(
+        mut conn: Spdy,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+        tty: bool,
+    ) -> io::Result<SpdyExec> {
         let error = conn.open(&[("streamtype", "error")])?;
         let mut open = |on: bool, kind: &str| -> io::Result<Option<u32>> {
             if on {
