@@ -53,6 +53,7 @@ use tinylet::cri::{api, RemoteRuntime, RuntimeService};
 const NODE: &str = "nodeapi";
 const PLAIN_NODE: &str = "nodeapi-plain";
 const EDGE_NODE: &str = "nodeapi-edge";
+const EDGE_OFF_NODE: &str = "nodeapi-edge-off";
 const LONG_RUNNING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
 /// About 10 MB/s: 1 MB of 101-byte lines, then a tenth of a second's rest.
 const LOGGER: &str = "l=0123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890123456789; \
@@ -110,6 +111,8 @@ fn parse(args: &[String]) -> Result<Options> {
 #[derive(Clone, Copy, Default)]
 struct Mem {
     rss_kib: u64,
+    anon_kib: u64,
+    file_kib: u64,
     threads: u64,
     fds: u64,
 }
@@ -127,6 +130,8 @@ fn mem(pid: u32) -> Result<Mem> {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
     Ok(Mem {
         rss_kib: field("VmRSS:")?,
+        anon_kib: field("RssAnon:")?,
+        file_kib: field("RssFile:")?,
         threads: field("Threads:")?,
         fds,
     })
@@ -157,6 +162,8 @@ fn sample(t: &mut Tinylet, samples: usize) -> Result<Mem> {
     }
     Ok(Mem {
         rss_kib: median_u64(all.iter().map(|m| m.rss_kib).collect()),
+        anon_kib: median_u64(all.iter().map(|m| m.anon_kib).collect()),
+        file_kib: median_u64(all.iter().map(|m| m.file_kib).collect()),
         threads: median_u64(all.iter().map(|m| m.threads).collect()),
         fds: median_u64(all.iter().map(|m| m.fds).collect()),
     })
@@ -164,6 +171,16 @@ fn sample(t: &mut Tinylet, samples: usize) -> Result<Mem> {
 
 fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// RSS with its anonymous and file-backed parts.
+fn rss(m: &Mem) -> String {
+    format!(
+        "{} (anon {:.1}, file {:.1})",
+        mib(m.rss_kib),
+        m.anon_kib as f64 / 1024.0,
+        m.file_kib as f64 / 1024.0
+    )
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -509,6 +526,8 @@ struct Report {
     server: Mem,
     edge: Option<Mem>,
     edge_ports: String,
+    edge_off: Option<Mem>,
+    tls_handshake: Vec<f64>,
     conns_open: usize,
     with_conns: Mem,
     healthz_with_conns: String,
@@ -536,7 +555,7 @@ fn run(o: &Options, r: &mut Report) -> Result<()> {
         r.plain = sample(&mut t, o.samples)?;
         eprintln!(
             "node_api: standalone, no server, idle: RSS {}, {} threads",
-            mib(r.plain.rss_kib),
+            rss(&r.plain),
             r.plain.threads
         );
         t.sigterm();
@@ -571,7 +590,7 @@ fn run(o: &Options, r: &mut Report) -> Result<()> {
     r.server = sample(&mut t, o.samples)?;
     eprintln!(
         "node_api: standalone, server on, idle: RSS {}, {} threads",
-        mib(r.server.rss_kib),
+        rss(&r.server),
         r.server.threads
     );
     let pid = t.pid().ok_or_else(|| anyhow!("tinylet is not running"))?;
@@ -599,11 +618,11 @@ fn run(o: &Options, r: &mut Report) -> Result<()> {
     eprintln!(
         "node_api: {} idle connections: RSS {}, {} threads, {} fds; /healthz {}; after: RSS {}, {} threads, {} fds",
         r.conns_open,
-        mib(r.with_conns.rss_kib),
+        rss(&r.with_conns),
         r.with_conns.threads,
         r.with_conns.fds,
         r.healthz_with_conns,
-        mib(r.after_conns.rss_kib),
+        rss(&r.after_conns),
         r.after_conns.threads,
         r.after_conns.fds
     );
@@ -647,6 +666,12 @@ fn run(o: &Options, r: &mut Report) -> Result<()> {
         let (h, p) = split_url(&url).map_err(io::Error::other)?;
         Spdy::connect(&h, &p, "v4.channel.k8s.io")
     };
+    for _ in 0..o.runs {
+        let t0 = Instant::now();
+        let s = tls_connect(&tls, port)?;
+        r.tls_handshake.push(t0.elapsed().as_secs_f64() * 1e3);
+        s.shutdown();
+    }
     // One of each first, so that neither pays for a cold start.
     exec_first_byte(node_exec)?;
     exec_first_byte(direct_exec)?;
@@ -735,21 +760,45 @@ fn run(o: &Options, r: &mut Report) -> Result<()> {
     });
     t.sigterm();
 
-    // 1. Connected to the fake apiserver, the server's defaults.
+    // 1. Connected to the fake apiserver: the server's defaults, and off.
     if o.cluster {
-        let fake = FakeApiServer::start();
-        let kc_dir = ctd.dir().join("bench-kubeconfig");
-        std::fs::create_dir_all(&kc_dir)?;
-        let kubeconfig = fake.write_kubeconfig(
-            &kc_dir,
-            &format!("system:node:{EDGE_NODE}"),
-            KubeconfigAuth::token(),
-        );
-        let kc = kubeconfig.display().to_string();
-        let mut args: Vec<String> = vec!["--kubeconfig".into(), kc, "--v".into(), "2".into()];
-        // The defaults (10250, 10248) unless something else holds them.
-        let mut main_port = 10250;
-        let mut notes = Vec::new();
+        let (m, ports) = connected(&ctd, o, EDGE_NODE, true)?;
+        r.edge = Some(m);
+        r.edge_ports = ports;
+        r.edge_off = Some(connected(&ctd, o, EDGE_OFF_NODE, false)?.0);
+    }
+    Ok(())
+}
+
+/// Idle figures of a node joined to a fresh fake apiserver, with the
+/// server's listeners as by default or all off; and which ports it used.
+fn connected(
+    ctd: &PrivateContainerd,
+    o: &Options,
+    node: &str,
+    server: bool,
+) -> Result<(Mem, String)> {
+    let fake = FakeApiServer::start();
+    let kc_dir = ctd.dir().join(format!("kubeconfig-{node}"));
+    std::fs::create_dir_all(&kc_dir)?;
+    let kubeconfig = fake.write_kubeconfig(
+        &kc_dir,
+        &format!("system:node:{node}"),
+        KubeconfigAuth::token(),
+    );
+    let mut args: Vec<String> = vec![
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--v".into(),
+        "2".into(),
+    ];
+    // The defaults (10250, 10248) unless something else holds them.
+    let mut main_port = 10250;
+    let mut notes = Vec::new();
+    if !server {
+        args.extend(["--enable-server=false".into(), "--healthz-port=0".into()]);
+        notes.push("--enable-server=false --healthz-port=0".to_string());
+    } else {
         if !port_free(10250) {
             main_port = free_port()?;
             args.extend(["--port".into(), main_port.to_string()]);
@@ -760,41 +809,43 @@ fn run(o: &Options, r: &mut Report) -> Result<()> {
             args.extend(["--healthz-port".into(), p.to_string()]);
             notes.push(format!("--healthz-port {p}: 10248 is taken"));
         }
-        r.edge_ports = if notes.is_empty() {
-            "main port 10250 and healthz 10248 on by default".into()
-        } else {
-            format!("ports on by default; {}", notes.join(", "))
-        };
-        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut t = Tinylet::start_with(&ctd, EDGE_NODE, &refs);
-        wait_until(Duration::from_secs(60), "the Node is Ready", || {
-            fake.node(EDGE_NODE).is_some_and(|n| {
-                n["status"]["conditions"].as_array().is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
+    }
+    let ports = if notes.is_empty() {
+        "ports 10250, 10248 by default".into()
+    } else {
+        notes.join(", ")
+    };
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut t = Tinylet::start_with(ctd, node, &refs);
+    wait_until(Duration::from_secs(60), "the Node is Ready", || {
+        fake.node(node).is_some_and(|n| {
+            n["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
             })
-        });
+        })
+    });
+    if server {
         wait_until(Duration::from_secs(30), "the main port listens", || {
             TcpStream::connect(("127.0.0.1", main_port)).is_ok()
         });
-        std::thread::sleep(o.settle);
-        let m = sample(&mut t, o.samples)?;
-        eprintln!(
-            "node_api: connected, server on by default, idle: RSS {}, {} threads",
-            mib(m.rss_kib),
-            m.threads
-        );
-        r.edge = Some(m);
-        t.sigterm();
     }
-    Ok(())
+    std::thread::sleep(o.settle);
+    let m = sample(&mut t, o.samples)?;
+    eprintln!(
+        "node_api: connected, server {}, idle: RSS {}, {} threads",
+        if server { "on by default" } else { "off" },
+        rss(&m),
+        m.threads
+    );
+    t.sigterm();
+    Ok((m, ports))
 }
 
 fn print_report(o: &Options, r: &Report) {
     let row = |cols: [&str; 5]| {
         println!(
-            "{:<44} {:<22} {:<26} {:<10} {}",
+            "{:<44} {:<34} {:<44} {:<10} {}",
             cols[0], cols[1], cols[2], cols[3], cols[4]
         );
     };
@@ -809,8 +860,8 @@ fn print_report(o: &Options, r: &Report) {
     let standalone_ok = r.server.rss_kib < 8 * 1024;
     row([
         "RSS standalone idle, server on",
-        &mib(r.server.rss_kib),
-        &format!("{} without the server", mib(r.plain.rss_kib)),
+        &rss(&r.server),
+        &format!("{} without the server", rss(&r.plain)),
         "< 8 MiB",
         verdict(standalone_ok),
     ]);
@@ -822,20 +873,22 @@ fn print_report(o: &Options, r: &Report) {
         "",
     ]);
     if let Some(m) = &r.edge {
+        let off = r.edge_off.as_ref();
         row([
-            "RSS connected idle, server on (defaults)",
-            &mib(m.rss_kib),
-            &r.edge_ports,
+            "RSS connected idle, server on",
+            &rss(m),
+            &off.map_or(String::new(), |o| format!("{} server off", rss(o))),
             "< 10 MiB",
             verdict(m.rss_kib < 10 * 1024),
         ]);
         row([
             "threads connected idle, server on",
             &m.threads.to_string(),
-            "",
+            &off.map_or(String::new(), |o| format!("{} server off", o.threads)),
             "",
             "",
         ]);
+        row(["  (connected node's ports)", &r.edge_ports, "", "", ""]);
     }
     // Bounded: no thread per connection, fds at most the connection cap
     // above idle, and memory back within 2 MiB once they closed.
@@ -862,6 +915,13 @@ fn print_report(o: &Options, r: &Report) {
     row([
         "/healthz while they are open",
         &r.healthz_with_conns,
+        "",
+        "",
+        "",
+    ]);
+    row([
+        &format!("TLS handshake, client cert (median of {})", o.runs),
+        &format!("{:.1} ms", median(r.tls_handshake.clone())),
         "",
         "",
         "",
