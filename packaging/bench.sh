@@ -5,7 +5,10 @@
 # kubelet's numbers, tinylet's footprint, and the targets; then the cluster
 # part: tinylet joined to the tests' fake apiserver, its footprint idle and
 # with 110 API pods, the API requests it sends idle, and API pod start and
-# status times. Needs root.
+# status times; then the node API (benches/node_api.rs): idle RSS and
+# threads with the server on, 1000 idle connections, exec first-byte time
+# and port-forward throughput beside the runtime's own streaming server,
+# and the CPU of a `logs -f`. Needs root.
 #
 #   bash packaging/bench.sh                  # the full run, about 9-11 minutes
 #   bash packaging/bench.sh --quick          # a smoke run, about 3 minutes
@@ -13,6 +16,7 @@
 #   bash packaging/bench.sh --max-pods 0     # skip the RSS points at 110 pods
 #   bash packaging/bench.sh --no-cluster     # skip the cluster part
 #   bash packaging/bench.sh --cluster-only   # only the cluster part
+#   bash packaging/bench.sh --no-node-api    # skip the node API part
 #
 # Other options are passed to the benchmark (see its header). The machine
 # should be otherwise idle: pod starts are CPU-bound, so anything else
@@ -54,5 +58,23 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# --no-node-api is this script's; --quick and --no-cluster also shape the
+# node API part.
+pod_start_args=()
+node_api_args=()
+node_api=1
+for a in "$@"; do
+    case "$a" in
+        --no-node-api) node_api=0; continue ;;
+        --quick | --no-cluster) node_api_args+=("$a") ;;
+    esac
+    pod_start_args+=("$a")
+done
+
 echo "bench.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) before the run" >&2
-cargo bench --bench pod_start -- --containerd-dir "$ctd_dir" "$@"
+cargo bench --bench pod_start -- --containerd-dir "$ctd_dir" ${pod_start_args[@]+"${pod_start_args[@]}"}
+
+if [ "$node_api" = 1 ]; then
+    echo "bench.sh: the node API part; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    TINYLET_E2E_BIN="$TINYLET_BIN" cargo bench --bench node_api -- ${node_api_args[@]+"${node_api_args[@]}"}
+fi

@@ -509,7 +509,18 @@ impl SpdyExec {
         stderr: bool,
         tty: bool,
     ) -> io::Result<SpdyExec> {
-        let mut conn = Spdy::connect(dial, target, "v4.channel.k8s.io")?;
+        let conn = Spdy::connect(dial, target, "v4.channel.k8s.io")?;
+        SpdyExec::open_streams(conn, stdin, stdout, stderr, tty)
+    }
+
+    /// Opens the streams of an exec or attach on an upgraded connection.
+    pub fn open_streams(
+        mut conn: Spdy,
+        stdin: bool,
+        stdout: bool,
+        stderr: bool,
+        tty: bool,
+    ) -> io::Result<SpdyExec> {
         let error = conn.open(&[("streamtype", "error")])?;
         let mut open = |on: bool, kind: &str| -> io::Result<Option<u32>> {
             if on {
