@@ -850,16 +850,19 @@ fn connected(
         args.extend(["--enable-server=false".into(), "--healthz-port=0".into()]);
         notes.push("--enable-server=false --healthz-port=0".to_string());
     } else {
+        // Named even when they are the defaults: the tests' harness
+        // closes both unless asked.
+        let mut healthz_port = 10248;
         if !port_free(10250) {
             main_port = free_port()?;
-            args.extend(["--port".into(), main_port.to_string()]);
             notes.push(format!("--port {main_port}: 10250 is taken"));
         }
         if !port_free(10248) {
-            let p = free_port()?;
-            args.extend(["--healthz-port".into(), p.to_string()]);
-            notes.push(format!("--healthz-port {p}: 10248 is taken"));
+            healthz_port = free_port()?;
+            notes.push(format!("--healthz-port {healthz_port}: 10248 is taken"));
         }
+        args.extend(["--port".into(), main_port.to_string()]);
+        args.extend(["--healthz-port".into(), healthz_port.to_string()]);
     }
     let ports = if notes.is_empty() {
         "ports 10250, 10248 by default".into()
