@@ -43,6 +43,11 @@ pub const SYNC_TICK: Duration = Duration::from_secs(1);
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 /// Housekeeping turns (2 s apart) that hand memory back after pods went away.
 const TRIMS_AFTER_WORK: u8 = 3;
+/// After the first drop of the executable's code pages (once the sources
+/// are ready), the second comes this much later, when start-up's other
+/// threads (registration, the first image GC, the server's first
+/// requests) are done.
+const SECOND_CODE_DROP: Duration = Duration::from_secs(60);
 /// A housekeeping turn longer than this is logged (upstream's
 /// housekeepingWarningDuration).
 pub const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
@@ -188,6 +193,11 @@ pub struct Kubelet {
     /// set when pods went away, so that what other threads free a little
     /// later (statuses, watch copies, events) goes back too.
     trims_due: u8,
+    /// When housekeeping next drops the executable's code pages
+    /// (`malloc::drop_code_pages`): `None` when not enabled or none is due.
+    code_drop_at: Option<Instant>,
+    /// Code page drops done so far.
+    code_drops: u32,
     /// The number of desired pods at the last housekeeping.
     pods_at_housekeeping: usize,
     /// Pods refused by admission: never run, reported as Failed.
@@ -253,6 +263,8 @@ impl Kubelet {
             node: None,
             rejected: HashMap::new(),
             trims_due: 0,
+            code_drop_at: None,
+            code_drops: 0,
             pods_at_housekeeping: 0,
             root_dir: None,
             stuck_dirs: HashSet::new(),
@@ -291,6 +303,16 @@ impl Kubelet {
     /// Records each admission decision in `admissions` (for checkpoints).
     pub fn with_admissions(mut self, admissions: Arc<Admissions>) -> Self {
         self.admissions = Some(admissions);
+        self
+    }
+
+    /// Has housekeeping drop the resident pages of the executable's code
+    /// (`malloc::drop_code_pages`) once start-up is done (when every source
+    /// has been heard from, and a minute later) and after each burst of
+    /// work, once its memory went back. Off in tests of the loop, whose
+    /// process is the test harness.
+    pub fn with_code_page_drops(mut self) -> Self {
+        self.code_drop_at = Some(Instant::now());
         self
     }
 
@@ -800,10 +822,20 @@ impl Kubelet {
             // Pods went away lately: their memory can go too.
             self.trims_due -= 1;
             crate::malloc::give_back();
+            if self.trims_due == 0 && self.code_drops > 0 {
+                // And the code only the burst ran.
+                self.code_drop_at = Some(Instant::now());
+            }
         }
         if !(self.sources_ready)() {
             debug!("housekeeping: waiting for all sources");
             return;
+        }
+        if self.code_drop_at.is_some_and(|at| at <= Instant::now()) {
+            let bytes = crate::malloc::drop_code_pages();
+            self.code_drops += 1;
+            debug!("housekeeping: dropped {} KiB of code pages", bytes / 1024);
+            self.code_drop_at = (self.code_drops == 1).then(|| Instant::now() + SECOND_CODE_DROP);
         }
         // Mirror pods whose static pod is gone.
         for (full_name, mirror) in self.reporter.mirrors() {

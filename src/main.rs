@@ -715,6 +715,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         },
     )
     .with_root_dir(opts.root_dir.clone())
+    .with_code_page_drops()
     .with_admissions(admissions)
     .with_health(health)
     .with_pod_view(pod_view)

@@ -150,6 +150,123 @@ where
     }
 }
 
+/// Unmaps the resident pages of tinylet's own code and read-only data
+/// (the executable's read-only, non-RELRO `PT_LOAD` segments), so that
+/// what stays mapped is what the node touches from now on. Returns the
+/// bytes advised.
+///
+/// Start-up runs code an idle node never runs again (flag and
+/// configuration parsing, certificate generation, registration), and the
+/// kernel maps 64 KiB around every page a fault brings in: a node idle
+/// after start-up kept ~6.8 MiB of its 7.3 MiB of code mapped while its
+/// loops touched ~1.3 MiB. These pages are clean copies of the file:
+/// `MADV_DONTNEED` drops only this process's mappings, the page cache
+/// keeps the file, and a later touch maps the page back with a minor
+/// fault. Writable segments and the RELRO range (written at start by
+/// relocations) are left alone, since dropping a written private page
+/// would lose what was written.
+pub fn drop_code_pages() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let ranges = code_ranges();
+        let mut advised = 0;
+        for (start, end) in ranges {
+            // SAFETY: the range is page-aligned and lies inside a mapped,
+            // read-only segment of this executable whose pages were never
+            // written (no RELRO, no writable segment), so dropping the
+            // mappings only makes later reads fault the file's pages in
+            // again; no memory Rust code owns is affected.
+            let r = unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED)
+            };
+            if r == 0 {
+                advised += end - start;
+            } else {
+                log::debug!(
+                    "madvise(DONTNEED) of code at {start:#x}..{end:#x}: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        advised
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        0
+    }
+}
+
+/// The page-aligned address ranges of the executable's read-only loaded
+/// segments, minus its RELRO range.
+#[cfg(target_os = "linux")]
+fn code_ranges() -> Vec<(usize, usize)> {
+    struct Found {
+        loads: Vec<(usize, usize)>,
+        relro: Option<(usize, usize)>,
+    }
+    unsafe extern "C" fn first_object(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid info for the duration of the
+        // call, and `data` is the `Found` handed to dl_iterate_phdr below.
+        let (info, found) = unsafe { (&*info, &mut *(data as *mut Found)) };
+        let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+            &[]
+        } else {
+            // SAFETY: dlpi_phdr points at dlpi_phnum program headers.
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) }
+        };
+        let base = info.dlpi_addr as usize;
+        for p in phdrs {
+            let (start, end) = (
+                base + p.p_vaddr as usize,
+                base + (p.p_vaddr + p.p_memsz) as usize,
+            );
+            if p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_W == 0 {
+                found.loads.push((start, end));
+            } else if p.p_type == libc::PT_GNU_RELRO {
+                found.relro = Some((start, end));
+            }
+        }
+        // The first object is the executable itself: stop there.
+        1
+    }
+    let mut found = Found {
+        loads: Vec::new(),
+        relro: None,
+    };
+    // SAFETY: the callback only reads the headers the loader passes and
+    // writes to `found`, which outlives the call.
+    unsafe {
+        libc::dl_iterate_phdr(
+            Some(first_object),
+            &mut found as *mut Found as *mut libc::c_void,
+        );
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    };
+    let mut out = Vec::new();
+    for (start, end) in found.loads {
+        // Only whole pages inside the segment: the pages at its edges may
+        // be shared with a neighbouring, written segment.
+        let mut pieces = vec![(start.div_ceil(page) * page, end / page * page)];
+        if let Some((rs, re)) = found.relro {
+            let (rs, re) = (rs / page * page, re.div_ceil(page) * page);
+            pieces = pieces
+                .into_iter()
+                .flat_map(|(s, e)| [(s, e.min(rs)), (s.max(re), e)])
+                .collect();
+        }
+        out.extend(pieces.into_iter().filter(|(s, e)| s < e));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +305,49 @@ mod tests {
             m.capacity()
         );
         assert_eq!(m.len(), 3);
+    }
+
+    /// The resident KiB of this executable's read-only mappings.
+    #[cfg(target_os = "linux")]
+    fn own_code_rss_kib() -> u64 {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut ours = false;
+        let mut kib = 0;
+        for line in smaps.lines() {
+            let mut words = line.split_whitespace();
+            let first = words.next().unwrap_or("");
+            if first.contains('-') && !first.ends_with(':') {
+                let perms = words.next().unwrap_or("");
+                let path = line.split_whitespace().nth(5).unwrap_or("");
+                ours = !perms.contains('w') && std::path::Path::new(path) == exe;
+            } else if ours && first == "Rss:" {
+                kib += words
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        kib
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn dropped_code_pages_leave_the_mappings_and_the_code_runs_on() {
+        // Touch a good part of the code first (formatting, collections).
+        let text: Vec<String> = (0..2000).map(|i| format!("{i:x}")).collect();
+        let before = own_code_rss_kib();
+        let advised = drop_code_pages();
+        let after = own_code_rss_kib();
+        assert!(advised > 0, "nothing advised");
+        assert!(
+            after < before / 2,
+            "code RSS {before} KiB before the drop, {after} KiB after"
+        );
+        // Code and read-only data fault back in; the RELRO range (function
+        // pointers written at start) was kept, or these calls would crash.
+        let again: Vec<String> = (0..2000).map(|i| format!("{i:x}")).collect();
+        assert_eq!(text, again);
+        assert!(own_code_rss_kib() > 0);
     }
 }
