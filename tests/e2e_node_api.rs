@@ -297,6 +297,31 @@ fn node_api_serves_logs_streams_metrics_and_stats_over_tls() {
     );
     let missing = get(&main, &format!("/containerLogs/default/{pod}/nope"));
     assert_eq!(missing.status, 404, "{}{}", missing.head, missing.body);
+    // A container that cannot start: 400 with its waiting reason, in
+    // upstream's words.
+    write_manifest(
+        &kubelet.manifest_dir(),
+        "stuck.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: stuck\nspec:\n  containers:\n  - name: app\n    image: 127.0.0.1:1/none/such:1\n",
+    );
+    let stuck = format!("/containerLogs/default/stuck-{NODE}/app");
+    let mut answer = get(&main, &stuck);
+    wait_until(SETTLE, "the stuck container's pull failed", || {
+        answer = get(&main, &stuck);
+        answer.body.contains("pull")
+    });
+    assert_eq!(answer.status, 400, "{}{}", answer.head, answer.body);
+    let why = format!("container \"app\" in pod \"stuck-{NODE}\" is waiting to start: ");
+    assert!(
+        [
+            format!("{why}image can't be pulled"),
+            format!("{why}trying and failing to pull image")
+        ]
+        .contains(&answer.body),
+        "{:?}",
+        answer.body
+    );
+    let _ = std::fs::remove_file(kubelet.manifest_dir().join("stuck.yaml"));
     let bad = get(
         &main,
         &format!("/containerLogs/default/{pod}/fixed?tailLines=x"),

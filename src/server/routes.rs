@@ -218,10 +218,14 @@ impl State {
         };
         let follow = opts.follow;
         let runtime = self.runtime.clone();
+        let not_started = self.not_started(&ns, &pod, &container);
         let serve = move |c: &mut Client| -> std::io::Result<()> {
             let mut stream = match logs::open(&*runtime, &ns, &pod, &container, &opts) {
                 Ok(s) => s,
-                Err(LogError::NotFound(m)) => return c.text(404, &m),
+                Err(LogError::NotFound(m)) => match not_started {
+                    Some(why) => return c.text(400, &why),
+                    None => return c.text(404, &m),
+                },
                 Err(LogError::BadRequest(m)) => return c.text(400, &m),
                 Err(LogError::Runtime(m)) => {
                     error!("node API: logs of {ns}/{pod}/{container}: {m}");
@@ -242,6 +246,57 @@ impl State {
         } else {
             done(serve(c))
         }
+    }
+
+    /// Why a container the node's pod declares has no log yet, in
+    /// upstream's words (its `validateContainerLogStatus`), from the pod's
+    /// latest status; `None` when the node has no such pod or the pod no
+    /// such container (then the runtime's answer stands: 404).
+    fn not_started(&self, ns: &str, name: &str, container: &str) -> Option<String> {
+        let pods = self.pods.pods();
+        let pod = pods.iter().find(|p| {
+            p.metadata.name.as_deref() == Some(name)
+                && p.metadata.namespace.as_deref().unwrap_or("default") == ns
+        })?;
+        let spec = pod.spec.as_ref()?;
+        let declared = spec
+            .containers
+            .iter()
+            .chain(spec.init_containers.iter().flatten())
+            .any(|c| c.name == container)
+            || spec
+                .ephemeral_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == container);
+        if !declared {
+            return None;
+        }
+        let at = format!("container {container:?} in pod {name:?}");
+        let status = self
+            .statuses
+            .status(pod.metadata.uid.as_deref().unwrap_or(""))
+            .and_then(|s| {
+                s.container_statuses
+                    .into_iter()
+                    .flatten()
+                    .chain(s.init_container_statuses.into_iter().flatten())
+                    .chain(s.ephemeral_container_statuses.into_iter().flatten())
+                    .find(|c| c.name == container)
+            });
+        let Some(status) = status else {
+            return Some(format!("{at} is not available"));
+        };
+        let waiting = status.state.as_ref().and_then(|s| s.waiting.as_ref());
+        Some(match waiting.and_then(|w| w.reason.as_deref()) {
+            Some("ErrImagePull") => format!("{at} is waiting to start: image can't be pulled"),
+            Some("ImagePullBackOff") => {
+                format!("{at} is waiting to start: trying and failing to pull image")
+            }
+            Some(reason) => format!("{at} is waiting to start: {reason}"),
+            None if waiting.is_some() => format!("{at} is waiting to start: "),
+            None => format!("{at} is waiting to start - no logs yet"),
+        })
     }
 
     /// Exec, attach and port-forward: the rest of the connection goes to
