@@ -94,6 +94,80 @@ pub fn kind_of(v: &Value) -> &'static str {
     }
 }
 
+/// serde's type errors from a `Value` carry no position, only what was found
+/// ("invalid type: integer `3600`, expected a string"). Finds the leaves of
+/// the document that render the same way and names them when there are few.
+pub fn locate_error(value: &Value, message: &str) -> Option<String> {
+    let rest = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))?;
+    let unexpected = rest.split(", expected").next()?;
+    let mut hits = Vec::new();
+    collect_matches(value, unexpected, &mut String::new(), &mut hits);
+    match hits.len() {
+        0 => None,
+        1 => hits.pop(),
+        2..=3 => Some(format!("one of {}", hits.join(", "))),
+        _ => None,
+    }
+}
+
+fn collect_matches(value: &Value, unexpected: &str, path: &mut String, hits: &mut Vec<String>) {
+    if describe(value) == unexpected && !path.is_empty() {
+        hits.push(path.clone());
+    }
+    let len = path.len();
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k);
+                collect_matches(v, unexpected, path, hits);
+                path.truncate(len);
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                path.push_str(&format!("[{i}]"));
+                collect_matches(v, unexpected, path, hits);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Renders a value the way serde's `Unexpected` does in error messages.
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_string(),
+        Value::Bool(b) => format!("boolean `{b}`"),
+        Value::Number(n) if n.is_f64() => match n.as_f64() {
+            Some(f) => format!("floating point `{}`", FloatRepr(f)),
+            None => format!("floating point `{n}`"),
+        },
+        Value::Number(n) => format!("integer `{n}`"),
+        Value::String(s) => format!("string {s:?}"),
+        Value::Array(_) => "sequence".to_string(),
+        Value::Object(_) => "map".to_string(),
+    }
+}
+
+/// serde prints whole floats with a trailing `.0`.
+struct FloatRepr(f64);
+
+impl fmt::Display for FloatRepr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_finite() && self.0.fract() == 0.0 {
+            write!(f, "{:.1}", self.0)
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -470,7 +470,7 @@ where
                     "reflector {}: GET {path}: skipping {key:?}: cannot decode it as a {}: {}",
                     self.name,
                     T::KIND,
-                    decode_error_with_field::<T>(&obj, &e.to_string())
+                    decode_error_with_field(&obj, &e.to_string())
                 );
                 None
             }
@@ -626,77 +626,16 @@ fn selector_mismatch(obj: &Value, selector: &str) -> Option<String> {
     None
 }
 
-/// Why `obj` does not decode as a `T`, with the path of the field the error
-/// is about (`spec.containers: invalid type: ...`). serde_json reports only
-/// a line and a column, and only when decoding text: so the object is
-/// printed pretty (one field per line), decoded again from that text, and
-/// the error's line mapped back to the field printed there.
-fn decode_error_with_field<T: serde::de::DeserializeOwned>(obj: &Value, fallback: &str) -> String {
-    let Ok(pretty) = serde_json::to_string_pretty(obj) else {
-        return fallback.to_string();
-    };
-    let Err(e) = serde_json::from_str::<T>(&pretty) else {
-        return fallback.to_string();
-    };
-    let text = e.to_string();
-    let message = match text.rfind(" at line ") {
-        Some(i) => &text[..i],
-        None => text.as_str(),
-    };
-    match path_at_line(obj, e.line()) {
-        Some(path) if !path.is_empty() => format!("{path}: {message}"),
-        _ => message.to_string(),
+/// Why `obj` does not decode: the error with the path of the field it is
+/// about (`spec.containers: invalid type: ...`), found by the leaf of `obj`
+/// that the error's "invalid type" part describes. Decoding again from text
+/// would give a line to map back, but would also build a second copy of the
+/// object's (large) deserializer into the binary.
+fn decode_error_with_field(obj: &Value, message: &str) -> String {
+    match crate::document::locate_error(obj, message) {
+        Some(path) => format!("{path}: {message}"),
+        None => message.to_string(),
     }
-}
-
-/// The path (`spec.containers[0].name`) of what starts or ends on line
-/// `target` (1-based) of `v` printed by `serde_json::to_string_pretty`,
-/// which puts every key and every list item on a line of its own.
-fn path_at_line(v: &Value, target: usize) -> Option<String> {
-    fn walk(
-        v: &Value,
-        path: &mut String,
-        line: &mut usize,
-        target: usize,
-        found: &mut Option<String>,
-    ) {
-        if *line == target {
-            *found = Some(path.clone());
-        }
-        let children: Vec<(String, &Value)> = match v {
-            Value::Object(m) if !m.is_empty() => m
-                .iter()
-                .map(|(k, c)| {
-                    let sep = if path.is_empty() { "" } else { "." };
-                    (format!("{sep}{k}"), c)
-                })
-                .collect(),
-            Value::Array(a) if !a.is_empty() => a
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (format!("[{i}]"), c))
-                .collect(),
-            _ => return,
-        };
-        for (suffix, child) in children {
-            if *line >= target {
-                return;
-            }
-            *line += 1;
-            let len = path.len();
-            path.push_str(&suffix);
-            walk(child, path, line, target, found);
-            path.truncate(len);
-        }
-        // The closing bracket.
-        *line += 1;
-        if *line == target {
-            *found = Some(path.clone());
-        }
-    }
-    let mut found = None;
-    walk(v, &mut String::new(), &mut 1, target, &mut found);
-    found
 }
 
 /// `namespace/name` (or `name`) from an object's raw metadata.
@@ -1087,7 +1026,7 @@ mod tests {
         });
         let e = serde_json::from_value::<Pod>(pod.clone()).unwrap_err();
         assert_eq!(
-            decode_error_with_field::<Pod>(&pod, &e.to_string()),
+            decode_error_with_field(&pod, &e.to_string()),
             "spec.containers: invalid type: string \"nope\", expected a sequence"
         );
         let port = serde_json::json!({
@@ -1096,7 +1035,7 @@ mod tests {
         });
         let e = serde_json::from_value::<Pod>(port.clone()).unwrap_err();
         assert_eq!(
-            decode_error_with_field::<Pod>(&port, &e.to_string()),
+            decode_error_with_field(&port, &e.to_string()),
             "spec.containers[1].ports[0].containerPort: invalid type: string \"80\", expected i32"
         );
 

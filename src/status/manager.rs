@@ -600,10 +600,9 @@ impl Worker {
                             // mirror pod) can leave fields tinylet owns as
                             // they were: patch again against the answer, as
                             // upstream patches against a fresh GET.
-                            let server = answer
-                                .get_mut("status")
-                                .map(Value::take)
-                                .and_then(|v| serde_json::from_value::<PodStatus>(v).ok());
+                            let server = answer.get_mut("status").map(Value::take).and_then(|v| {
+                                <PodStatus as serde::Deserialize>::deserialize(&v).ok()
+                            });
                             if let Some(server) = server.filter(|s| !status_equal(s, &status)) {
                                 if round < STATUS_ROUNDS {
                                     debug!("pod {namespace}/{name}: the server's status still differs; patching against it");
