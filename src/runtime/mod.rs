@@ -340,6 +340,12 @@ impl RuntimeManager {
         }
     }
 
+    /// Records an event about the pod itself (a `DeadlineExceeded`, ...).
+    pub fn pod_event(&self, pod: &Pod, kind: EventType, reason: &str, message: &str) {
+        self.recorder
+            .event(&ObjectRef::pod(pod), kind, reason, message.to_string());
+    }
+
     fn container_event(
         &self,
         pod: &Pod,
