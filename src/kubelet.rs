@@ -700,7 +700,13 @@ impl Kubelet {
                         // of the desired pods (admission's count, syncs).
                         continue;
                     }
-                    self.pods.insert(pod_uid(&p).to_string(), Arc::new(p));
+                    let p = Arc::new(p);
+                    self.pods.insert(pod_uid(&p).to_string(), p.clone());
+                    // A readiness gate's condition changed: the Ready
+                    // condition follows (upstream's HandlePodReconcile).
+                    if crate::status::generate::readiness_needs_reconcile(&p) {
+                        self.dispatch(p, UpdateType::Sync, None);
+                    }
                 }
             }
             PodOperation::Delete => {

@@ -25,7 +25,7 @@ use log::{debug, info, warn};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::generate::{status_equal, status_patch};
+use super::generate::{keep_foreign_conditions, status_equal, status_patch};
 use crate::config::{
     pod_full_name, CONFIG_HASH_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY,
     CONFIG_SOURCE_ANNOTATION_KEY,
@@ -580,6 +580,8 @@ impl Worker {
                 status,
                 version,
             } => {
+                // Conditions other controllers set stay as the server has them.
+                let status = keep_foreign_conditions(old.as_deref(), &status);
                 if old.as_ref().is_some_and(|o| status_equal(o, &status)) {
                     // The server has this status already (after a restart,
                     // say): an empty patch would only cost a request.
@@ -590,6 +592,7 @@ impl Worker {
                 let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/status");
                 let mut old = old;
                 for round in 1..=STATUS_ROUNDS {
+                    let status = keep_foreign_conditions(old.as_deref(), &status);
                     let patch = status_patch(&target_uid, old.as_deref(), &status);
                     crate::fault::point("status-patch", format_args!("{namespace}/{name}"));
                     match self.client.patch(&path, PatchKind::Strategic, &patch) {
