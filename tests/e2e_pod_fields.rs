@@ -1,0 +1,149 @@
+//! End-to-end tests of pod lifecycle fields on a real, private containerd:
+//! `activeDeadlineSeconds` (the pod stopped and Failed with
+//! DeadlineExceeded), readiness gates (Ready waits for a condition another
+//! controller sets on the API pod, which tinylet's patches keep), and
+//! `shareProcessNamespace` (one container sees another's processes).
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::e2e::{start_joined, LONG_RUNNING, SETTLE};
+use crate::e2e_cluster::{api_pod, str_at, NS};
+use crate::support::containerd::{
+    holds_for, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
+};
+use crate::support::fake_apiserver::FakeApiServer;
+
+fn condition<'a>(pod: &'a Value, type_: &str) -> Option<&'a Value> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// A pod past its active deadline has its container stopped (and never
+/// started again) and is reported Failed with reason DeadlineExceeded, with
+/// a DeadlineExceeded event.
+#[test]
+fn e2e_active_deadline_stops_the_pod_and_fails_it() {
+    let fake = FakeApiServer::start();
+    let ctd = PrivateContainerd::start();
+    let _kubelet = start_joined(&ctd, &fake);
+    let mut pod = api_pod("job");
+    pod["spec"]["activeDeadlineSeconds"] = json!(3);
+    fake.create_pod(pod);
+    wait_until(SETTLE, "job runs", || ctd.pod_running("job", &["app"]));
+
+    wait_until(SETTLE, "job is Failed with DeadlineExceeded", || {
+        fake.pod(NS, "job").is_some_and(|p| {
+            str_at(&p, "/status/phase") == "Failed"
+                && str_at(&p, "/status/reason") == "DeadlineExceeded"
+        })
+    });
+    let p = fake.pod(NS, "job").unwrap();
+    assert_eq!(
+        str_at(&p, "/status/message"),
+        "Pod was active on the node longer than the specified deadline"
+    );
+    wait_until(SETTLE, "job's container is stopped", || {
+        let ids = ctd.container_ids("job");
+        ids.len() == 1 && ctd.container_exit(&ids[0]).is_some()
+    });
+    assert!(
+        fake.events()
+            .iter()
+            .any(|e| e["reason"] == "DeadlineExceeded" && e["involvedObject"]["name"] == "job"),
+        "a DeadlineExceeded event"
+    );
+    holds_for(Duration::from_secs(3), "job is not started again", || {
+        !ctd.pod_running("job", &["app"]) && ctd.container_ids("job").len() == 1
+    });
+}
+
+/// Ready stays False (ReadinessGatesNotReady) while the gate's condition is
+/// missing, and becomes True once a controller sets it True on the API pod;
+/// tinylet's status patches leave that condition as the controller set it.
+#[test]
+fn e2e_readiness_gate_holds_ready_until_its_condition_is_true() {
+    let fake = FakeApiServer::start();
+    let ctd = PrivateContainerd::start();
+    let _kubelet = start_joined(&ctd, &fake);
+    let mut pod = api_pod("gated");
+    pod["spec"]["readinessGates"] = json!([{"conditionType": "example.com/lb"}]);
+    fake.create_pod(pod);
+    wait_until(SETTLE, "gated runs, Ready False for its gate", || {
+        fake.pod(NS, "gated").is_some_and(|p| {
+            str_at(&p, "/status/phase") == "Running"
+                && condition(&p, "ContainersReady").is_some_and(|c| c["status"] == "True")
+                && condition(&p, "Ready").is_some_and(|c| {
+                    c["status"] == "False" && c["reason"] == "ReadinessGatesNotReady"
+                })
+        })
+    });
+    let ready = |p: &Value| condition(p, "Ready").is_some_and(|c| c["status"] == "True");
+    holds_for(Duration::from_secs(2), "gated stays unready", || {
+        fake.pod(NS, "gated").is_some_and(|p| !ready(&p))
+    });
+
+    // The load balancer controller's condition.
+    assert!(fake.update_pod(NS, "gated", |p| {
+        if let Some(cs) = p["status"]["conditions"].as_array_mut() {
+            cs.push(json!({
+                "type": "example.com/lb",
+                "status": "True",
+                "lastTransitionTime": "2024-01-01T00:00:00Z",
+            }));
+        }
+    }));
+    wait_until(SETTLE, "gated becomes Ready", || {
+        fake.pod(NS, "gated").is_some_and(|p| ready(&p))
+    });
+    let p = fake.pod(NS, "gated").unwrap();
+    let gate = condition(&p, "example.com/lb").expect("the gate's condition is kept");
+    assert_eq!(gate["status"], "True");
+    assert_eq!(gate["lastTransitionTime"], "2024-01-01T00:00:00Z");
+}
+
+/// With `shareProcessNamespace`, a container sees the processes of the
+/// pod's other container; without it, it does not.
+#[test]
+fn e2e_share_process_namespace_shows_the_other_containers_processes() {
+    let ctd = PrivateContainerd::start();
+    let tl = Tinylet::start(&ctd, crate::e2e::NODE);
+    let manifest = |name: &str, share: bool| {
+        format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  shareProcessNamespace: {share}
+  containers:
+  - name: app
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", {LONG_RUNNING:?}]
+  - name: side
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "4242"]
+"#
+        )
+    };
+    write_manifest(&tl.manifest_dir(), "shared.yaml", &manifest("shared", true));
+    write_manifest(&tl.manifest_dir(), "apart.yaml", &manifest("apart", false));
+    let ps_in_app = |pod: &str| {
+        let name = tl.pod_name(pod);
+        wait_until(SETTLE, &format!("{name} runs"), || {
+            ctd.pod_running(&name, &["app", "side"])
+        });
+        let ids = ctd.container_ids_named(&name, "app");
+        ctd.exec(&ids[0], &["ps", "-o", "args"]).unwrap_or_default()
+    };
+    let shared = ps_in_app("shared");
+    assert!(shared.contains("sleep 4242"), "ps in app:\n{shared}");
+    let apart = ps_in_app("apart");
+    assert!(!apart.contains("sleep 4242"), "ps in app:\n{apart}");
+}
