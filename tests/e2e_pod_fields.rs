@@ -1,8 +1,9 @@
 //! End-to-end tests of pod lifecycle fields on a real, private containerd:
 //! `activeDeadlineSeconds` (the pod stopped and Failed with
 //! DeadlineExceeded), readiness gates (Ready waits for a condition another
-//! controller sets on the API pod, which tinylet's patches keep), and
-//! `shareProcessNamespace` (one container sees another's processes).
+//! controller sets on the API pod, which tinylet's patches keep),
+//! `shareProcessNamespace` (one container sees another's processes), and an
+//! ephemeral container added to a running pod (`kubectl debug`).
 
 use std::time::Duration;
 
@@ -146,4 +147,72 @@ spec:
     assert!(shared.contains("sleep 4242"), "ps in app:\n{shared}");
     let apart = ps_in_app("apart");
     assert!(!apart.contains("sleep 4242"), "ps in app:\n{apart}");
+}
+
+/// An ephemeral container added to a running API pod starts in its sandbox,
+/// in its target's process namespace, is reported in
+/// `ephemeralContainerStatuses`, and restarts nothing; once it exits it is
+/// never started again.
+#[test]
+fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
+    let fake = FakeApiServer::start();
+    let ctd = PrivateContainerd::start();
+    let _kubelet = start_joined(&ctd, &fake);
+    fake.create_pod(api_pod("dbg"));
+    wait_until(SETTLE, "dbg runs", || ctd.pod_running("dbg", &["app"]));
+    let app = ctd.container_ids_named("dbg", "app");
+    let sandbox = ctd.sandbox_ids("dbg");
+
+    assert!(fake.add_ephemeral_container(
+        NS,
+        "dbg",
+        json!({
+            "name": "debugger",
+            "image": BUSYBOX_IMAGE,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", "sleep 5"],
+            "targetContainerName": "app",
+            "stdin": true,
+            "tty": true,
+        }),
+    ));
+    wait_until(SETTLE, "the ephemeral container runs", || {
+        ctd.pod_running("dbg", &["app", "debugger"])
+    });
+    let debugger = ctd.container_ids_named("dbg", "debugger");
+    assert_eq!(debugger.len(), 1);
+    // It shares the process namespace of its target.
+    let ps = ctd
+        .exec(&debugger[0], &["ps", "-o", "args"])
+        .unwrap_or_default();
+    assert!(ps.contains("while :"), "ps in the debugger:\n{ps}");
+    wait_until(SETTLE, "its status is reported", || {
+        fake.pod(NS, "dbg").is_some_and(|p| {
+            str_at(&p, "/status/ephemeralContainerStatuses/0/name") == "debugger"
+                && str_at(&p, "/status/ephemeralContainerStatuses/0/containerID")
+                    == format!("containerd://{}", debugger[0])
+        })
+    });
+    // Its exit is reported, and it is never started again.
+    wait_until(SETTLE, "its exit is reported", || {
+        fake.pod(NS, "dbg").is_some_and(|p| {
+            p.pointer("/status/ephemeralContainerStatuses/0/state/terminated/exitCode")
+                == Some(&json!(0))
+        })
+    });
+    holds_for(
+        Duration::from_secs(3),
+        "the debugger is not restarted",
+        || ctd.container_ids_named("dbg", "debugger") == debugger,
+    );
+    // Nothing else was restarted or recreated.
+    assert_eq!(ctd.container_ids_named("dbg", "app"), app);
+    assert_eq!(ctd.sandbox_ids("dbg"), sandbox);
+    assert!(ctd.pod_running("dbg", &["app"]));
+    let p = fake.pod(NS, "dbg").unwrap();
+    assert_eq!(
+        p.pointer("/status/containerStatuses/0/restartCount"),
+        Some(&json!(0))
+    );
+    assert_eq!(str_at(&p, "/status/phase"), "Running");
 }

@@ -88,6 +88,7 @@ pub fn generate_pod_status(
     let mut statuses = container_statuses(pod, rt, old_regular, containers, has_inits, false, ctx);
     statuses.sort_by(|a, b| a.name.cmp(&b.name));
     let init_statuses = container_statuses(pod, rt, old_init, inits, has_inits, true, ctx);
+    let ephemeral_statuses = ephemeral_statuses(pod, rt, old, has_inits, ctx);
 
     // A terminal phase the apiserver shows is never left.
     let phase = match old.and_then(|o| o.phase.as_deref()) {
@@ -158,8 +159,46 @@ pub fn generate_pod_status(
         qos_class: Some(qos),
         container_statuses: Some(statuses),
         init_container_statuses: has_inits.then_some(init_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         ..Default::default()
     }
+}
+
+/// The statuses of the pod's ephemeral containers, sorted by name as
+/// upstream sorts them. They are never ready, and have no `started` (the
+/// prober looks only at regular and init containers); one that exited
+/// stays terminated, as it is never started again.
+fn ephemeral_statuses(
+    pod: &Pod,
+    rt: &runtime::PodStatus,
+    old: Option<&ApiPodStatus>,
+    has_inits: bool,
+    ctx: &StatusContext,
+) -> Vec<ApiContainerStatus> {
+    let containers = runtime::actions::ephemeral_as_containers(pod);
+    if containers.is_empty() {
+        return Vec::new();
+    }
+    let previous = old
+        .and_then(|o| o.ephemeral_container_statuses.as_deref())
+        .unwrap_or(&[]);
+    let mut out = container_statuses(pod, rt, previous, &containers, has_inits, false, ctx);
+    for st in &mut out {
+        st.ready = false;
+        st.started = None;
+        let ran = rt.container_statuses.iter().any(|r| r.name == st.name);
+        if ran && st.state.as_ref().is_some_and(|s| s.waiting.is_some()) {
+            // A waiting reason left from an earlier failed start: the
+            // instance there is is the one that counts.
+            if let Some(last) = st.last_state.take() {
+                st.state = Some(last);
+            }
+            st.last_state = Some(ApiState::default());
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 /// `t` truncated to whole seconds: API times have second precision.
@@ -813,9 +852,10 @@ fn quantity_nanos(q: &str) -> Option<i128> {
 }
 
 /// The status fields the kubelet writes; a patch leaves the others alone.
-const OWNED_FIELDS: [&str; 11] = [
+const OWNED_FIELDS: [&str; 12] = [
     "conditions",
     "containerStatuses",
+    "ephemeralContainerStatuses",
     "hostIP",
     "initContainerStatuses",
     "message",
@@ -1932,6 +1972,63 @@ mod tests {
             "only Ready changes: {patch}"
         );
         assert_eq!(keep_foreign_conditions(None, &new), new);
+    }
+
+    #[test]
+    fn ephemeral_containers_are_reported_apart_and_never_ready() {
+        let mut p = pod("Always", &[], &["app"]);
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(
+            ["dbg", "aux"]
+                .iter()
+                .map(|n| k8s_openapi::api::core::v1::EphemeralContainer {
+                    name: n.to_string(),
+                    image: Some("busybox".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        let s = gen(
+            &p,
+            &rt(vec![
+                rec("app", "a1", ContainerState::Running, 1),
+                rec("dbg", "d1", ContainerState::Running, 2),
+            ]),
+        );
+        let names: Vec<&str> = s
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["app"]);
+        let eph = s.ephemeral_container_statuses.as_deref().unwrap();
+        let names: Vec<&str> = eph.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["aux", "dbg"], "sorted by name");
+        assert_eq!(waiting_of(&eph[0]).unwrap().0, CONTAINER_CREATING);
+        assert!(eph[1].state.as_ref().unwrap().running.is_some());
+        assert_eq!(eph[1].container_id.as_deref(), Some("containerd://d1"));
+        assert!(!eph[1].ready && eph[1].started.is_none());
+        // Ephemeral containers leave the pod's phase and readiness alone.
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        assert_eq!(crm(&s, "Ready").0, "True");
+        let patch = status_patch("u1", None, &s);
+        assert_eq!(
+            patch["status"]["ephemeralContainerStatuses"][1]["name"], "dbg",
+            "{patch}"
+        );
+
+        // One that exited stays terminated, even after a failed start.
+        let s = gen_with(
+            &p,
+            &rt(vec![
+                rec("app", "a1", ContainerState::Running, 1),
+                exited("dbg", "d1", 0, 2),
+            ]),
+            None,
+            &[("dbg", "RunContainerError", "boom")],
+        );
+        let dbg = &s.ephemeral_container_statuses.as_deref().unwrap()[1];
+        assert_eq!(term(&dbg.state).exit_code, 0);
     }
 
     // ---- QoS ----

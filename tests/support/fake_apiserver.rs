@@ -1935,6 +1935,28 @@ impl FakeApiServer {
             .collect()
     }
 
+    /// Adds an ephemeral container to a pod as `kubectl debug` does through
+    /// the `pods/<name>/ephemeralcontainers` subresource (v1.20): only
+    /// `spec.ephemeralContainers` changes, existing ones are never changed
+    /// or removed (a name already there is refused), and watchers get a
+    /// MODIFIED event. False if the pod does not exist or the name is taken.
+    pub fn add_ephemeral_container(&self, ns: &str, name: &str, container: Value) -> bool {
+        self.locked(|st| {
+            let key = (Res::Pods, ns.to_string(), name.to_string());
+            let Some(old) = st.objects.get(&key).cloned() else {
+                return false;
+            };
+            let mut new = old.clone();
+            let list = obj_mut_list(&mut new["spec"], "ephemeralContainers");
+            if list.iter().any(|c| c["name"] == container["name"]) {
+                return false;
+            }
+            list.push(container);
+            st.write(key, EventType::Modified, new);
+            true
+        })
+    }
+
     /// Changes a pod as the admin would with a PUT (a MODIFIED event); false if
     /// it does not exist.
     pub fn update_pod(&self, ns: &str, name: &str, f: impl FnOnce(&mut Value)) -> bool {
