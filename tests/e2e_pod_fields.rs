@@ -2,7 +2,8 @@
 //! `activeDeadlineSeconds` (the pod stopped and Failed with
 //! DeadlineExceeded), readiness gates (Ready waits for a condition another
 //! controller sets on the API pod, which tinylet's patches keep),
-//! `shareProcessNamespace` (one container sees another's processes), and an
+//! `shareProcessNamespace` (one container sees another's processes), a
+//! liveness kill with the probe's own grace period, and an
 //! ephemeral container added to a running pod (`kubectl debug`).
 
 use std::time::Duration;
@@ -215,4 +216,43 @@ fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
         Some(&json!(0))
     );
     assert_eq!(str_at(&p, "/status/phase"), "Running");
+}
+
+/// A failed liveness probe's kill uses the probe's
+/// `terminationGracePeriodSeconds` over the pod's: a container that ignores
+/// SIGTERM in a pod with a two-minute grace period is restarted within
+/// seconds, not after two minutes.
+#[test]
+fn e2e_a_liveness_kill_uses_the_probe_grace_period() {
+    let ctd = PrivateContainerd::start();
+    let tl = Tinylet::start(&ctd, crate::e2e::NODE);
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: stubborn
+spec:
+  terminationGracePeriodSeconds: 120
+  containers:
+  - name: app
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "trap '' TERM; while :; do sleep 1; done"]
+    livenessProbe:
+      exec:
+        command: ["false"]
+      periodSeconds: 1
+      failureThreshold: 1
+      terminationGracePeriodSeconds: 1
+"#
+    );
+    write_manifest(&tl.manifest_dir(), "stubborn.yaml", &manifest);
+    let name = tl.pod_name("stubborn");
+    wait_until(SETTLE, &format!("{name} runs"), || {
+        ctd.pod_running(&name, &["app"])
+    });
+    // The pod's 120 s would outlast this wait; the probe's 1 s does not.
+    wait_until(SETTLE, "app is killed and started again", || {
+        ctd.container_ids_named(&name, "app").len() >= 2
+    });
 }
