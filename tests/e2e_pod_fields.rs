@@ -10,12 +10,15 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::e2e::{start_joined, LONG_RUNNING, SETTLE};
+use crate::e2e::{start_joined, LONG_RUNNING, NODE, SETTLE};
 use crate::e2e_cluster::{api_pod, str_at, NS};
+use crate::e2e_node_api::{client_dial, wait_listening};
+use crate::server::{free_port, make_ca_and_client};
 use crate::support::containerd::{
     holds_for, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
 };
-use crate::support::fake_apiserver::FakeApiServer;
+use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::streams::SpdyExec;
 
 fn condition<'a>(pod: &'a Value, type_: &str) -> Option<&'a Value> {
     pod["status"]["conditions"]
@@ -112,7 +115,7 @@ fn e2e_readiness_gate_holds_ready_until_its_condition_is_true() {
 #[test]
 fn e2e_share_process_namespace_shows_the_other_containers_processes() {
     let ctd = PrivateContainerd::start();
-    let tl = Tinylet::start(&ctd, crate::e2e::NODE);
+    let tl = Tinylet::start(&ctd, NODE);
     let manifest = |name: &str, share: bool| {
         format!(
             r#"apiVersion: v1
@@ -152,13 +155,36 @@ spec:
 
 /// An ephemeral container added to a running API pod starts in its sandbox,
 /// in its target's process namespace, is reported in
-/// `ephemeralContainerStatuses`, and restarts nothing; once it exits it is
-/// never started again.
+/// `ephemeralContainerStatuses`, can be attached to through the node API,
+/// and restarts nothing; once it exits it is never started again.
 #[test]
 fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let _kubelet = start_joined(&ctd, &fake);
+    let certs = tempfile::tempdir().unwrap();
+    make_ca_and_client(certs.path(), "good");
+    let ca = certs.path().join("good-ca.crt").display().to_string();
+    let port = free_port();
+    let kubeconfig = fake.write_kubeconfig(
+        ctd.dir(),
+        &format!("system:node:{NODE}"),
+        KubeconfigAuth::token(),
+    );
+    let args = [
+        "--kubeconfig",
+        &kubeconfig.display().to_string(),
+        "--port",
+        &port.to_string(),
+        "--address",
+        "127.0.0.1",
+        "--client-ca-file",
+        &ca,
+        "--authorization-mode",
+        "AlwaysAllow",
+    ]
+    .map(String::from);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _kubelet = Tinylet::start_with(&ctd, NODE, &args);
     fake.create_pod(api_pod("dbg"));
     wait_until(SETTLE, "dbg runs", || ctd.pod_running("dbg", &["app"]));
     let app = ctd.container_ids_named("dbg", "app");
@@ -171,10 +197,9 @@ fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
             "name": "debugger",
             "image": BUSYBOX_IMAGE,
             "imagePullPolicy": "IfNotPresent",
-            "command": ["sh", "-c", "sleep 5"],
+            "command": ["sh", "-c", "read line; echo got-$line"],
             "targetContainerName": "app",
             "stdin": true,
-            "tty": true,
         }),
     ));
     wait_until(SETTLE, "the ephemeral container runs", || {
@@ -194,6 +219,20 @@ fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
                     == format!("containerd://{}", debugger[0])
         })
     });
+    // kubectl debug -i attaches to it: what it reads comes from the
+    // session, what it writes goes back.
+    wait_listening(port);
+    let main = client_dial(certs.path(), port);
+    let target = "/attach/default/dbg/debugger?input=1&output=1";
+    let mut attach = SpdyExec::start(&main, target, true, true, false, false).unwrap();
+    attach.write_stdin(b"meow\n", false).unwrap();
+    let out = attach.stdout.unwrap();
+    let seen = attach
+        .conn
+        .until(|c| c.text(out).contains("got-meow"))
+        .unwrap();
+    assert!(seen, "attach stdout: {:?}", attach.conn.text(out));
+    attach.conn.close();
     // Its exit is reported, and it is never started again.
     wait_until(SETTLE, "its exit is reported", || {
         fake.pod(NS, "dbg").is_some_and(|p| {
@@ -225,7 +264,7 @@ fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
 #[test]
 fn e2e_a_liveness_kill_uses_the_probe_grace_period() {
     let ctd = PrivateContainerd::start();
-    let tl = Tinylet::start(&ctd, crate::e2e::NODE);
+    let tl = Tinylet::start(&ctd, NODE);
     let manifest = format!(
         r#"apiVersion: v1
 kind: Pod
