@@ -38,12 +38,13 @@ mod tests {
     use super::*;
 
     fn pod(deadline: Option<i64>) -> Pod {
-        let mut p = Pod::default();
-        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
-            active_deadline_seconds: deadline,
+        Pod {
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                active_deadline_seconds: deadline,
+                ..Default::default()
+            }),
             ..Default::default()
-        });
-        p
+        }
     }
 
     fn at(s: i64) -> Timestamp {
