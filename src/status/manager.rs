@@ -168,6 +168,18 @@ impl StatusReporter {
         self.shared.table.lock().pods.get(uid)?.status.clone()
     }
 
+    /// Whether pod `uid`'s latest status has a terminal phase (Succeeded or
+    /// Failed): it no longer counts among the node's active pods.
+    pub fn is_terminal(&self, uid: &str) -> bool {
+        let t = self.shared.table.lock();
+        let phase = t
+            .pods
+            .get(uid)
+            .and_then(|e| e.status.as_ref())
+            .and_then(|s| s.phase.as_deref());
+        matches!(phase, Some("Succeeded" | "Failed"))
+    }
+
     /// Records `status` for `pod`; it is sent if it differs from the last one.
     pub fn set_status(&self, pod: &Arc<Pod>, status: PodStatus) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
