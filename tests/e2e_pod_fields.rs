@@ -1,6 +1,6 @@
 //! End-to-end tests of pod lifecycle fields on a real, private containerd:
 //! `activeDeadlineSeconds` (the pod stopped and Failed with
-//! DeadlineExceeded), readiness gates (Ready waits for a condition another
+//! DeadlineExceeded), `hostUsers: false` refused at admission, readiness gates (Ready waits for a condition another
 //! controller sets on the API pod, which tinylet's patches keep),
 //! `shareProcessNamespace` (one container sees another's processes), a
 //! liveness kill with the probe's own grace period, and an
@@ -64,6 +64,35 @@ fn e2e_active_deadline_stops_the_pod_and_fails_it() {
     holds_for(Duration::from_secs(3), "job is not started again", || {
         !ctd.pod_running("job", &["app"]) && ctd.container_ids("job").len() == 1
     });
+}
+
+/// A pod asking for a user namespace, which containerd cannot give through
+/// CRI, is refused at admission: Failed with reason
+/// UserNamespacesNotSupported, nothing made for it, and the pod beside it
+/// runs.
+#[test]
+fn e2e_a_pod_without_host_users_is_refused_with_a_reason() {
+    let fake = FakeApiServer::start();
+    let ctd = PrivateContainerd::start();
+    let _kubelet = start_joined(&ctd, &fake);
+    let mut pod = api_pod("userns");
+    pod["spec"]["hostUsers"] = json!(false);
+    fake.create_pod(pod);
+    fake.create_pod(api_pod("plain"));
+    wait_until(SETTLE, "userns is refused", || {
+        fake.pod(NS, "userns").is_some_and(|p| {
+            str_at(&p, "/status/phase") == "Failed"
+                && str_at(&p, "/status/reason") == "UserNamespacesNotSupported"
+        })
+    });
+    let p = fake.pod(NS, "userns").unwrap();
+    assert!(
+        str_at(&p, "/status/message").contains("spec.hostUsers"),
+        "{}",
+        p["status"]
+    );
+    wait_until(SETTLE, "plain runs", || ctd.pod_running("plain", &["app"]));
+    assert!(ctd.sandbox_ids("userns").is_empty());
 }
 
 /// Ready stays False (ReadinessGatesNotReady) while the gate's condition is
