@@ -713,6 +713,8 @@ fn deleted_from_api(pod: &Pod) -> bool {
 /// was reported with (the API pod's before the first report), as upstream
 /// reads it from its status manager.
 fn time_left(shared: &Shared, pod: &Pod) -> Option<Duration> {
+    // Most pods have none: no status is looked up for them.
+    pod.spec.as_ref()?.active_deadline_seconds?;
     let start = shared
         .reporter
         .status(pod_uid(pod))
