@@ -635,14 +635,17 @@ fn worker_turn(
         return Turn::Next;
     }
     shared.waits.record(full_name, handed_over.elapsed());
-    if state.deadline_exceeded || time_left(shared, &work.pod) == Some(Duration::ZERO) {
+    if state.deadline_exceeded
+        || (time_left(shared, &work.pod) == Some(Duration::ZERO)
+            && !ended_on_its_own(shared, &work.pod))
+    {
         past_deadline(shared, state, &work.pod, &status, uid, full_name);
         return Turn::Next;
     }
     // Woken at the deadline at the latest, not at the next resync (read
     // after the status report, which sets the start time of a new pod).
     let enqueue = |after: Duration| {
-        let left = time_left(shared, &work.pod);
+        let left = time_left(shared, &work.pod).filter(|d| !d.is_zero());
         shared
             .queue
             .enqueue(uid, left.map_or(after, |d| after.min(d)))
@@ -722,6 +725,23 @@ fn time_left(shared: &Shared, pod: &Pod) -> Option<Duration> {
         .or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone()));
     let now = k8s_openapi::jiff::Timestamp::now();
     crate::active_deadline::time_left(pod, start.as_ref(), now)
+}
+
+/// Whether the pod reached a terminal phase of its own (a Job that
+/// completed, a pod whose containers failed under restartPolicy Never):
+/// a deadline that passes later changes nothing, as upstream no longer
+/// syncs a terminated pod.
+fn ended_on_its_own(shared: &Shared, pod: &Pod) -> bool {
+    let status = shared
+        .reporter
+        .status(pod_uid(pod))
+        .or_else(|| pod.status.clone());
+    status.is_some_and(|s| {
+        matches!(
+            s.phase.as_deref(),
+            Some(crate::status::generate::SUCCEEDED | crate::status::generate::FAILED)
+        ) && s.reason.as_deref() != Some(crate::active_deadline::REASON)
+    })
 }
 
 /// The pod is past its active deadline: its containers and sandbox are
@@ -1288,6 +1308,38 @@ mod tests {
         assert_eq!(r.fake.count("RunPodSandbox"), 1);
         let status = r.workers.shared.reporter.status("u5").unwrap();
         assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_pod_that_finished_before_its_deadline_keeps_its_own_phase() {
+        let mut r = rig();
+        let mut p = test_pod("u6", "job");
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(1);
+        let p = Arc::new(p);
+        let long_ago = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(1_000_000).unwrap(),
+        );
+        r.workers.shared.reporter.set_status(
+            &p,
+            k8s_openapi::api::core::v1::PodStatus {
+                phase: Some("Succeeded".into()),
+                start_time: Some(long_ago),
+                ..Default::default()
+            },
+        );
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Sync,
+            grace_period: None,
+        });
+        wait_for("resync queued", || r.queue.due.lock().contains_key("u6"));
+        let status = r.workers.shared.reporter.status("u6").unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(status.reason, None);
+        // Not synced again at every tick for a deadline long gone.
+        let due = r.queue.due.lock()["u6"];
+        assert!(due > Instant::now() + Duration::from_secs(30), "{due:?}");
         r.workers.shutdown(Duration::from_secs(2));
     }
 
