@@ -22,7 +22,10 @@
 //!
 //! After each sync the worker asks for its next resync through the work
 //! queue: after `sync-frequency` on success, after the remaining back-off
-//! for a crash-looping container, and after 10 s for other errors.
+//! for a crash-looping container, and after 10 s for other errors; never
+//! later than the pod's active deadline. Past that deadline
+//! (`activeDeadlineSeconds`, see `crate::active_deadline`) each turn only
+//! stops what runs and reports the pod Failed: nothing starts again.
 //!
 //! The workers keep one figure for the sync loop's shutdown line: the
 //! longest a pod's update waited, from the moment the sync loop handed it
