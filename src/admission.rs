@@ -46,6 +46,15 @@ pub const NODE_PORTS: &str = "NodePorts";
 /// (`--allow-privileged=false`).
 pub const PRIVILEGED_FORBIDDEN: &str = "PrivilegedForbidden";
 
+/// Reason when a pod asks for a user namespace (`spec.hostUsers: false`):
+/// tinylet's own. The CRI runtimes tinylet targets (containerd 1.6 and 1.7,
+/// Debian's among them) cannot give a pod one through CRI (containerd 2.0
+/// and CRI's `userns_options` can). Upstream fails such a pod later, at
+/// sandbox creation, with the feature gate's or the runtime's error
+/// (FailedCreatePodSandBox, the pod Pending for ever); refusing it at
+/// admission reports it Failed at once, with a reason that says why.
+pub const USER_NAMESPACES_UNSUPPORTED: &str = "UserNamespacesNotSupported";
+
 /// Reason when an API pod has the full name of a static pod of this node
 /// (tinylet's own: upstream has no such check).
 pub const STATIC_POD_NAME_CONFLICT: &str = "StaticPodNameConflict";
@@ -145,6 +154,14 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejectio
         reason: crate::sysctl::SYSCTL_FORBIDDEN.into(),
         message,
     })?;
+    if pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
+        return Err(Rejection {
+            reason: USER_NAMESPACES_UNSUPPORTED.into(),
+            message: "Pod requested a user namespace (spec.hostUsers: false), \
+                      but the container runtime cannot create one through CRI"
+                .into(),
+        });
+    }
     // Then the OS checks: making room would not help these.
     if let Some(os) = pod.metadata.labels.as_ref().and_then(|l| l.get(LABEL_OS)) {
         // Upstream looks at the pod's labels here, not its node selector; a
@@ -684,6 +701,21 @@ mod tests {
 
     /// A name, the pod, the active pods, what admission says.
     type Case<'a> = (&'a str, Pod, Vec<&'a Pod>, Result<(), Rejection>);
+
+    #[test]
+    fn a_pod_asking_for_a_user_namespace_is_refused() {
+        let userns = pod(json!({"hostUsers": false, "containers": [{"name": "c"}]}));
+        assert_eq!(
+            admit(&userns, &[], &node()),
+            reject(
+                USER_NAMESPACES_UNSUPPORTED,
+                "Pod requested a user namespace (spec.hostUsers: false), \
+                 but the container runtime cannot create one through CRI"
+            )
+        );
+        let host = pod(json!({"hostUsers": true, "containers": [{"name": "c"}]}));
+        assert_eq!(admit(&host, &[], &node()), Ok(()));
+    }
 
     #[test]
     fn rejection_reasons_and_messages() {

@@ -142,9 +142,22 @@ impl ObjectRef {
         }
     }
 
-    /// A reference to one container of `pod` (`init` for an init container).
+    /// A reference to one container of `pod` (`init` for an init container;
+    /// an ephemeral container is found by its name).
     pub fn container(pod: &Pod, container_name: &str, init: bool) -> Self {
-        let list = if init { "initContainers" } else { "containers" };
+        let ephemeral = !init
+            && pod.spec.as_ref().is_some_and(|s| {
+                !s.containers.iter().any(|c| c.name == container_name)
+                    && s.ephemeral_containers
+                        .iter()
+                        .flatten()
+                        .any(|e| e.name == container_name)
+            });
+        let list = match (init, ephemeral) {
+            (true, _) => "initContainers",
+            (false, true) => "ephemeralContainers",
+            (false, false) => "containers",
+        };
         ObjectRef {
             field_path: format!("spec.{list}{{{container_name}}}"),
             ..ObjectRef::pod(pod)
@@ -822,6 +835,16 @@ mod tests {
         assert_eq!(init.uid, "dc1cfbb9-8f16-4fdd-9cba-c55943046cdc");
         assert_eq!(init.resource_version, "403");
         assert_eq!(ObjectRef::pod(&pod).field_path, "");
+        let mut debugged = pod.clone();
+        debugged.spec.as_mut().unwrap().ephemeral_containers =
+            Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+                name: "debugger".into(),
+                ..Default::default()
+            }]);
+        assert_eq!(
+            ObjectRef::container(&debugged, "debugger", false).field_path,
+            "spec.ephemeralContainers{debugger}"
+        );
         let node = ObjectRef::node("edge-1");
         assert_eq!((node.kind, node.uid.as_str()), ("Node", "edge-1"));
     }

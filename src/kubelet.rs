@@ -388,10 +388,13 @@ impl Kubelet {
             return true;
         };
         let uid = pod_uid(pod);
+        // Finished pods (a Job's, one past its active deadline) hold no
+        // resources any more (upstream's filterOutTerminatedPods).
         let active: Vec<&Pod> = self
             .pods
             .values()
             .filter(|p| pod_uid(p) != uid && p.metadata.deletion_timestamp.is_none())
+            .filter(|p| !self.reporter.is_terminal(pod_uid(p)))
             .map(|p| p.as_ref())
             .collect();
         let Err(r) = admit(pod, &active, &node()) else {
@@ -722,7 +725,13 @@ impl Kubelet {
                         // of the desired pods (admission's count, syncs).
                         continue;
                     }
-                    self.pods.insert(pod_uid(&p).to_string(), Arc::new(p));
+                    let p = Arc::new(p);
+                    self.pods.insert(pod_uid(&p).to_string(), p.clone());
+                    // A readiness gate's condition changed: the Ready
+                    // condition follows (upstream's HandlePodReconcile).
+                    if crate::status::generate::readiness_needs_reconcile(&p) {
+                        self.dispatch(p, UpdateType::Sync, None);
+                    }
                 }
             }
             PodOperation::Delete => {
@@ -1265,6 +1274,44 @@ mod tests {
             allow_privileged: false,
             sysctls: Default::default(),
         }
+    }
+
+    /// A pod whose status is terminal (Failed past its deadline, a finished
+    /// Job) no longer takes a place on the node: a new pod is admitted.
+    #[test]
+    fn a_finished_pod_does_not_count_toward_admission() {
+        let reporter = StatusReporter::standalone();
+        let r = rig();
+        let mut r = Rig {
+            kubelet: r.kubelet.with_cluster(
+                reporter.clone(),
+                EventRecorder::disabled(),
+                Box::new(|| NodeInfo {
+                    allowed_pod_number: 1,
+                    ..strict_node()
+                }),
+            ),
+            ..r
+        };
+        let done = Arc::new(pod("u1", "job"));
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![done.as_ref().clone()]));
+        reporter.set_status(
+            &done,
+            k8s_openapi::api::core::v1::PodStatus {
+                phase: Some("Failed".into()),
+                reason: Some("DeadlineExceeded".into()),
+                ..Default::default()
+            },
+        );
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u2", "web")]));
+        assert!(
+            !r.kubelet.rejected.contains_key("u2"),
+            "u2 was refused for a place the finished pod no longer holds"
+        );
+        assert!(r.kubelet.pods.contains_key("u2"));
+        r.kubelet.workers.shutdown(Duration::from_secs(2));
     }
 
     /// A pod edited in place (same UID) to need privileges under

@@ -4,6 +4,7 @@
 //! else lives in these modules, named after their upstream kubelet
 //! counterparts. See ARCHITECTURE.md for the map.
 
+pub mod active_deadline;
 pub mod admission;
 pub mod apitime;
 pub mod atomic_file;

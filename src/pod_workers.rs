@@ -22,7 +22,10 @@
 //!
 //! After each sync the worker asks for its next resync through the work
 //! queue: after `sync-frequency` on success, after the remaining back-off
-//! for a crash-looping container, and after 10 s for other errors.
+//! for a crash-looping container, and after 10 s for other errors; never
+//! later than the pod's active deadline. Past that deadline
+//! (`activeDeadlineSeconds`, see `crate::active_deadline`) each turn only
+//! stops what runs and reports the pod Failed: nothing starts again.
 //!
 //! The workers keep one figure for the sync loop's shutdown line: the
 //! longest a pod's update waited, from the moment the sync loop handed it
@@ -481,6 +484,9 @@ struct WorkerState {
     /// `kubelet_pod_start_duration_seconds`.
     first_seen: Option<Instant>,
     start_recorded: bool,
+    /// The pod's active deadline passed: its containers were stopped and
+    /// are never started again.
+    deadline_exceeded: bool,
 }
 
 /// How a worker goes on after one turn.
@@ -632,6 +638,21 @@ fn worker_turn(
         return Turn::Next;
     }
     shared.waits.record(full_name, handed_over.elapsed());
+    if state.deadline_exceeded
+        || (time_left(shared, &work.pod) == Some(Duration::ZERO)
+            && !ended_on_its_own(shared, &work.pod))
+    {
+        past_deadline(shared, state, &work.pod, &status, uid, full_name);
+        return Turn::Next;
+    }
+    // Woken at the deadline at the latest, not at the next resync (read
+    // after the status report, which sets the start time of a new pod).
+    let enqueue = |after: Duration| {
+        let left = time_left(shared, &work.pod).filter(|d| !d.is_zero());
+        shared
+            .queue
+            .enqueue(uid, left.map_or(after, |d| after.min(d)))
+    };
     debug!("pod {full_name}: sync ({:?})", work.update_type);
     crate::fault::point("sync-begin", full_name);
     let began = Instant::now();
@@ -646,7 +667,7 @@ fn worker_turn(
         warn!("pod {full_name}: {e}; will retry");
         state.last_sync = Some(Instant::now());
         report_status(shared, &work.pod, &status);
-        shared.queue.enqueue(uid, ERROR_BACKOFF);
+        enqueue(ERROR_BACKOFF);
         return Turn::Next;
     }
     crate::fault::point("volumes-set-up", full_name);
@@ -668,15 +689,15 @@ fn worker_turn(
     match result {
         Ok(()) => {
             shared.runtime.prune_dead(&status);
-            shared.queue.enqueue(uid, shared.resync_interval);
+            enqueue(shared.resync_interval);
         }
         Err(SyncError::BackOff(msg, left)) => {
             info!("{msg}: next try in {}s", left.as_secs().max(1));
-            shared.queue.enqueue(uid, left);
+            enqueue(left);
         }
         Err(e) => {
             warn!("sync failed: {e}");
-            shared.queue.enqueue(uid, ERROR_BACKOFF);
+            enqueue(ERROR_BACKOFF);
         }
     }
     Turn::Next
@@ -694,9 +715,94 @@ fn deleted_from_api(pod: &Pod) -> bool {
             .is_some_and(|s| s == crate::config::API_SOURCE)
 }
 
+/// The time left before the pod's active deadline, from the start time it
+/// was reported with (the API pod's before the first report), as upstream
+/// reads it from its status manager.
+fn time_left(shared: &Shared, pod: &Pod) -> Option<Duration> {
+    // Most pods have none: no status is looked up for them.
+    pod.spec.as_ref()?.active_deadline_seconds?;
+    let start = shared
+        .reporter
+        .status(pod_uid(pod))
+        .and_then(|s| s.start_time)
+        .or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone()));
+    let now = k8s_openapi::jiff::Timestamp::now();
+    crate::active_deadline::time_left(pod, start.as_ref(), now)
+}
+
+/// Whether the pod reached a terminal phase of its own (a Job that
+/// completed, a pod whose containers failed under restartPolicy Never):
+/// a deadline that passes later changes nothing, as upstream no longer
+/// syncs a terminated pod.
+fn ended_on_its_own(shared: &Shared, pod: &Pod) -> bool {
+    let status = shared
+        .reporter
+        .status(pod_uid(pod))
+        .or_else(|| pod.status.clone());
+    status.is_some_and(|s| {
+        matches!(
+            s.phase.as_deref(),
+            Some(crate::status::generate::SUCCEEDED | crate::status::generate::FAILED)
+        ) && s.reason.as_deref() != Some(crate::active_deadline::REASON)
+    })
+}
+
+/// The pod is past its active deadline: its containers and sandbox are
+/// stopped (with the pod's grace period) and never started again, and it is
+/// reported Failed with reason DeadlineExceeded, as upstream's
+/// `syncPod` kills a pod whose generated phase is Failed. The pod stays
+/// (its worker and stopped containers) until its source removes it.
+fn past_deadline(
+    shared: &Shared,
+    state: &mut WorkerState,
+    pod: &Arc<Pod>,
+    status: &PodStatus,
+    uid: &str,
+    full_name: &str,
+) {
+    use crate::active_deadline::{MESSAGE, REASON};
+    if !state.deadline_exceeded {
+        state.deadline_exceeded = true;
+        info!("pod {full_name}: {MESSAGE}; stopping it");
+        // Upstream records it at each status generation and lets the
+        // event correlator count the repeats; once is enough here.
+        shared
+            .runtime
+            .pod_event(pod, crate::events::EventType::Normal, REASON, MESSAGE);
+        shared.prober.remove_pod(pod);
+    }
+    state.last_sync = Some(Instant::now());
+    let stopped = shared.runtime.kill_pod(pod, status, None).and_then(|()| {
+        shared
+            .runtime
+            .get_pod_status(uid, pod_name(pod), pod_namespace(pod))
+    });
+    match stopped {
+        Ok(st) => {
+            report_failed(shared, pod, &st, Some((REASON, MESSAGE)));
+        }
+        Err(e) => {
+            warn!("pod {full_name}: stopping it after its deadline: {e}; will retry");
+            report_failed(shared, pod, status, Some((REASON, MESSAGE)));
+            shared.queue.enqueue(uid, ERROR_BACKOFF);
+        }
+    }
+}
+
 /// Generates the pod's API status from `status` and hands it to the
 /// reporter; true when its phase is Running.
 fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) -> bool {
+    report_failed(shared, pod, status, None)
+}
+
+/// [`report_status`], with the pod Failed for `failed` (reason, message)
+/// when given.
+fn report_failed(
+    shared: &Shared,
+    pod: &Arc<Pod>,
+    status: &PodStatus,
+    failed: Option<(&str, &str)>,
+) -> bool {
     let uid = pod_uid(pod);
     let reasons = shared.runtime.waiting_reasons(uid);
     let old = shared.reporter.status(uid).or_else(|| pod.status.clone());
@@ -707,7 +813,12 @@ fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) -> bool {
         now: k8s_openapi::jiff::Timestamp::now(),
         probes: shared.prober.results(),
     };
-    let api = generate_pod_status(pod, status, old.as_ref(), &ctx);
+    let mut api = generate_pod_status(pod, status, old.as_ref(), &ctx);
+    if let Some((reason, message)) = failed {
+        api.phase = Some(crate::status::generate::FAILED.into());
+        api.reason = Some(reason.into());
+        api.message = Some(message.into());
+    }
     let running = api.phase.as_deref() == Some("Running");
     shared.reporter.set_status(pod, api);
     running
@@ -1144,6 +1255,94 @@ mod tests {
             .find(|c| c.id == id)
             .unwrap();
         assert_eq!(c.annotations.get(CONTAINER_HASH), Some(&want));
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_pod_past_its_active_deadline_is_stopped_failed_and_not_restarted() {
+        let mut r = rig();
+        let mut p = test_pod("u5", "job");
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(1);
+        let p = Arc::new(p);
+        let sync = |r: &mut Rig, update_type| {
+            let st = r
+                .workers
+                .shared
+                .runtime
+                .get_pod_status("u5", "job", "default")
+                .unwrap();
+            r.cache.set("u5", st, None, Instant::now());
+            r.workers.update_pod(PodWork {
+                pod: p.clone(),
+                update_type,
+                grace_period: None,
+            });
+        };
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
+        // The worker is woken at the deadline, not at the 60 s resync.
+        wait_for("resync queued", || r.queue.due.lock().contains_key("u5"));
+        let due = r.queue.due.lock()["u5"];
+        assert!(due < Instant::now() + Duration::from_secs(30), "{due:?}");
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(r.queue.take_ready(Instant::now()), vec!["u5".to_string()]);
+
+        sync(&mut r, UpdateType::Sync);
+        wait_for("pod stopped", || r.fake.count("StopPodSandbox") == 1);
+        assert_eq!(r.fake.count("StopContainer"), 1);
+        let status = r.workers.shared.reporter.status("u5").unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+        assert_eq!(
+            status.message.as_deref(),
+            Some("Pod was active on the node longer than the specified deadline")
+        );
+
+        // Later syncs (a relist, a resync) never start it again.
+        for _ in 0..3 {
+            sync(&mut r, UpdateType::Sync);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(r.fake.count("StartContainer"), 1);
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+        let status = r.workers.shared.reporter.status("u5").unwrap();
+        assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_pod_that_finished_before_its_deadline_keeps_its_own_phase() {
+        let mut r = rig();
+        let mut p = test_pod("u6", "job");
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(1);
+        let p = Arc::new(p);
+        let long_ago = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(1_000_000).unwrap(),
+        );
+        r.workers.shared.reporter.set_status(
+            &p,
+            k8s_openapi::api::core::v1::PodStatus {
+                phase: Some("Succeeded".into()),
+                start_time: Some(long_ago),
+                ..Default::default()
+            },
+        );
+        r.workers.update_pod(PodWork {
+            pod: p.clone(),
+            update_type: UpdateType::Sync,
+            grace_period: None,
+        });
+        wait_for("resync queued", || r.queue.due.lock().contains_key("u6"));
+        let status = r.workers.shared.reporter.status("u6").unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(status.reason, None);
+        // Not synced again at every tick for a deadline long gone.
+        let due = r.queue.due.lock()["u6"];
+        assert!(due > Instant::now() + Duration::from_secs(30), "{due:?}");
         r.workers.shutdown(Duration::from_secs(2));
     }
 

@@ -148,14 +148,14 @@ fn summary_lists(body: &str, name: &str) -> bool {
         .is_some_and(|p| p.iter().any(|p| p["podRef"]["name"] == name))
 }
 
-fn wait_listening(port: u16) {
+pub(crate) fn wait_listening(port: u16) {
     wait_until(SETTLE, &format!("port {port} listens"), || {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     });
 }
 
 /// The main port's dial, with the test CA's client pair under `dir`.
-fn client_dial(dir: &Path, port: u16) -> Dial {
+pub(crate) fn client_dial(dir: &Path, port: u16) -> Dial {
     let (crt, key) = (dir.join("good-client.crt"), dir.join("good-client.key"));
     Dial {
         addr: format!("127.0.0.1:{port}"),

@@ -1963,3 +1963,57 @@ fn token_and_subject_access_reviews_answer_as_the_api_does() {
     assert_eq!(r.json()["reason"], "Forbidden");
     assert_eq!(f.count("POST", tokens), 3);
 }
+
+/// `pods/<name>/ephemeralcontainers` (v1.20, as `kubectl debug` uses it):
+/// GET gives an EphemeralContainers object, a strategic merge patch adds a
+/// container and the pod's watchers see the change, and removing or
+/// changing one that is there, or a duplicate name, is 422 Invalid.
+#[test]
+fn ephemeral_containers_subresource_only_adds() {
+    let f = fake();
+    f.create_pod(pod("dbg", "edge-1"));
+    let mut c = Client::admin(&f);
+    let path = "/api/v1/namespaces/default/pods/dbg/ephemeralcontainers";
+    let view = c.get(path).json();
+    assert_eq!(view["kind"], "EphemeralContainers", "{view}");
+    assert_eq!(view["ephemeralContainers"], json!([]));
+
+    let debugger = json!({"name": "debugger", "image": "busybox"});
+    let r = c.patch(
+        path,
+        "application/strategic-merge-patch+json",
+        &json!({"ephemeralContainers": [debugger]}),
+    );
+    assert_eq!(r.code, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["ephemeralContainers"][0]["name"], "debugger");
+    let p = f.pod("default", "dbg").unwrap();
+    assert_eq!(p["spec"]["ephemeralContainers"][0]["name"], "debugger");
+    assert_eq!(p["spec"]["containers"][0]["name"], "c");
+
+    let mut view = c.get(path).json();
+    view["ephemeralContainers"] = json!([]);
+    let r = c.send(
+        "PUT",
+        path,
+        Some("application/json"),
+        view.to_string().as_bytes(),
+    );
+    assert_eq!(r.code, 422, "removing one");
+    view["ephemeralContainers"] = json!([{"name": "debugger", "image": "other"}]);
+    let r = c.send(
+        "PUT",
+        path,
+        Some("application/json"),
+        view.to_string().as_bytes(),
+    );
+    assert_eq!(r.code, 422, "changing one");
+    assert!(!f.add_ephemeral_container("default", "dbg", json!({"name": "c", "image": "x"})));
+    assert!(f.add_ephemeral_container("default", "dbg", json!({"name": "d2", "image": "x"})));
+    assert_eq!(
+        f.pod("default", "dbg").unwrap()["spec"]["ephemeralContainers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}

@@ -18,6 +18,7 @@ mod e2e_lifecycle;
 mod e2e_logs;
 mod e2e_node_api;
 mod e2e_outage;
+mod e2e_pod_fields;
 mod e2e_policy;
 mod e2e_probes;
 mod e2e_read_only;

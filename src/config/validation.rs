@@ -302,7 +302,8 @@ pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
 /// admitted: the names that become paths on this node and labels in the
 /// runtime. Its name and namespace (as `validate_pod`), its UID (required;
 /// see `paths::uid_error`), its container names (DNS labels, unique across
-/// init and regular containers) and its volume names (DNS labels, unique),
+/// init, regular and ephemeral containers) and its volume names (DNS
+/// labels, unique),
 /// as the API server's ValidatePodSpec requires. The API server has checked
 /// these already; a node does not take its word for what it joins into
 /// paths as root.
@@ -428,6 +429,25 @@ fn validate(pod: &Pod, local: bool) -> Result<(), InvalidPod> {
             );
         }
     }
+    let ephemeral = spec.ephemeral_containers.as_deref().unwrap_or(&[]);
+    for (i, c) in ephemeral.iter().enumerate() {
+        profile(
+            format!(
+                "spec.ephemeralContainers[{i}].securityContext.seccompProfile.localhostProfile"
+            ),
+            c.security_context
+                .as_ref()
+                .and_then(|sc| sc.seccomp_profile.as_ref()),
+        );
+    }
+    // As the API server on create: ephemeral containers are only ever
+    // added to a running pod, which a manifest cannot do.
+    if local && !ephemeral.is_empty() {
+        push(
+            "spec.ephemeralContainers".into(),
+            "Forbidden: cannot be set on create".into(),
+        );
+    }
 
     let mut names = HashSet::new();
     let init = spec.init_containers.iter().flatten();
@@ -466,6 +486,18 @@ fn validate(pod: &Pod, local: bool) -> Result<(), InvalidPod> {
                     push(format!("{base}.image"), msg);
                 }
             }
+        }
+    }
+    // Ephemeral containers' names become labels and log paths too, and
+    // are unique with the others' (upstream validateEphemeralContainers).
+    for (i, c) in ephemeral.iter().enumerate() {
+        let field = format!("spec.ephemeralContainers[{i}].name");
+        if c.name.is_empty() {
+            push(field, "Required value".into());
+        } else if let Some(msg) = dns1123_label_error(&c.name) {
+            push(field, msg);
+        } else if !names.insert(c.name.as_str()) {
+            push(field, format!("Duplicate value: {:?}", c.name));
         }
     }
 
@@ -771,6 +803,19 @@ mod tests {
                 "spec: {initContainers: [{name: c}], containers: [{name: c}]}",
                 "spec.containers[0].name",
             ),
+            (
+                "spec: {containers: [{name: c}], ephemeralContainers: [{name: ../d}]}",
+                "spec.ephemeralContainers[0].name",
+            ),
+            (
+                "spec: {containers: [{name: c}], ephemeralContainers: [{name: c}]}",
+                "spec.ephemeralContainers[0].name",
+            ),
+            (
+                "spec: {containers: [{name: c}], ephemeralContainers: [{name: d, \
+                 securityContext: {seccompProfile: {type: Localhost, localhostProfile: /etc/shadow}}}]}",
+                "spec.ephemeralContainers[0].securityContext.seccompProfile.localhostProfile",
+            ),
         ];
         for (spec, field) in specs {
             let pod = decode_pod(format!("{meta}{spec}").as_bytes()).unwrap();
@@ -780,6 +825,22 @@ mod tests {
         assert!(addressable(&decode_pod(ok.as_bytes()).unwrap()));
         let bad = decode_pod(b"metadata: {name: 'a/b', namespace: default}").unwrap();
         assert!(!addressable(&bad));
+    }
+
+    #[test]
+    fn a_manifest_cannot_bring_ephemeral_containers() {
+        let pod = decode_pod(
+            b"metadata: {name: web-node1, namespace: default}\nspec: {containers: [{name: c, image: i}], ephemeralContainers: [{name: d, image: i}]}",
+        )
+        .unwrap();
+        let err = validate_pod(&pod).unwrap_err();
+        assert!(err.names_field("spec.ephemeralContainers"), "{err}");
+        let ok = "metadata: {name: web, namespace: default, uid: u}\n\
+                  spec: {containers: [{name: c}], ephemeralContainers: [{name: d}]}";
+        assert_eq!(
+            validate_api_pod(&decode_pod(ok.as_bytes()).unwrap()),
+            Ok(())
+        );
     }
 
     #[test]

@@ -12,8 +12,14 @@
 //! one, succeeded), keeps running next to the regular containers, and is
 //! started again whenever it exits. The regular containers start once the
 //! last init container is done.
+//!
+//! Ephemeral containers (`kubectl debug`) start once in the pod's running
+//! sandbox, even before initialization is done, and are never started
+//! again: one with any instance in the runtime is left alone. They do not
+//! keep a finished pod's sandbox running, and the pod's spec hash and
+//! sandbox hash leave them out, so adding one restarts nothing.
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
 
 use super::labels::container_hash;
 use super::{ContainerState, ContainerStatus, PodStatus};
@@ -57,6 +63,8 @@ pub struct PodActions {
     pub init_containers_to_start: Vec<usize>,
     /// Indexes into `spec.containers` of containers to start, in order.
     pub containers_to_start: Vec<usize>,
+    /// Indexes into `spec.ephemeralContainers` to start, in order.
+    pub ephemeral_containers_to_start: Vec<usize>,
     /// Containers to stop: (id, name, message of the Killing event).
     pub containers_to_kill: Vec<(String, String, String)>,
 }
@@ -109,6 +117,57 @@ fn host_network(pod: &Pod) -> bool {
 
 fn containers(pod: &Pod) -> &[Container] {
     pod.spec.as_ref().map(|s| &s.containers[..]).unwrap_or(&[])
+}
+
+fn ephemeral_containers(pod: &Pod) -> &[EphemeralContainer] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+/// An ephemeral container as the container it runs as (upstream converts
+/// its `EphemeralContainerCommon`, which has the same fields). What the API
+/// forbids there (ports, probes, lifecycle, resources) is dropped.
+pub fn ephemeral_container(e: &EphemeralContainer) -> Container {
+    Container {
+        name: e.name.clone(),
+        image: e.image.clone(),
+        image_pull_policy: e.image_pull_policy.clone(),
+        command: e.command.clone(),
+        args: e.args.clone(),
+        working_dir: e.working_dir.clone(),
+        env: e.env.clone(),
+        env_from: e.env_from.clone(),
+        volume_mounts: e.volume_mounts.clone(),
+        volume_devices: e.volume_devices.clone(),
+        security_context: e.security_context.clone(),
+        stdin: e.stdin,
+        stdin_once: e.stdin_once,
+        tty: e.tty,
+        termination_message_path: e.termination_message_path.clone(),
+        termination_message_policy: e.termination_message_policy.clone(),
+        ..Default::default()
+    }
+}
+
+/// The pod's ephemeral containers, as containers.
+pub fn ephemeral_as_containers(pod: &Pod) -> Vec<Container> {
+    ephemeral_containers(pod)
+        .iter()
+        .map(ephemeral_container)
+        .collect()
+}
+
+/// The container an ephemeral container `name` targets (it joins that
+/// container's process namespace), if it names one.
+pub fn ephemeral_target<'a>(pod: &'a Pod, name: &str) -> Option<&'a str> {
+    ephemeral_containers(pod)
+        .iter()
+        .find(|e| e.name == name)?
+        .target_container_name
+        .as_deref()
+        .filter(|t| !t.is_empty())
 }
 
 fn init_containers(pod: &Pod) -> &[Container] {
@@ -255,7 +314,21 @@ pub fn compute_pod_actions(
         return actions;
     }
 
+    // Ephemeral containers start even before initialization is done, and
+    // only once: any instance of one means it ran (upstream v1.20+).
+    if pod.metadata.deletion_timestamp.is_none() {
+        actions.ephemeral_containers_to_start = ephemeral_containers(pod)
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| status.latest(&e.name).is_none())
+            .map(|(i, _)| i)
+            .collect();
+    }
+
     let initialized = compute_init_actions(pod, status, probes, &mut actions);
+    if actions.kill_pod {
+        actions.ephemeral_containers_to_start.clear();
+    }
     if actions.kill_pod || !initialized {
         return actions;
     }
@@ -295,12 +368,14 @@ pub fn compute_pod_actions(
 
     // Running containers the spec does not name any more.
     let inits = init_containers(pod);
+    let ephemeral = ephemeral_containers(pod);
     let mut seen = std::collections::HashSet::new();
     for s in &status.container_statuses {
         if seen.insert(s.name.as_str())
             && s.state == ContainerState::Running
             && !containers(pod).iter().any(|c| c.name == s.name)
             && !inits.iter().any(|c| c.name == s.name)
+            && !ephemeral.iter().any(|e| e.name == s.name)
         {
             actions.containers_to_kill.push((
                 s.id.clone(),
@@ -315,6 +390,7 @@ pub fn compute_pod_actions(
         // not keep a finished pod alive.
         actions.kill_pod = true;
         actions.init_containers_to_start.clear();
+        actions.ephemeral_containers_to_start.clear();
     }
     actions
 }
@@ -888,5 +964,83 @@ mod tests {
         // A sandbox without the annotation (made before it existed) is kept.
         s.sandbox_statuses[0].annotations.clear();
         assert!(!actions(&ported, &s).create_sandbox);
+    }
+
+    fn with_debug(mut p: Pod) -> Pod {
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(vec![EphemeralContainer {
+            name: "debug".into(),
+            image: Some("busybox".into()),
+            stdin: Some(true),
+            tty: Some(true),
+            target_container_name: Some("a".into()),
+            ..Default::default()
+        }]);
+        p
+    }
+
+    #[test]
+    fn an_added_ephemeral_container_starts_once_and_restarts_nothing() {
+        let plain = pod("Always", &[], &["a"]);
+        let p = with_debug(plain.clone());
+        // Adding it changes neither hash: the running container stays.
+        assert_eq!(sandbox_hash(&p), sandbox_hash(&plain));
+        let s = status(sb(), vec![cs(&p, "a", Running, 0)]);
+        assert_eq!(
+            actions(&p, &s),
+            PodActions {
+                sandbox_id: "s1".into(),
+                ephemeral_containers_to_start: vec![0],
+                ..Default::default()
+            }
+        );
+        // Running, it is not "not in the pod spec"; exited, never again.
+        for state in [Running, Exited] {
+            let s = status(
+                sb(),
+                vec![cs(&p, "a", Running, 0), cs(&p, "debug", state, 0)],
+            );
+            assert_eq!(
+                actions(&p, &s),
+                PodActions {
+                    sandbox_id: "s1".into(),
+                    ..Default::default()
+                },
+                "{state:?}"
+            );
+        }
+        // Before initialization is done, it starts too.
+        let mut init = with_debug(pod("Always", &["i"], &["a"]));
+        init.spec.as_mut().unwrap().containers[0].name = "a".into();
+        let s = status(sb(), vec![cs(&init, "i", Running, 0)]);
+        assert_eq!(actions(&init, &s).ephemeral_containers_to_start, vec![0]);
+        // A finished pod or a pod being deleted starts none.
+        let never = with_debug(pod("Never", &[], &["a"]));
+        let s = status(sb(), vec![cs(&never, "a", Exited, 0)]);
+        let a = actions(&never, &s);
+        assert!(a.kill_pod && a.ephemeral_containers_to_start.is_empty());
+        let mut deleted = p.clone();
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let s = status(sb(), vec![cs(&p, "a", Running, 0)]);
+        assert!(actions(&deleted, &s)
+            .ephemeral_containers_to_start
+            .is_empty());
+        // As a container: what a debug session needs, and its target.
+        let c = ephemeral_container(
+            &p.spec
+                .as_ref()
+                .unwrap()
+                .ephemeral_containers
+                .as_ref()
+                .unwrap()[0],
+        );
+        assert_eq!(
+            (c.name.as_str(), c.stdin, c.tty),
+            ("debug", Some(true), Some(true))
+        );
+        assert_eq!(ephemeral_target(&p, "debug"), Some("a"));
+        assert_eq!(ephemeral_target(&p, "a"), None);
     }
 }

@@ -132,6 +132,29 @@ fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     o
 }
 
+/// Puts an ephemeral container into the process namespace of its target
+/// container `target` (CRI `NamespaceMode::TARGET`), which must be running.
+pub fn target_pid_namespace(
+    cfg: &mut api::ContainerConfig,
+    target: &str,
+    status: &super::PodStatus,
+) -> Result<(), String> {
+    let running = status
+        .latest(target)
+        .filter(|t| t.state == super::ContainerState::Running)
+        .ok_or_else(|| format!("target container {target:?} is not running"))?;
+    let ns = cfg
+        .linux
+        .mut_or_insert_default()
+        .security_context
+        .mut_or_insert_default()
+        .namespace_options
+        .mut_or_insert_default();
+    ns.pid = EnumOrUnknown::new(api::NamespaceMode::TARGET);
+    ns.target_id = running.id.clone();
+    Ok(())
+}
+
 /// The resolver settings of a resolv.conf: nameservers, search domains
 /// (the last `search` line; trailing dots dropped, `.` ignored) and options.
 fn parse_resolv_conf(text: &str) -> api::DNSConfig {

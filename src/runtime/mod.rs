@@ -340,6 +340,12 @@ impl RuntimeManager {
         }
     }
 
+    /// Records an event about the pod itself (a `DeadlineExceeded`, ...).
+    pub fn pod_event(&self, pod: &Pod, kind: EventType, reason: &str, message: &str) {
+        self.recorder
+            .event(&ObjectRef::pod(pod), kind, reason, message.to_string());
+    }
+
     fn container_event(
         &self,
         pod: &Pod,
@@ -542,6 +548,7 @@ impl RuntimeManager {
             attempt,
             init_containers_to_start,
             containers_to_start,
+            ephemeral_containers_to_start,
             ..
         } = actions;
         let mut sandbox_config = config::sandbox_config(pod, attempt, &self.logs_root, &self.node);
@@ -579,9 +586,26 @@ impl RuntimeManager {
         };
 
         let spec = pod.spec.as_ref();
+        let mut first_err = None;
+        // Ephemeral containers first, so a pod whose init containers fail
+        // can still be debugged (upstream's order); one that fails to start
+        // holds nothing back.
+        for i in ephemeral_containers_to_start {
+            let Some(e) = spec
+                .and_then(|s| s.ephemeral_containers.as_ref())
+                .and_then(|v| v.get(i))
+            else {
+                continue;
+            };
+            let c = actions::ephemeral_container(e);
+            if let Err(e) = self.start_container(pod, &c, status, &sandbox) {
+                if let Some(prev) = first_err.replace(e) {
+                    warn!("{prev}");
+                }
+            }
+        }
         // Step 5: a regular init container that fails to start ends this
         // sync; a sidecar that fails does not hold the others back.
-        let mut first_err = None;
         for i in init_containers_to_start {
             let Some(c) = spec
                 .and_then(|s| s.init_containers.as_ref())
@@ -731,6 +755,9 @@ impl RuntimeManager {
             .and_then(|mut cfg| {
                 if config::has_sub_paths(c) {
                     self.prepare_sub_paths(pod, c, &volumes_dir, &mut cfg)?;
+                }
+                if let Some(target) = actions::ephemeral_target(pod, &c.name) {
+                    config::target_pid_namespace(&mut cfg, target, status)?;
                 }
                 Ok(cfg)
             }) {

@@ -88,6 +88,7 @@ pub fn generate_pod_status(
     let mut statuses = container_statuses(pod, rt, old_regular, containers, has_inits, false, ctx);
     statuses.sort_by(|a, b| a.name.cmp(&b.name));
     let init_statuses = container_statuses(pod, rt, old_init, inits, has_inits, true, ctx);
+    let ephemeral_statuses = ephemeral_statuses(pod, rt, old, has_inits, ctx);
 
     // A terminal phase the apiserver shows is never left.
     let phase = match old.and_then(|o| o.phase.as_deref()) {
@@ -96,7 +97,12 @@ pub fn generate_pod_status(
         _ => pod_phase(pod, &statuses, &init_statuses),
     };
 
-    let mut conditions: Vec<PodCondition> = old
+    // Conditions other controllers own (readiness gates') come from the
+    // latest API pod, as upstream reads them from its pod manager; the
+    // status tinylet last reported may predate them.
+    let foreign = pod.status.as_ref().filter(|s| s.conditions.is_some());
+    let mut conditions: Vec<PodCondition> = foreign
+        .or(old)
         .and_then(|o| o.conditions.as_ref())
         .map(|cs| {
             cs.iter()
@@ -153,8 +159,46 @@ pub fn generate_pod_status(
         qos_class: Some(qos),
         container_statuses: Some(statuses),
         init_container_statuses: has_inits.then_some(init_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         ..Default::default()
     }
+}
+
+/// The statuses of the pod's ephemeral containers, sorted by name as
+/// upstream sorts them. They are never ready, and have no `started` (the
+/// prober looks only at regular and init containers); one that exited
+/// stays terminated, as it is never started again.
+fn ephemeral_statuses(
+    pod: &Pod,
+    rt: &runtime::PodStatus,
+    old: Option<&ApiPodStatus>,
+    has_inits: bool,
+    ctx: &StatusContext,
+) -> Vec<ApiContainerStatus> {
+    let containers = runtime::actions::ephemeral_as_containers(pod);
+    if containers.is_empty() {
+        return Vec::new();
+    }
+    let previous = old
+        .and_then(|o| o.ephemeral_container_statuses.as_deref())
+        .unwrap_or(&[]);
+    let mut out = container_statuses(pod, rt, previous, &containers, has_inits, false, ctx);
+    for st in &mut out {
+        st.ready = false;
+        st.started = None;
+        let ran = rt.container_statuses.iter().any(|r| r.name == st.name);
+        if ran && st.state.as_ref().is_some_and(|s| s.waiting.is_some()) {
+            // A waiting reason left from an earlier failed start: the
+            // instance there is is the one that counts.
+            if let Some(last) = st.last_state.take() {
+                st.state = Some(last);
+            }
+            st.last_state = Some(ApiState::default());
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
 }
 
 /// `t` truncated to whole seconds: API times have second precision.
@@ -638,6 +682,59 @@ fn ready_condition(
     }
 }
 
+/// `new` with the conditions the kubelet does not own taken from `old`
+/// (the server's status) instead, as upstream's `mergePodStatus`: a status
+/// patch never changes or removes what other controllers set, such as the
+/// conditions of readiness gates. Without `old`, `new` as it is.
+pub fn keep_foreign_conditions(old: Option<&ApiPodStatus>, new: &ApiPodStatus) -> ApiPodStatus {
+    let mut out = new.clone();
+    let Some(old) = old else {
+        return out;
+    };
+    let owned = |c: &&PodCondition| KUBELET_CONDITIONS.contains(&c.type_.as_str());
+    let mut conditions: Vec<PodCondition> = old
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| !owned(c))
+        .cloned()
+        .collect();
+    conditions.extend(new.conditions.iter().flatten().filter(owned).cloned());
+    out.conditions = (new.conditions.is_some() || !conditions.is_empty()).then_some(conditions);
+    out
+}
+
+/// Whether the Ready condition `pod`'s API status shows disagrees with its
+/// readiness gates' conditions there (upstream's
+/// `NeedToReconcilePodReadiness`): a controller changed a gate's condition
+/// and the pod needs a sync for a new Ready condition.
+pub fn readiness_needs_reconcile(pod: &Pod) -> bool {
+    let gated = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| !g.is_empty());
+    let Some(conditions) = pod.status.as_ref().and_then(|s| s.conditions.as_deref()) else {
+        return false;
+    };
+    if !gated {
+        return false;
+    }
+    let find = |t: &str| conditions.iter().find(|c| c.type_ == t);
+    let Some(ready) = find("Ready") else {
+        return false;
+    };
+    let containers_ready = find("ContainersReady")
+        .cloned()
+        .unwrap_or_else(|| condition("ContainersReady", false, None, None));
+    let others: Vec<PodCondition> = conditions
+        .iter()
+        .filter(|c| !KUBELET_CONDITIONS.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    ready_condition(pod, &others, &containers_ready).status != ready.status
+}
+
 /// Keeps the old transition time while the condition's status is unchanged.
 fn set_transition_time(c: &mut PodCondition, old: Option<&ApiPodStatus>, now: &Time) {
     let prev = old
@@ -755,9 +852,10 @@ fn quantity_nanos(q: &str) -> Option<i128> {
 }
 
 /// The status fields the kubelet writes; a patch leaves the others alone.
-const OWNED_FIELDS: [&str; 11] = [
+const OWNED_FIELDS: [&str; 12] = [
     "conditions",
     "containerStatuses",
+    "ephemeralContainerStatuses",
     "hostIP",
     "initContainerStatuses",
     "message",
@@ -1800,6 +1898,137 @@ mod tests {
         let first = &s.conditions.as_ref().unwrap()[0];
         assert_eq!(first.type_, "example.com/lb");
         assert_eq!(first.last_transition_time, time(T0));
+    }
+
+    #[test]
+    fn readiness_gates_follow_the_latest_api_pod_not_the_last_report() {
+        let mut p = pod("Always", &[], &["app"]);
+        p.spec.as_mut().unwrap().readiness_gates =
+            Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+                condition_type: "example.com/lb".into(),
+            }]);
+        let running = rt(vec![rec("app", "a1", ContainerState::Running, 1)]);
+        // What tinylet reported before the controller set the gate.
+        let reported = gen(&p, &running);
+        assert_eq!(crm(&reported, "Ready").0, "False");
+        // The controller's condition, on the API pod the sync loop has now.
+        let mut api_status = reported.clone();
+        api_status
+            .conditions
+            .as_mut()
+            .unwrap()
+            .insert(0, condition("example.com/lb", true, None, None));
+        p.status = Some(api_status);
+        let s = gen_with(&p, &running, Some(&reported), &[]);
+        assert_eq!(crm(&s, "Ready"), own("True", None, None));
+        assert!(!readiness_needs_reconcile(&Pod {
+            status: Some(s),
+            ..p.clone()
+        }));
+        // The API pod says Ready False while its gate is True: a sync is due.
+        assert!(readiness_needs_reconcile(&p));
+        // Without gates there is never anything to reconcile.
+        p.spec.as_mut().unwrap().readiness_gates = None;
+        assert!(!readiness_needs_reconcile(&p));
+    }
+
+    #[test]
+    fn a_status_patch_keeps_the_conditions_other_controllers_set() {
+        let gate = |status: bool| condition("example.com/lb", status, None, None);
+        let server = ApiPodStatus {
+            conditions: Some(vec![
+                gate(true),
+                condition("Ready", false, None, None),
+                condition("other.io/x", false, None, None),
+            ]),
+            ..Default::default()
+        };
+        // A status generated from an older view: the gate still False.
+        let new = ApiPodStatus {
+            phase: Some(RUNNING.into()),
+            conditions: Some(vec![gate(false), condition("Ready", true, None, None)]),
+            ..Default::default()
+        };
+        let merged = keep_foreign_conditions(Some(&server), &new);
+        let types: Vec<(&str, &str)> = merged
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("example.com/lb", "True"),
+                ("other.io/x", "False"),
+                ("Ready", "True")
+            ]
+        );
+        assert_eq!(merged.phase.as_deref(), Some(RUNNING));
+        let patch = status_patch("u1", Some(&server), &merged);
+        let changed = patch["status"]["conditions"].as_array().unwrap();
+        assert!(
+            changed.iter().all(|c| c["type"] == "Ready"),
+            "only Ready changes: {patch}"
+        );
+        assert_eq!(keep_foreign_conditions(None, &new), new);
+    }
+
+    #[test]
+    fn ephemeral_containers_are_reported_apart_and_never_ready() {
+        let mut p = pod("Always", &[], &["app"]);
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(
+            ["dbg", "aux"]
+                .iter()
+                .map(|n| k8s_openapi::api::core::v1::EphemeralContainer {
+                    name: n.to_string(),
+                    image: Some("busybox".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        let s = gen(
+            &p,
+            &rt(vec![
+                rec("app", "a1", ContainerState::Running, 1),
+                rec("dbg", "d1", ContainerState::Running, 2),
+            ]),
+        );
+        let names: Vec<&str> = s
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["app"]);
+        let eph = s.ephemeral_container_statuses.as_deref().unwrap();
+        let names: Vec<&str> = eph.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["aux", "dbg"], "sorted by name");
+        assert_eq!(waiting_of(&eph[0]).unwrap().0, CONTAINER_CREATING);
+        assert!(eph[1].state.as_ref().unwrap().running.is_some());
+        assert_eq!(eph[1].container_id.as_deref(), Some("containerd://d1"));
+        assert!(!eph[1].ready && eph[1].started.is_none());
+        // Ephemeral containers leave the pod's phase and readiness alone.
+        assert_eq!(s.phase.as_deref(), Some(RUNNING));
+        assert_eq!(crm(&s, "Ready").0, "True");
+        let patch = status_patch("u1", None, &s);
+        assert_eq!(
+            patch["status"]["ephemeralContainerStatuses"][1]["name"], "dbg",
+            "{patch}"
+        );
+
+        // One that exited stays terminated, even after a failed start.
+        let s = gen_with(
+            &p,
+            &rt(vec![
+                rec("app", "a1", ContainerState::Running, 1),
+                exited("dbg", "d1", 0, 2),
+            ]),
+            None,
+            &[("dbg", "RunContainerError", "boom")],
+        );
+        let dbg = &s.ephemeral_container_statuses.as_deref().unwrap()[1];
+        assert_eq!(term(&dbg.state).exit_code, 0);
     }
 
     // ---- QoS ----

@@ -25,7 +25,7 @@ use log::{debug, info, warn};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::generate::{status_equal, status_patch};
+use super::generate::{keep_foreign_conditions, status_equal, status_patch};
 use crate::config::{
     pod_full_name, CONFIG_HASH_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY,
     CONFIG_SOURCE_ANNOTATION_KEY,
@@ -166,6 +166,18 @@ impl StatusReporter {
     /// The latest status of pod `uid`, if any was set.
     pub fn status(&self, uid: &str) -> Option<PodStatus> {
         self.shared.table.lock().pods.get(uid)?.status.clone()
+    }
+
+    /// Whether pod `uid`'s latest status has a terminal phase (Succeeded or
+    /// Failed): it no longer counts among the node's active pods.
+    pub fn is_terminal(&self, uid: &str) -> bool {
+        let t = self.shared.table.lock();
+        let phase = t
+            .pods
+            .get(uid)
+            .and_then(|e| e.status.as_ref())
+            .and_then(|s| s.phase.as_deref());
+        matches!(phase, Some("Succeeded" | "Failed"))
     }
 
     /// Records `status` for `pod`; it is sent if it differs from the last one.
@@ -580,6 +592,8 @@ impl Worker {
                 status,
                 version,
             } => {
+                // Conditions other controllers set stay as the server has them.
+                let status = keep_foreign_conditions(old.as_deref(), &status);
                 if old.as_ref().is_some_and(|o| status_equal(o, &status)) {
                     // The server has this status already (after a restart,
                     // say): an empty patch would only cost a request.
@@ -590,6 +604,7 @@ impl Worker {
                 let path = format!("/api/v1/namespaces/{namespace}/pods/{name}/status");
                 let mut old = old;
                 for round in 1..=STATUS_ROUNDS {
+                    let status = keep_foreign_conditions(old.as_deref(), &status);
                     let patch = status_patch(&target_uid, old.as_deref(), &status);
                     crate::fault::point("status-patch", format_args!("{namespace}/{name}"));
                     match self.client.patch(&path, PatchKind::Strategic, &patch) {

@@ -1935,6 +1935,31 @@ impl FakeApiServer {
             .collect()
     }
 
+    /// Adds an ephemeral container to a pod as `kubectl debug` does through
+    /// the `pods/<name>/ephemeralcontainers` subresource, with its rules
+    /// (`ephemeral_update`); watchers get a MODIFIED event. False if the
+    /// pod does not exist or the container is refused.
+    pub fn add_ephemeral_container(&self, ns: &str, name: &str, container: Value) -> bool {
+        self.locked(|st| {
+            let key = (Res::Pods, ns.to_string(), name.to_string());
+            let Some(old) = st.objects.get(&key).cloned() else {
+                return false;
+            };
+            let mut list = old["spec"]["ephemeralContainers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            list.push(container);
+            match ephemeral_update(&old, list) {
+                Ok(new) => {
+                    st.write(key, EventType::Modified, new);
+                    true
+                }
+                Err(_) => false,
+            }
+        })
+    }
+
     /// Changes a pod as the admin would with a PUT (a MODIFIED event); false if
     /// it does not exist.
     pub fn update_pod(&self, ns: &str, name: &str, f: impl FnOnce(&mut Value)) -> bool {
@@ -2443,7 +2468,9 @@ fn parse_target(path: &str) -> Option<Target> {
     match (res, sub.as_deref()) {
         (Res::ServiceAccounts, Some("token")) => {}
         (Res::ServiceAccounts, _) => return None,
-        (_, None) | (Res::Pods | Res::Nodes, Some("status")) => {}
+        (_, None)
+        | (Res::Pods | Res::Nodes, Some("status"))
+        | (Res::Pods, Some("ephemeralcontainers")) => {}
         _ => return None,
     }
     Some(Target { res, ns, name, sub })
@@ -2755,6 +2782,13 @@ fn dispatch(
         user: user.clone(),
         manager: req.manager(),
     };
+    if t.sub.as_deref() == Some("ephemeralcontainers") {
+        return reply(
+            ephemeral_containers(st, verb, &t, req)
+                .map(|v| Resp::object(200, &v))
+                .unwrap_or_else(|s| Resp::status(&s)),
+        );
+    }
     let result = match verb {
         "watch" => match watch_plan(st, req, &t) {
             Ok(plan) => return (Some(user), Outcome::Watch(plan)),
@@ -2805,6 +2839,141 @@ fn parse_body(req: &Request) -> Result<Value, Status> {
 
 // ---------------------------------------------------------------------------
 // Verbs
+
+/// `pods/<name>/ephemeralcontainers` as v1.20 serves it (what `kubectl
+/// debug` uses): GET, PUT and PATCH of an `EphemeralContainers` object, the
+/// pod's metadata and its `spec.ephemeralContainers`. Only that list
+/// changes, and only by additions (`ephemeral_update`).
+fn ephemeral_containers(
+    st: &mut State,
+    verb: &str,
+    t: &Target,
+    req: &Request,
+) -> Result<Value, Status> {
+    let name = t.name.clone().unwrap_or_default();
+    let pod = get(st, t)?;
+    let view = |pod: &Value| {
+        json!({
+            "kind": "EphemeralContainers",
+            "apiVersion": "v1",
+            "metadata": pod["metadata"].clone(),
+            "ephemeralContainers": pod["spec"]
+                .get("ephemeralContainers")
+                .cloned()
+                .unwrap_or_else(|| json!([])),
+        })
+    };
+    let old = view(&pod);
+    let new = match verb {
+        "get" => return Ok(old),
+        "update" => parse_body(req)?,
+        "patch" => {
+            let patch: Value = serde_json::from_slice(&req.body).map_err(|e| {
+                bad_request(format!("the body of the request could not be decoded: {e}"))
+            })?;
+            match req.header("content-type").unwrap_or("").split(';').next() {
+                Some("application/strategic-merge-patch+json") => {
+                    smp(&old, &patch).map_err(bad_request)?
+                }
+                Some("application/merge-patch+json") => merge_patch(&old, &patch),
+                _ => {
+                    return Err(Status::new(
+                        415,
+                        "UnsupportedMediaType",
+                        "unsupported patch type",
+                    ))
+                }
+            }
+        }
+        _ => {
+            return Err(Status::new(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            ))
+        }
+    };
+    let sent_rv = sv(&new, &["metadata", "resourceVersion"]);
+    if !sent_rv.is_empty() && sent_rv != sv(&pod, &["metadata", "resourceVersion"]) {
+        return Err(conflict_modified(Res::Pods, &name));
+    }
+    let list = new["ephemeralContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let updated =
+        ephemeral_update(&pod, list).map_err(|causes| invalid(Res::Pods, &name, causes))?;
+    if updated == pod {
+        return Ok(old);
+    }
+    let key = (Res::Pods, t.ns.clone(), name);
+    Ok(view(&st.write(key, EventType::Modified, updated)))
+}
+
+/// The pod with `list` as its ephemeral containers, or the validation
+/// causes (upstream's ValidateEphemeralContainersUpdate): each one that was
+/// there stays, unchanged; a new one needs a name unique among all the
+/// pod's containers and an image.
+fn ephemeral_update(pod: &Value, list: Vec<Value>) -> Result<Value, Vec<(String, String, String)>> {
+    let old = pod["spec"]["ephemeralContainers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut causes = Vec::new();
+    let mut cause = |field: String, reason: &str, message: String| {
+        causes.push((reason.to_string(), message, field))
+    };
+    for (i, o) in old.iter().enumerate() {
+        match list.iter().find(|n| n["name"] == o["name"]) {
+            None => cause(
+                format!("ephemeralContainers[{i}]"),
+                "FieldValueForbidden",
+                "Forbidden: existing ephemeral containers may not be removed".into(),
+            ),
+            Some(n) if n != o => cause(
+                format!("ephemeralContainers[{i}]"),
+                "FieldValueForbidden",
+                "Forbidden: existing ephemeral containers may not be changed".into(),
+            ),
+            Some(_) => {}
+        }
+    }
+    let mut names: Vec<&str> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| pod["spec"][k].as_array().into_iter().flatten())
+        .map(|c| sv(c, &["name"]))
+        .collect();
+    for (i, c) in list.iter().enumerate() {
+        let n = sv(c, &["name"]);
+        if n.is_empty() {
+            cause(
+                format!("ephemeralContainers[{i}].name"),
+                "FieldValueRequired",
+                "Required value".into(),
+            );
+        } else if names.contains(&n) {
+            cause(
+                format!("ephemeralContainers[{i}].name"),
+                "FieldValueDuplicate",
+                format!("Duplicate value: {}", q(n)),
+            );
+        }
+        names.push(n);
+        if sv(c, &["image"]).is_empty() {
+            cause(
+                format!("ephemeralContainers[{i}].image"),
+                "FieldValueRequired",
+                "Required value".into(),
+            );
+        }
+    }
+    if !causes.is_empty() {
+        return Err(causes);
+    }
+    let mut new = pod.clone();
+    obj_mut(&mut new, "spec").insert("ephemeralContainers".into(), Value::Array(list));
+    Ok(new)
+}
 
 fn get(st: &State, t: &Target) -> Result<Value, Status> {
     let name = t.name.as_deref().unwrap_or("");
