@@ -8,7 +8,7 @@
 //! on the ground floor (it imports nothing of tinylet), so the CRI and
 //! API clients can record into it.
 //!
-//! Not exported: `kubelet_evictions` (tinylet has no eviction manager).
+//! Not exported: `kubelet_evictions`.
 
 pub mod process;
 pub mod registry;
