@@ -340,3 +340,26 @@ fn local_storage_limits() {
         "Pod ephemeral local storage usage exceeds the total limit of containers 100Mi. "
     );
 }
+
+#[test]
+fn a_container_over_its_own_limit_within_the_pod_total() {
+    use serde_json::json;
+    let p = pod(
+        "p",
+        json!({"containers": [
+            {"name": "c", "image": "i", "resources": {"limits": {"ephemeral-storage": "10Mi"}}},
+            {"name": "d", "image": "i", "resources": {"limits": {"ephemeral-storage": "1G"}}},
+        ]}),
+    );
+    let mut u = disk_usage(20 << 20);
+    u.containers.push(ContainerUsage {
+        name: "d".into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        local_storage_violation(&p, &u).unwrap(),
+        "Container c exceeded its local ephemeral storage limit \"10Mi\". "
+    );
+    u.containers[0].rootfs_bytes = Some(10 << 20);
+    assert_eq!(local_storage_violation(&p, &u), None);
+}
