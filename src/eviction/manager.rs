@@ -216,9 +216,14 @@ impl Manager {
         );
         self.state.set(&step.conditions);
         let pods = self.pods.pods();
+        // Upstream's active pods: not being deleted, not finished.
         let active: Vec<&Arc<Pod>> = pods
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+                !matches!(phase, Some("Succeeded" | "Failed"))
+            })
             .collect();
 
         // Local storage limits first, every pod over one.
@@ -228,8 +233,9 @@ impl Manager {
             let Some(u) = usage.get(pod_uid(pod)) else {
                 continue;
             };
-            if let Some(message) = local_storage_violation(pod, u) {
+            if let Some((signal, message)) = local_storage_violation(pod, u) {
                 if self.evict(pod, message, 0) {
+                    crate::metrics::eviction(signal);
                     evicted.push(Arc::clone(pod));
                 }
             }
@@ -279,6 +285,7 @@ impl Manager {
                 continue;
             };
             if self.evict(pod, message, grace(p)) {
+                crate::metrics::eviction(threshold.signal.name());
                 return vec![Arc::clone(pod)];
             }
         }

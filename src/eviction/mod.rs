@@ -643,11 +643,12 @@ pub fn canonical(text: &str) -> String {
 }
 
 /// Whether the pod is over a local storage limit (upstream
-/// `localStorageEviction`), and the message: a disk-backed emptyDir over
+/// `localStorageEviction`): the signal it counts under in
+/// `kubelet_evictions`, and the message: a disk-backed emptyDir over
 /// its `sizeLimit`, else the pod's usage over the sum of its containers'
 /// ephemeral-storage limits, else a container's writable layer and logs
 /// over its own limit.
-pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<String> {
+pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<(&'static str, String)> {
     let spec = pod.spec.as_ref()?;
     for v in spec.volumes.iter().flatten() {
         let Some(ed) = v.empty_dir.as_ref() else {
@@ -665,10 +666,13 @@ pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<String> {
         let used = usage.volumes.iter().find(|u| u.name == v.name);
         if let Some(u) = used {
             if size.value() > 0 && i128::from(u.bytes) > size.value() {
-                return Some(format!(
-                    "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
-                    v.name,
-                    canonical(&limit.0)
+                return Some((
+                    "emptydirfs.limit",
+                    format!(
+                        "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
+                        v.name,
+                        canonical(&limit.0)
+                    ),
                 ));
             }
         }
@@ -683,9 +687,12 @@ pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<String> {
     if !limits.is_empty() {
         let total: i128 = limits.iter().sum();
         if total > 0 && i128::from(usage.disk(false)) > total {
-            return Some(format!(
-                "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
-                format_binary_si(total * 1000)
+            return Some((
+                "ephemeralpodfs.limit",
+                format!(
+                    "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+                    format_binary_si(total * 1000)
+                ),
             ));
         }
     }
@@ -702,9 +709,12 @@ pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<String> {
                 .and_then(|r| r.limits.as_ref())
                 .and_then(|l| l.get("ephemeral-storage"))
                 .map_or_else(String::new, |q| canonical(&q.0));
-            return Some(format!(
-                "Container {} exceeded its local ephemeral storage limit {text:?}. ",
-                c.name
+            return Some((
+                "ephemeralcontainerfs.limit",
+                format!(
+                    "Container {} exceeded its local ephemeral storage limit {text:?}. ",
+                    c.name
+                ),
             ));
         }
     }

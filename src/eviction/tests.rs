@@ -331,13 +331,20 @@ fn local_storage_limits() {
     u.volumes[0].bytes = (1 << 20) + 4096;
     assert_eq!(
         local_storage_violation(&p, &u).unwrap(),
-        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". "
+        (
+            "emptydirfs.limit",
+            "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ".to_string()
+        )
     );
     u.volumes[0].bytes = 4096;
     u.containers[0].rootfs_bytes = Some(101 << 20);
     assert_eq!(
         local_storage_violation(&p, &u).unwrap(),
-        "Pod ephemeral local storage usage exceeds the total limit of containers 100Mi. "
+        (
+            "ephemeralpodfs.limit",
+            "Pod ephemeral local storage usage exceeds the total limit of containers 100Mi. "
+                .to_string()
+        )
     );
 }
 
@@ -358,7 +365,10 @@ fn a_container_over_its_own_limit_within_the_pod_total() {
     });
     assert_eq!(
         local_storage_violation(&p, &u).unwrap(),
-        "Container c exceeded its local ephemeral storage limit \"10Mi\". "
+        (
+            "ephemeralcontainerfs.limit",
+            "Container c exceeded its local ephemeral storage limit \"10Mi\". ".to_string()
+        )
     );
     u.containers[0].rootfs_bytes = Some(10 << 20);
     assert_eq!(local_storage_violation(&p, &u), None);
