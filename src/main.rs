@@ -16,6 +16,7 @@ use tinylet::config::{
 };
 use tinylet::cri::RemoteRuntime;
 use tinylet::events::{EventBroadcaster, EventRecorder, EventType, ObjectRef};
+use tinylet::eviction::Signal;
 use tinylet::fieldpath::NodeAllocatable;
 use tinylet::kube::{load_kubeconfig, Client, ClientOptions};
 use tinylet::kubelet::{Inputs, Kubelet, PodView};
@@ -352,7 +353,8 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         &opts.node_labels,
         &opts.kube_reserved,
         &opts.system_reserved,
-        tinylet::eviction::hard_memory(&opts.eviction),
+        tinylet::eviction::hard_value(&opts.eviction, Signal::MemoryAvailable),
+        tinylet::eviction::hard_value(&opts.eviction, Signal::NodeFsAvailable),
     )));
     let host_ip = tinylet::node::machine::node_addresses(opts.node_ip, &node)
         .ok()
@@ -486,8 +488,16 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                     node_ip: opts.node_ip,
                     root_dir: opts.root_dir.clone(),
                     kubelet_port: opts.listeners().main.map_or(0, |a| a.port()),
-                    eviction_hard_memory: tinylet::eviction::hard_memory(&opts.eviction)
-                        .to_string(),
+                    eviction_hard_memory: tinylet::eviction::hard_value(
+                        &opts.eviction,
+                        Signal::MemoryAvailable,
+                    )
+                    .to_string(),
+                    eviction_hard_nodefs: tinylet::eviction::hard_value(
+                        &opts.eviction,
+                        Signal::NodeFsAvailable,
+                    )
+                    .to_string(),
                     pressure: (!opts.runonce).then(|| pressure.clone()),
                 },
                 node_state.clone(),

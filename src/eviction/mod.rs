@@ -295,11 +295,11 @@ pub fn thresholds(s: &Settings) -> Result<Vec<Threshold>, String> {
     Ok(out)
 }
 
-/// The hard memory.available threshold's text (for allocatable), "0"
-/// when there is none.
-pub fn hard_memory(s: &Settings) -> &str {
+/// The hard threshold's text of `signal` (for allocatable), "0" when
+/// there is none.
+pub fn hard_value(s: &Settings, signal: Signal) -> &str {
     s.hard
-        .get(Signal::MemoryAvailable.name())
+        .get(signal.name())
         .filter(|v| *v != "0%" && *v != "100%")
         .map_or("0", String::as_str)
 }

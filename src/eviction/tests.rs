@@ -25,7 +25,15 @@ fn default_hard_thresholds() {
     assert_eq!(by(Signal::NodeFsInodesFree).value, Value::Fraction(0.05));
     assert_eq!(by(Signal::ImageFsAvailable).value, Value::Fraction(0.15));
     assert!(t.iter().all(|t| t.is_hard() && t.min_reclaim.is_none()));
-    assert_eq!(hard_memory(&Settings::default()), "100Mi");
+    assert_eq!(
+        hard_value(&Settings::default(), Signal::MemoryAvailable),
+        "100Mi"
+    );
+    assert_eq!(
+        hard_value(&Settings::default(), Signal::NodeFsAvailable),
+        "10%"
+    );
+    assert_eq!(hard_value(&Settings::default(), Signal::PidAvailable), "0");
 }
 
 #[test]

@@ -27,6 +27,7 @@ pub struct NodeState {
 /// The node as the machine describes it before the API server is heard
 /// from: the default labels, the `--node-labels`, and the allocatable
 /// resources computed locally (admission uses them in standalone mode too).
+#[allow(clippy::too_many_arguments)]
 pub fn initial_node_state(
     name: &str,
     root_dir: &Path,
@@ -35,6 +36,7 @@ pub fn initial_node_state(
     kube_reserved: &[(String, String)],
     system_reserved: &[(String, String)],
     eviction_hard_memory: &str,
+    eviction_hard_nodefs: &str,
 ) -> NodeState {
     let info = machine::read_machine_info();
     let fs = machine::fs_stats(root_dir).unwrap_or_default();
@@ -45,6 +47,7 @@ pub fn initial_node_state(
         &reserved(kube_reserved),
         &reserved(system_reserved),
         eviction_hard_memory,
+        eviction_hard_nodefs,
     )
     .unwrap_or_else(|e| {
         log::warn!("node: allocatable: {e}; using capacity");

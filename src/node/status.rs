@@ -62,6 +62,9 @@ pub struct NodeConfig {
     /// The hard memory.available eviction threshold, kept out of
     /// allocatable ("0": none).
     pub eviction_hard_memory: String,
+    /// The hard nodefs.available threshold, kept out of allocatable
+    /// ephemeral-storage ("0": none).
+    pub eviction_hard_nodefs: String,
     /// The eviction manager's pressure conditions; without one (run-once)
     /// the signals are read against the default thresholds.
     pub pressure: Option<Arc<crate::eviction::State>>,
@@ -431,6 +434,7 @@ impl NodeStatus {
             &reserved(&self.config.kube_reserved),
             &reserved(&self.config.system_reserved),
             &self.config.eviction_hard_memory,
+            &self.config.eviction_hard_nodefs,
         )
         .unwrap_or_else(|e| {
             warn!("node status: allocatable: {e}; reporting capacity");
