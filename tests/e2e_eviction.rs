@@ -5,7 +5,8 @@
 //! an emptyDir over its `sizeLimit` evicted with upstream's message, then,
 //! under disk pressure, the order of the reclaim: the unused image first,
 //! the rotated container logs next, and only then the best-effort pod
-//! (Failed, reason Evicted, an event), while the guaranteed pod runs on.
+//! (Failed, reason Evicted, an event), while the guaranteed pod runs on
+//! and a new pod is refused as long as the node reports DiskPressure.
 
 use std::fs;
 use std::io::Write;
@@ -252,6 +253,20 @@ fn disk_pressure_reclaims_images_then_logs_then_evicts_the_best_effort_pod() {
         })
     });
 
+    // While DiskPressure holds, a new pod is refused (reason Evicted).
+    fake.create_pod(pod("late", "exec sleep 100000", json!({}), json!([])));
+    wait_until(SETTLE, "late is refused", || {
+        fake.pod("default", "late")
+            .is_some_and(|p| status(&p, "reason") == "Evicted")
+    });
+    let p = fake.pod("default", "late").unwrap();
+    assert_eq!(status(&p, "phase"), "Failed", "{p:#}");
+    assert!(
+        status(&p, "message").contains("The node had condition: [DiskPressure]. "),
+        "{p:#}"
+    );
+    assert!(ctd.pod_gone("late"));
+
     // Relieved: the guaranteed pod is left alone.
     wait_until(SETTLE, "besteffort is stopped", || {
         ctd.pod_gone("besteffort")
@@ -266,6 +281,6 @@ fn disk_pressure_reclaims_images_then_logs_then_evicts_the_best_effort_pod() {
         .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string())
         .collect();
     reasons.sort();
-    assert_eq!(reasons, ["besteffort", "oversized"], "{reasons:?}");
+    assert_eq!(reasons, ["besteffort", "late", "oversized"], "{reasons:?}");
     kubelet.assert_running();
 }
