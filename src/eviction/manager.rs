@@ -29,8 +29,8 @@ use k8s_openapi::api::core::v1::Pod;
 use log::{debug, info, warn};
 
 use super::{
-    eviction_message, is_critical, local_storage_violation, rank, Observation, Observations,
-    PodUsage, Signal, State, Threshold, Tracker,
+    eviction_message, has_local_storage_limits, is_critical, local_storage_violation, rank,
+    Observation, Observations, PodUsage, Signal, State, Threshold, Tracker,
 };
 use crate::config::pod_uid;
 use crate::cri::{ImageService, RuntimeService};
@@ -226,8 +226,13 @@ impl Manager {
             })
             .collect();
 
-        // Local storage limits first, every pod over one.
-        let usage = self.usage();
+        // Local storage limits first, every pod over one. Measuring walks
+        // volumes and logs: only when a pod sets such a limit.
+        let usage = if active.iter().any(|p| has_local_storage_limits(p)) {
+            self.usage()
+        } else {
+            HashMap::new()
+        };
         let mut evicted = Vec::new();
         for pod in &active {
             let Some(u) = usage.get(pod_uid(pod)) else {

@@ -642,6 +642,27 @@ pub fn canonical(text: &str) -> String {
     }
 }
 
+/// Whether the pod sets a local storage limit at all: a disk-backed
+/// emptyDir with a `sizeLimit`, or a container's ephemeral-storage limit.
+/// Only such pods need measuring when the node is not under pressure.
+pub fn has_local_storage_limits(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let empty_dir = spec.volumes.iter().flatten().any(|v| {
+        v.empty_dir
+            .as_ref()
+            .is_some_and(|e| e.size_limit.is_some() && e.medium.as_deref() != Some("Memory"))
+    });
+    empty_dir
+        || spec.containers.iter().any(|c| {
+            c.resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref())
+                .is_some_and(|l| l.contains_key("ephemeral-storage"))
+        })
+}
+
 /// Whether the pod is over a local storage limit (upstream
 /// `localStorageEviction`): the signal it counts under in
 /// `kubelet_evictions`, and the message: a disk-backed emptyDir over

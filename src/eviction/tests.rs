@@ -336,6 +336,14 @@ fn local_storage_limits() {
     ];
     // Within every limit (a memory emptyDir is not counted).
     assert_eq!(local_storage_violation(&p, &u), None);
+    assert!(has_local_storage_limits(&p));
+    let plain = pod(
+        "q",
+        json!({"containers": [container(json!({"ephemeral-storage": "1Mi"}))],
+               "volumes": [{"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                           {"name": "disk", "emptyDir": {}}]}),
+    );
+    assert!(!has_local_storage_limits(&plain));
     u.volumes[0].bytes = (1 << 20) + 4096;
     assert_eq!(
         local_storage_violation(&p, &u).unwrap(),
