@@ -1006,6 +1006,8 @@ impl Tinylet {
             // The bench's images must survive a machine whose disk is over
             // image GC's 85%.
             .args(["--image-gc-high-threshold", "100"])
+            // Nor the disk eviction thresholds, which such a disk meets.
+            .args(["--eviction-hard", "memory.available<100Mi"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(out)

@@ -273,12 +273,14 @@ spec:
 EOF
 mv "$manifest.tmp" "$manifest"
 
-say "running /usr/bin/tinylet --config /etc/tinylet/config.yaml --container-runtime-endpoint unix://$sock --image-gc-high-threshold 100 (bounding set without ${bounding// /,}, no_new_privs)"
+say "running /usr/bin/tinylet --config /etc/tinylet/config.yaml --container-runtime-endpoint unix://$sock --image-gc-high-threshold 100 --eviction-hard 'memory.available<100Mi' (bounding set without ${bounding// /,}, no_new_privs)"
 # Image GC off as well: on a machine whose disk is over 85% full it would
-# remove the imported test image, which cannot be pulled.
+# remove the imported test image, which cannot be pulled; and the disk
+# eviction thresholds, which would be met there too.
 setpriv --no-new-privs --bounding-set "$drop" \
     /usr/bin/tinylet --config /etc/tinylet/config.yaml \
-    --container-runtime-endpoint "unix://$sock" --image-gc-high-threshold 100 >"$log" 2>&1 &
+    --container-runtime-endpoint "unix://$sock" --image-gc-high-threshold 100 \
+    --eviction-hard 'memory.available<100Mi' >"$log" 2>&1 &
 tinylet_pid=$!
 
 filter="labels.\"io.kubernetes.container.name\"==$POD,labels.\"io.cri-containerd.kind\"==container"

@@ -76,14 +76,17 @@ within() {
 }
 
 # Image GC is off: on a machine whose disk is over 85% full it would remove
-# the imported test image, which cannot be pulled.
+# the imported test image, which cannot be pulled. The disk eviction
+# thresholds are off for the same reason (only memory.available is kept):
+# there they would refuse and evict the test's pods.
 start_tinylet() {
     "$TINYLET_BIN" --v "${TINYLET_V:-0}" --kubeconfig "$KCP/node-edge-1.kubeconfig" --hostname-override edge-1 \
         --container-runtime-endpoint "unix://$ctd/containerd.sock" \
         --pod-manifest-path "$work/manifests" --root-dir "$work/root" \
         --pod-logs-dir "$work/logs" --node-status-update-frequency 2s \
         --client-ca-file "$KCP/pki/ca.crt" \
-        --image-gc-high-threshold 100 >>"$work/tinylet.log" 2>&1 &
+        --image-gc-high-threshold 100 --eviction-hard 'memory.available<100Mi' \
+        >>"$work/tinylet.log" 2>&1 &
     tinylet_pid=$!
 }
 

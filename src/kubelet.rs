@@ -64,6 +64,8 @@ pub enum Event {
     WorkerDone(String),
     /// A probe result of this pod (UID) changed.
     Probe(String),
+    /// The eviction manager evicts this pod.
+    Evict(crate::eviction::manager::Eviction),
 }
 
 impl Event {
@@ -79,6 +81,7 @@ impl Event {
             Event::Pleg(e) => EventKind::Pleg(e.kind),
             Event::WorkerDone(_) => EventKind::WorkerDone,
             Event::Probe(_) => EventKind::Probe,
+            Event::Evict(_) => EventKind::Evict,
         }
     }
 }
@@ -92,6 +95,7 @@ pub enum EventKind {
     Pleg(PodLifecycleEventType),
     WorkerDone,
     Probe,
+    Evict,
 }
 
 impl EventKind {
@@ -113,6 +117,7 @@ impl std::fmt::Display for EventKind {
             EventKind::Pleg(k) => write!(f, "PLEG {k:?}"),
             EventKind::WorkerDone => f.write_str("worker done"),
             EventKind::Probe => f.write_str("probe result"),
+            EventKind::Evict => f.write_str("eviction"),
         }
     }
 }
@@ -215,6 +220,10 @@ pub struct Kubelet {
     health: Option<Arc<crate::health::Health>>,
     /// The desired pods, published for the node API's `/pods`.
     view: Option<Arc<PodView>>,
+    /// Pods the eviction manager evicts; never, without one.
+    evictions: Receiver<crate::eviction::manager::Eviction>,
+    /// The node's pressure conditions, for the eviction admission check.
+    pressure: Option<Arc<crate::eviction::State>>,
 }
 
 /// A read-only copy of the sync loop's desired pods for other threads (the
@@ -270,6 +279,8 @@ impl Kubelet {
             stuck_dirs: HashSet::new(),
             stats: LoopStats::default(),
             admissions: None,
+            evictions: crossbeam_channel::never(),
+            pressure: None,
             health: None,
             view: None,
         }
@@ -298,6 +309,19 @@ impl Kubelet {
             });
             view.publish(pods);
         }
+    }
+
+    /// Evicts the pods the eviction manager sends, and refuses new pods
+    /// under the pressure `state` reports (upstream's eviction admit
+    /// handler).
+    pub fn with_eviction(
+        mut self,
+        state: Arc<crate::eviction::State>,
+        evictions: Receiver<crate::eviction::manager::Eviction>,
+    ) -> Self {
+        self.pressure = Some(state);
+        self.evictions = evictions;
+        self
     }
 
     /// Records each admission decision in `admissions` (for checkpoints).
@@ -388,6 +412,21 @@ impl Kubelet {
             return true;
         };
         let uid = pod_uid(pod);
+        if let Some(state) = &self.pressure {
+            if let Err(message) = crate::eviction::admit(pod, &state.conditions()) {
+                warn!(
+                    "pod {}: rejected by admission: {}: {message}",
+                    pod_full_name(pod),
+                    crate::eviction::REASON
+                );
+                let r = Rejection {
+                    reason: crate::eviction::REASON.into(),
+                    message,
+                };
+                self.reject(pod, r);
+                return false;
+            }
+        }
         // Finished pods (a Job's, one past its active deadline) hold no
         // resources any more (upstream's filterOutTerminatedPods).
         let active: Vec<&Pod> = self
@@ -514,6 +553,36 @@ impl Kubelet {
         self.rejected.insert(uid.to_string(), pod.clone());
     }
 
+    /// Evicts a pod for the eviction manager (upstream `killPodNow` with
+    /// the eviction's status): a warning event, status Failed with reason
+    /// Evicted and the manager's message, and its worker stops it with the
+    /// given grace period; it never runs again.
+    fn evict(&mut self, e: crate::eviction::manager::Eviction) {
+        let uid = pod_uid(&e.pod);
+        let Some(pod) = self.pods.remove(uid) else {
+            debug!("pod {}: gone before its eviction", pod_full_name(&e.pod));
+            return;
+        };
+        self.record_admission(&pod, false);
+        self.recorder.event(
+            &ObjectRef::pod(&pod),
+            EventType::Warning,
+            crate::eviction::REASON,
+            e.message.clone(),
+        );
+        let mut status = self
+            .reporter
+            .status(uid)
+            .or_else(|| pod.status.clone())
+            .unwrap_or_default();
+        status.phase = Some("Failed".into());
+        status.reason = Some(crate::eviction::REASON.into());
+        status.message = Some(e.message);
+        self.reporter.set_status(&pod, status);
+        self.rejected.insert(uid.to_string(), pod.clone());
+        self.dispatch(pod, UpdateType::Kill, Some(e.grace_period));
+    }
+
     /// Mirror pods are the API server's copies of static pods: they are
     /// recorded for the status manager and never run.
     fn take_mirror_pods(&mut self, u: &mut PodUpdate) {
@@ -546,7 +615,7 @@ impl Kubelet {
             // Only these change the pod manager.
             let config = matches!(
                 event,
-                Event::Config(_) | Event::WorkerDone(_) | Event::Housekeeping
+                Event::Config(_) | Event::WorkerDone(_) | Event::Housekeeping | Event::Evict(_)
             );
             self.handle_event(event);
             if config {
@@ -590,6 +659,7 @@ impl Kubelet {
             recv(self.inputs.pleg) -> e => e.ok().map(Event::Pleg).or(Some(Event::SyncTick)),
             recv(self.inputs.worker_done) -> d => d.ok().map(Event::WorkerDone).or(Some(Event::SyncTick)),
             recv(self.inputs.probes) -> p => p.ok().map(Event::Probe).or(Some(Event::SyncTick)),
+            recv(self.evictions) -> e => e.ok().map(Event::Evict).or(Some(Event::SyncTick)),
             recv(self.sync_tick) -> _ => Some(Event::SyncTick),
             recv(self.housekeeping) -> _ => Some(Event::Housekeeping),
         }
@@ -637,6 +707,7 @@ impl Kubelet {
                 }
             }
             Event::Housekeeping => self.housekeeping(),
+            Event::Evict(e) => self.evict(e),
             Event::Probe(uid) => {
                 // The pod's worker acts on the result: a kill and restart
                 // for a failed liveness or startup probe, a new status for
@@ -1317,6 +1388,65 @@ mod tests {
     /// A pod edited in place (same UID) to need privileges under
     /// `--allow-privileged=false`: the edit is refused, what ran stops, and
     /// nothing starts it again.
+    #[test]
+    fn an_evicted_pod_is_failed_stopped_and_never_started_again() {
+        let r = rig();
+        let reporter = StatusReporter::standalone();
+        let pressure = Arc::new(crate::eviction::State::default());
+        let (_evict_tx, evict_rx) = crossbeam_channel::bounded(1);
+        let mut r = Rig {
+            kubelet: r
+                .kubelet
+                .with_cluster(
+                    reporter.clone(),
+                    EventRecorder::disabled(),
+                    Box::new(|| NodeInfo {
+                        allow_privileged: true,
+                        ..strict_node()
+                    }),
+                )
+                .with_eviction(pressure.clone(), evict_rx),
+            ..r
+        };
+        let p = pod("u1", "web");
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![p.clone()]));
+        wait_for("container started", || r.fake.count("StartContainer") == 1);
+        let message = "The node was low on resource: ephemeral-storage. ".to_string();
+        r.kubelet
+            .handle_event(Event::Evict(crate::eviction::manager::Eviction {
+                pod: Arc::new(p.clone()),
+                message: message.clone(),
+                grace_period: 0,
+            }));
+        let status = reporter.status("u1").expect("a status");
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        assert_eq!(status.reason.as_deref(), Some("Evicted"));
+        assert_eq!(status.message.as_deref(), Some(message.as_str()));
+        let uid = r
+            .done
+            .recv_timeout(Duration::from_secs(5))
+            .expect("worker finished");
+        r.kubelet.handle_event(Event::WorkerDone(uid));
+        assert!(r.fake.sandboxes().is_empty(), "the pod was not stopped");
+        assert!(!r.kubelet.pods.contains_key("u1"));
+        r.kubelet
+            .handle_event(update(PodOperation::Update, vec![p.clone()]));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(r.kubelet.workers.is_empty());
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+
+        // Under disk pressure a new pod is refused with reason Evicted.
+        pressure.set(&[crate::eviction::Condition::Disk]);
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u2", "db")]));
+        let status = reporter.status("u2").expect("a status");
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        assert_eq!(status.reason.as_deref(), Some("Evicted"));
+        assert!(r.kubelet.rejected.contains_key("u2"));
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+    }
+
     #[test]
     fn an_update_that_needs_privileges_is_refused_and_stops_the_pod() {
         let r = rig();

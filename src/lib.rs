@@ -12,6 +12,7 @@ pub mod config;
 pub mod cri;
 pub mod document;
 pub mod events;
+pub mod eviction;
 pub mod fault;
 pub mod fieldpath;
 pub mod health;

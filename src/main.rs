@@ -16,6 +16,7 @@ use tinylet::config::{
 };
 use tinylet::cri::RemoteRuntime;
 use tinylet::events::{EventBroadcaster, EventRecorder, EventType, ObjectRef};
+use tinylet::eviction::Signal;
 use tinylet::fieldpath::NodeAllocatable;
 use tinylet::kube::{load_kubeconfig, Client, ClientOptions};
 use tinylet::kubelet::{Inputs, Kubelet, PodView};
@@ -352,6 +353,8 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         &opts.node_labels,
         &opts.kube_reserved,
         &opts.system_reserved,
+        tinylet::eviction::hard_value(&opts.eviction, Signal::MemoryAvailable),
+        tinylet::eviction::hard_value(&opts.eviction, Signal::NodeFsAvailable),
     )));
     let host_ip = tinylet::node::machine::node_addresses(opts.node_ip, &node)
         .ok()
@@ -423,7 +426,9 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     }
     let runtime = Arc::new(runtime);
     // Run-once mode leaves images alone: it only starts its pods.
-    let _image_gc = if opts.image_gc.enabled() && !opts.runonce {
+    // The image-gc thread also serves the eviction manager's reclaim, so
+    // it runs with image GC off too (without its periodic passes).
+    let image_gc = if !opts.runonce {
         let gc = ImageGc::new(
             remote.clone(),
             remote.clone(),
@@ -431,10 +436,11 @@ fn run(opts: Options) -> anyhow::Result<bool> {
             recorder.clone(),
             &node,
         );
-        Some(image_gc::start(gc).context("starting the image GC thread")?)
+        Some(image_gc::start(gc, opts.image_gc.enabled()).context("starting the image GC thread")?)
     } else {
         None
     };
+    let pressure = Arc::new(tinylet::eviction::State::default());
     let _log_rotation = tinylet::logs::rotate::start(
         remote.clone(),
         opts.container_log_max_size,
@@ -482,6 +488,17 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                     node_ip: opts.node_ip,
                     root_dir: opts.root_dir.clone(),
                     kubelet_port: opts.listeners().main.map_or(0, |a| a.port()),
+                    eviction_hard_memory: tinylet::eviction::hard_value(
+                        &opts.eviction,
+                        Signal::MemoryAvailable,
+                    )
+                    .to_string(),
+                    eviction_hard_nodefs: tinylet::eviction::hard_value(
+                        &opts.eviction,
+                        Signal::NodeFsAvailable,
+                    )
+                    .to_string(),
+                    pressure: (!opts.runonce).then(|| pressure.clone()),
                 },
                 node_state.clone(),
                 recorder.clone(),
@@ -502,6 +519,36 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     let cache = PodCache::new();
     let health = Arc::new(tinylet::health::Health::new(opts.sync_frequency));
     let pod_view = Arc::new(PodView::default());
+    // The eviction manager hands its evictions to the sync loop, one at a
+    // time: it waits for each pod's cleanup anyway.
+    let (eviction_tx, eviction_rx) = crossbeam_channel::bounded(1);
+    let _eviction_manager = if opts.runonce {
+        None
+    } else {
+        let thresholds = tinylet::eviction::thresholds(&opts.eviction)
+            .map_err(|e| anyhow::anyhow!("eviction thresholds: {e}"))?;
+        Some(
+            tinylet::eviction::manager::EvictionManager::start(
+                tinylet::eviction::manager::Config {
+                    thresholds,
+                    transition_period: opts.eviction.pressure_transition_period,
+                    max_pod_grace_period: opts.eviction.max_pod_grace_period,
+                    root_dir: opts.root_dir.clone(),
+                    logs_dir: opts.pod_logs_dir.clone(),
+                    interval: tinylet::eviction::MONITORING_INTERVAL,
+                    log_max_size: opts.container_log_max_size,
+                    log_max_files: opts.container_log_max_files,
+                },
+                remote.clone(),
+                remote.clone(),
+                image_gc.as_ref().map(|g| g.handle()),
+                pod_view.clone(),
+                pressure.clone(),
+                eviction_tx,
+            )
+            .context("starting the eviction manager thread")?,
+        )
+    };
     let running_pods = Arc::new(RunningPods::default());
     let _server = start_server(
         &opts,
@@ -719,6 +766,15 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     .with_admissions(admissions)
     .with_health(health)
     .with_pod_view(pod_view)
+    .with_eviction(
+        pressure,
+        // Without a manager (run-once) nothing is ever evicted.
+        if _eviction_manager.is_some() {
+            eviction_rx
+        } else {
+            crossbeam_channel::never()
+        },
+    )
     .with_cluster(
         reporter,
         recorder,

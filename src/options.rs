@@ -125,6 +125,8 @@ pub struct Options {
     /// Log files kept per container, the live one included, at least 2
     /// (`--container-log-max-files`).
     pub container_log_max_files: usize,
+    /// The eviction thresholds and their settings (`--eviction-*`).
+    pub eviction: crate::eviction::Settings,
 }
 
 /// Where the node's API listens; `None`: that listener is off.
@@ -236,6 +238,7 @@ impl Default for Options {
             runonce_timeout: Duration::from_secs(5 * 60),
             container_log_max_size: crate::logs::rotate::DEFAULT_MAX_SIZE,
             container_log_max_files: crate::logs::rotate::DEFAULT_MAX_FILES,
+            eviction: crate::eviction::Settings::default(),
         }
     }
 }
@@ -476,6 +479,20 @@ Garbage collection:
                                        exited instances kept per container; the newest is
                                        always kept (default 1)
 
+Eviction (signals memory.available, nodefs.available, nodefs.inodesFree,
+imagefs.available, imagefs.inodesFree, pid.available; quantities or percentages):
+  --eviction-hard list                 thresholds that evict at once, signal<value,...
+                                       (default memory.available<100Mi,nodefs.available<10%,
+                                       nodefs.inodesFree<5%,imagefs.available<15%)
+  --eviction-soft list                 thresholds that evict after their grace period
+  --eviction-soft-grace-period list    grace periods of the soft thresholds, signal=duration,...
+  --eviction-minimum-reclaim list      what is reclaimed beyond a threshold, signal=quantity,...
+  --eviction-pressure-transition-period duration
+                                       how long a pressure condition stays after its
+                                       threshold is no longer met (default 5m0s)
+  --eviction-max-pod-grace-period int  longest grace period (s) of a pod evicted for a soft
+                                       threshold (default 0)
+
 Node API (a cluster node serves --port and --healthz-port by default; a standalone
 node serves each only when its flag or --enable-server is given):
   --address ip                         address of --port and --read-only-port (default 0.0.0.0)
@@ -635,6 +652,9 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
         o.config_file = Some(path);
     }
     let mut headers_from_flags = false;
+    // A map flag's first use replaces the default (or the file's) map;
+    // later uses add to it, as the kubelet's map flags do.
+    let mut maps_from_flags: Vec<&str> = Vec::new();
     for (name, v) in flags {
         let name = name.as_str();
         let dur = |v: &str| parse_duration(v).map_err(|e| format!("flag --{name}: {e}"));
@@ -781,6 +801,29 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "authorization-webhook-cache-unauthorized-ttl" => o.auth.unauthorized_ttl = dur(&v)?,
             "runonce" => o.runonce = boolean(name, &v)?,
             "runonce-timeout" => o.runonce_timeout = dur(&v)?,
+            "eviction-hard"
+            | "eviction-soft"
+            | "eviction-soft-grace-period"
+            | "eviction-minimum-reclaim" => {
+                let e = &mut o.eviction;
+                let (map, sep) = match name {
+                    "eviction-hard" => (&mut e.hard, '<'),
+                    "eviction-soft" => (&mut e.soft, '<'),
+                    "eviction-soft-grace-period" => (&mut e.soft_grace_period, '='),
+                    _ => (&mut e.minimum_reclaim, '='),
+                };
+                let pairs = crate::eviction::parse_map(&v, sep)
+                    .map_err(|e| format!("flag --{name}: {e}"))?;
+                if !maps_from_flags.contains(&name) {
+                    map.clear();
+                    maps_from_flags.push(FLAGS.iter().find(|f| **f == name).map_or("", |f| f));
+                }
+                map.extend(pairs);
+            }
+            "eviction-pressure-transition-period" => {
+                o.eviction.pressure_transition_period = dur(&v)?
+            }
+            "eviction-max-pod-grace-period" => o.eviction.max_pod_grace_period = number(name, &v)?,
             "v" => {
                 o.verbosity = v
                     .parse()
@@ -852,6 +895,13 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                 .into(),
         );
     }
+    crate::eviction::thresholds(&o.eviction).map_err(|e| match &o.config_file {
+        Some(file) => format!(
+            "eviction thresholds (flags or --config {}): {e}",
+            file.display()
+        ),
+        None => format!("eviction thresholds (--eviction-*): {e}"),
+    })?;
     o.image_gc.validate().map_err(|e| match &o.config_file {
         Some(file) => format!("{e} (flags or --config {})", file.display()),
         None => e,
@@ -978,6 +1028,12 @@ const FLAGS: &[&str] = &[
     "authorization-webhook-cache-unauthorized-ttl",
     "runonce",
     "runonce-timeout",
+    "eviction-hard",
+    "eviction-soft",
+    "eviction-soft-grace-period",
+    "eviction-minimum-reclaim",
+    "eviction-pressure-transition-period",
+    "eviction-max-pod-grace-period",
 ];
 
 /// The boolean ones among `FLAGS`: alone they mean true.
@@ -1071,12 +1127,6 @@ pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "event-qps",
     "event-storage-age-limit",
     "event-storage-event-limit",
-    "eviction-hard",
-    "eviction-max-pod-grace-period",
-    "eviction-minimum-reclaim",
-    "eviction-pressure-transition-period",
-    "eviction-soft",
-    "eviction-soft-grace-period",
     "experimental-bootstrap-kubeconfig",
     "experimental-dockershim-root-directory",
     "experimental-mounter-path",
@@ -1402,6 +1452,35 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
             }
             "registryBurst" => o.registry_burst = unsigned(field, v)?,
             "maxPods" => o.max_pods = unsigned(field, v)?,
+            "evictionHard"
+            | "evictionSoft"
+            | "evictionSoftGracePeriod"
+            | "evictionMinimumReclaim" => {
+                let Value::Object(map) = v else {
+                    return Err(err(field, format!("expected a map of strings, found {v}")));
+                };
+                let mut out = std::collections::BTreeMap::new();
+                for (k, val) in map {
+                    out.insert(k.clone(), string(&format!("{field}.{k}"), val)?);
+                }
+                let e = &mut o.eviction;
+                let map = match field.as_str() {
+                    "evictionHard" => &mut e.hard,
+                    "evictionSoft" => &mut e.soft,
+                    "evictionSoftGracePeriod" => &mut e.soft_grace_period,
+                    "evictionMinimumReclaim" => &mut e.minimum_reclaim,
+                    _ => continue,
+                };
+                *map = out;
+            }
+            "evictionPressureTransitionPeriod" => {
+                o.eviction.pressure_transition_period = duration(field, v)?
+            }
+            "evictionMaxPodGracePeriod" => {
+                o.eviction.max_pod_grace_period = v
+                    .as_i64()
+                    .ok_or_else(|| err(field, format!("expected an integer, found {v}")))?
+            }
             "imageGCHighThresholdPercent" => o.image_gc.high_threshold = percent(field, v)?,
             "imageGCLowThresholdPercent" => o.image_gc.low_threshold = percent(field, v)?,
             "imageMinimumGCAge" => o.image_gc.min_age = duration(field, v)?,
@@ -1891,6 +1970,81 @@ registerWithTaints: [{key: k, value: v, effect: NoSchedule}]
 authentication: {anonymous: {enabled: false}}
 cgroupDriver: systemd
 ";
+
+    #[test]
+    fn eviction_flags_and_config_fields() {
+        let o = run(&[]);
+        assert_eq!(o.eviction, crate::eviction::Settings::default());
+        assert_eq!(o.eviction.hard.len(), 4);
+        // The first use replaces the default map, later ones add to it.
+        let o = run(&[
+            "--eviction-hard",
+            "memory.available<1Gi",
+            "--eviction-hard=nodefs.available<5%",
+            "--eviction-soft",
+            "memory.available<2Gi",
+            "--eviction-soft-grace-period",
+            "memory.available=1m",
+            "--eviction-minimum-reclaim",
+            "nodefs.available=1Gi",
+            "--eviction-pressure-transition-period",
+            "30s",
+            "--eviction-max-pod-grace-period",
+            "20",
+        ]);
+        let e = &o.eviction;
+        assert_eq!(
+            e.hard
+                .iter()
+                .map(|(k, v)| format!("{k}<{v}"))
+                .collect::<Vec<_>>(),
+            ["memory.available<1Gi", "nodefs.available<5%"]
+        );
+        assert_eq!(e.soft["memory.available"], "2Gi");
+        assert_eq!(e.soft_grace_period["memory.available"], "1m");
+        assert_eq!(e.minimum_reclaim["nodefs.available"], "1Gi");
+        assert_eq!(e.pressure_transition_period, Duration::from_secs(30));
+        assert_eq!(e.max_pod_grace_period, 20);
+        assert!(!o.ignored_flags.iter().any(|f| f.starts_with("eviction")));
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(
+            &dir,
+            "k.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             evictionHard: {imagefs.available: 20%}\n\
+             evictionSoft: {nodefs.available: 30%}\n\
+             evictionSoftGracePeriod: {nodefs.available: 2m}\n\
+             evictionPressureTransitionPeriod: 1m\nevictionMaxPodGracePeriod: 5\n",
+        );
+        let o = run(&["--config", &file]);
+        assert_eq!(o.eviction.hard.len(), 1);
+        assert_eq!(o.eviction.hard["imagefs.available"], "20%");
+        assert_eq!(o.eviction.soft["nodefs.available"], "30%");
+        assert_eq!(
+            o.eviction.pressure_transition_period,
+            Duration::from_secs(60)
+        );
+        assert_eq!(o.eviction.max_pod_grace_period, 5);
+
+        for (args, want) in [
+            (
+                &["--eviction-hard", "memory.free<1Gi"][..],
+                "unsupported eviction signal memory.free",
+            ),
+            (
+                &["--eviction-soft", "memory.available<1Gi"][..],
+                "grace period must be specified",
+            ),
+            (
+                &["--eviction-hard", "memory.available=1Gi"][..],
+                "flag --eviction-hard: malformed pair",
+            ),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+    }
 
     fn config_file(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
         let path = dir.path().join(name);

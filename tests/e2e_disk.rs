@@ -35,12 +35,12 @@ const NO_IMAGE_GC: [&str; 2] = ["--image-gc-high-threshold", "100"];
 const FAULT: Duration = Duration::from_secs(15);
 
 /// A tmpfs mounted on a directory for the test; unmounted when dropped.
-struct Tmpfs {
+pub(crate) struct Tmpfs {
     dir: PathBuf,
 }
 
 impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
+    pub(crate) fn mount(dir: &Path, size: &str) -> Tmpfs {
         fs::create_dir_all(dir).unwrap();
         run(&[
             "mount",

@@ -246,13 +246,9 @@ fn registry_pulls_follow_policy_secrets_and_back_off() {
     assert!(!pulls.is_empty(), "{pulls:?}");
 }
 
-/// Image GC on real containerd: with the image filesystem "full" (a 1%
-/// high threshold), an unused image is removed; the image a running pod
-/// uses and the runtime's sandbox image stay, and the pod is untouched.
-#[test]
-fn image_gc_removes_an_unused_image_and_keeps_used_and_sandbox_images() {
-    let ctd = PrivateContainerd::start();
-    let spare = "docker.io/tinylet/spare:1";
+/// Builds an image of its own (another ID than the test images) tagged
+/// `spare` and imports it into `ctd`, unused by any container.
+pub(crate) fn import_spare_image(ctd: &PrivateContainerd, spare: &str) {
     let out = std::process::Command::new("bash")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -275,6 +271,16 @@ fn image_gc_removes_an_unused_image_and_keeps_used_and_sandbox_images() {
         &ctd.snapshotter(),
         &tar,
     ]);
+}
+
+/// Image GC on real containerd: with the image filesystem "full" (a 1%
+/// high threshold), an unused image is removed; the image a running pod
+/// uses and the runtime's sandbox image stay, and the pod is untouched.
+#[test]
+fn image_gc_removes_an_unused_image_and_keeps_used_and_sandbox_images() {
+    let ctd = PrivateContainerd::start();
+    let spare = "docker.io/tinylet/spare:1";
+    import_spare_image(&ctd, spare);
     let images = |ctd: &PrivateContainerd| ctd.ctr(&["images", "ls", "-q"]);
     assert!(images(&ctd).contains(spare), "{}", images(&ctd));
 

@@ -134,6 +134,46 @@ impl LogRotation {
         Ok(())
     }
 
+    /// Removes every rotated log file of every container the runtime
+    /// knows (running or exited), leaving the live ones: what the eviction
+    /// manager reclaims under disk pressure. Returns the files removed and
+    /// their bytes; a container that fails is logged and the others go on.
+    pub fn remove_rotated(&self) -> Result<(usize, u64), String> {
+        let containers = self
+            .runtime
+            .list_containers(None)
+            .map_err(|e| format!("listing containers: {e}"))?;
+        let (mut files, mut bytes) = (0, 0u64);
+        for c in containers {
+            let log = match self.runtime.container_status(&c.id) {
+                Ok(s) if !s.log_path.is_empty() => PathBuf::from(s.log_path),
+                Ok(_) => continue,
+                Err(e) => {
+                    warn!("rotated logs of {}: {e}", c.id);
+                    continue;
+                }
+            };
+            let rotated = match self.cleanup(&log) {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!("rotated logs of {}: {e}", c.id);
+                    continue;
+                }
+            };
+            for old in rotated {
+                let size = std::fs::metadata(&old).map_or(0, |m| m.len());
+                match remove(&old) {
+                    Ok(()) => {
+                        files += 1;
+                        bytes += size;
+                    }
+                    Err(e) => warn!("{e}"),
+                }
+            }
+        }
+        Ok((files, bytes))
+    }
+
     /// Removes leftovers of `log` (temp files of an unfinished compression,
     /// plain files whose compressed copy is done) and returns its rotated
     /// files, oldest first.

@@ -8,7 +8,6 @@
 //! on the ground floor (it imports nothing of tinylet), so the CRI and
 //! API clients can record into it.
 //!
-//! Not exported: `kubelet_evictions` (tinylet has no eviction manager).
 
 pub mod process;
 pub mod registry;
@@ -100,6 +99,7 @@ static PLEG_RELIST_INTERVAL: Histogram = Histogram::new(DEF_BUCKETS);
 static HTTP_REQUESTS: CounterFamily = CounterFamily::new();
 static REST_CLIENT_REQUESTS: CounterFamily = CounterFamily::new();
 static PROBES: CounterFamily = CounterFamily::new();
+static EVICTIONS: CounterFamily = CounterFamily::new();
 
 /// Sets the node's name for `kubelet_node_name`.
 pub fn set_node_name(name: &str) {
@@ -184,6 +184,13 @@ fn format_u16(mut v: u16, buf: &mut [u8; 8]) -> &str {
         }
     }
     std::str::from_utf8(&buf[i..]).unwrap_or("0")
+}
+
+/// The eviction manager evicted a pod for `signal` (a threshold's signal,
+/// or `emptydirfs.limit`, `ephemeralpodfs.limit`,
+/// `ephemeralcontainerfs.limit` for local storage limits).
+pub fn eviction(signal: &str) {
+    EVICTIONS.inc(&[signal]);
 }
 
 /// Probe kinds as upstream names them in `probe_type`.
@@ -341,6 +348,14 @@ pub fn render_metrics(out: &mut String) {
         "kubelet_http_requests_total",
         &["method", "path", "server_type", "long_running"],
     );
+
+    alpha_header(
+        out,
+        "kubelet_evictions",
+        "Cumulative number of pod evictions by eviction signal",
+        "counter",
+    );
+    EVICTIONS.render(out, "kubelet_evictions", &["eviction_signal"]);
 
     alpha_header(
         out,

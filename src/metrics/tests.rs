@@ -98,10 +98,21 @@ fn the_metrics_page_has_the_kubelets_names_and_parses() {
     http_request("GET", "/stats", "readwrite", false);
     rest_client_request(Some(201), "POST", "10.0.0.1:6443");
     rest_client_request(None, "GET", "10.0.0.1:6443");
+    eviction("nodefs.available");
 
     let mut out = String::new();
     render_metrics(&mut out);
     let s = parse(&out).unwrap_or_else(|e| panic!("{e}\n{out}"));
+    assert!(
+        find(
+            &s,
+            "kubelet_evictions",
+            &[("eviction_signal", "nodefs.available")]
+        )
+        .unwrap()
+        .value
+            >= 1.0
+    );
     assert_eq!(
         find(&s, "kubelet_node_name", &[("node", "node-\"q\"")])
             .unwrap()

@@ -561,9 +561,8 @@ pub fn capacity(info: &MachineInfo, root_fs: &FsStats, max_pods: u32) -> BTreeMa
     c
 }
 
-/// The kubelet's default hard eviction threshold for nodefs.available,
-/// which it also holds back from allocatable ephemeral-storage. A float32
-/// upstream; its rounding shows in the reported bytes, so it is one here.
+/// The kubelet's default hard eviction threshold for nodefs.available
+/// (a float32 upstream; its rounding shows in the reported bytes).
 pub const NODEFS_AVAILABLE_FRACTION: f32 = 0.10;
 
 /// A fraction of a capacity, computed as the kubelet does (float64 of the
@@ -575,7 +574,7 @@ fn fraction_of(capacity: i128, fraction: f32) -> i128 {
 /// The Node's `status.allocatable`: each capacity entry minus
 /// kube-reserved, system-reserved and the hard eviction threshold (memory:
 /// `eviction_hard_memory`, a quantity like "100Mi" or a percentage like
-/// "5%"; ephemeral-storage: [`NODEFS_AVAILABLE_FRACTION`] of capacity),
+/// "5%"; ephemeral-storage: `eviction_hard_nodefs`, likewise; "0": none),
 /// floored at 0, then memory minus every huge page pool. Formatted like
 /// capacity. Reservations for resources capacity lacks (pid) are ignored,
 /// as upstream.
@@ -584,6 +583,7 @@ pub fn allocatable(
     kube_reserved: &BTreeMap<String, String>,
     system_reserved: &BTreeMap<String, String>,
     eviction_hard_memory: &str,
+    eviction_hard_nodefs: &str,
 ) -> Result<BTreeMap<String, String>, MachineError> {
     let mut cap_milli = BTreeMap::new();
     for (name, text) in capacity {
@@ -607,8 +607,9 @@ pub fn allocatable(
         *reserved.entry("memory").or_default() += threshold * 1000;
     }
     if let Some(&eph) = cap_milli.get("ephemeral-storage") {
-        *reserved.entry("ephemeral-storage").or_default() +=
-            fraction_of(eph / 1000, NODEFS_AVAILABLE_FRACTION) * 1000;
+        let threshold = eviction_threshold(eviction_hard_nodefs, eph / 1000)
+            .map_err(|e| MachineError(format!("eviction-hard nodefs.available: {e}")))?;
+        *reserved.entry("ephemeral-storage").or_default() += threshold * 1000;
     }
     let mut alloc: BTreeMap<&str, i128> = cap_milli
         .iter()
@@ -1365,7 +1366,7 @@ mod tests {
         ]);
         assert_eq!(cap, want_cap);
         let none = BTreeMap::new();
-        let alloc = allocatable(&cap, &none, &none, "100Mi").unwrap();
+        let alloc = allocatable(&cap, &none, &none, "100Mi", "10%").unwrap();
         let want_alloc = map(&[
             ("cpu", "2"),
             ("ephemeral-storage", "243497856212"),
@@ -1388,7 +1389,7 @@ mod tests {
         ]);
         let kube = parse_reserved("cpu=100m,memory=256Mi,pid=1000").unwrap();
         let system = parse_reserved("cpu=0.5,memory=128Mi,ephemeral-storage=1Gi").unwrap();
-        let a = allocatable(&cap, &kube, &system, "100Mi").unwrap();
+        let a = allocatable(&cap, &kube, &system, "100Mi", "10%").unwrap();
         assert_eq!(a["cpu"], "1400m");
         // 1024 - 256 - 128 - 100 (eviction) - 128 (huge pages) = 412 Mi.
         assert_eq!(a["memory"], "412Mi");
@@ -1405,24 +1406,33 @@ mod tests {
             &parse_reserved("cpu=3,memory=2Gi").unwrap(),
             &BTreeMap::new(),
             "5%",
+            "10%",
         )
         .unwrap();
         assert_eq!(a["cpu"], "0");
         assert_eq!(a["memory"], "0");
 
+        // The nodefs.available threshold comes off ephemeral-storage.
+        let cap = map(&[("ephemeral-storage", "1000Mi")]);
+        let none = BTreeMap::new();
+        let a = allocatable(&cap, &none, &none, "0", "100Mi").unwrap();
+        assert_eq!(a["ephemeral-storage"], "900Mi");
+        let a = allocatable(&cap, &none, &none, "0", "0").unwrap();
+        assert_eq!(a["ephemeral-storage"], "1000Mi");
+
         // A percentage threshold for memory.
         let cap = map(&[("memory", "1000Mi")]);
-        let a = allocatable(&cap, &BTreeMap::new(), &BTreeMap::new(), "10%").unwrap();
+        let a = allocatable(&cap, &BTreeMap::new(), &BTreeMap::new(), "10%", "10%").unwrap();
         let mem = 1000i128 << 20;
         let want = mem - (mem as f64 * f64::from(0.1f32)) as i128;
         assert_eq!(a["memory"], format_binary_si(want * 1000));
 
-        let e = allocatable(&cap, &BTreeMap::new(), &BTreeMap::new(), "lots").unwrap_err();
+        let e = allocatable(&cap, &BTreeMap::new(), &BTreeMap::new(), "lots", "10%").unwrap_err();
         assert_eq!(
             e.to_string(),
             "eviction-hard memory.available: quantity \"lots\": expected a number"
         );
-        let e = allocatable(&cap, &BTreeMap::new(), &BTreeMap::new(), "120%").unwrap_err();
+        let e = allocatable(&cap, &BTreeMap::new(), &BTreeMap::new(), "120%", "10%").unwrap_err();
         assert_eq!(
             e.to_string(),
             "eviction-hard memory.available: \"120%\": not a percentage from 0 to 100"

@@ -4,10 +4,13 @@
 //!
 //! `machine` holds the facts about the host those threads report: what it
 //! is (cores, memory, ids, kernel, OS image, architecture), its root
-//! filesystem, its addresses, its reservations and whether it is under
-//! memory, disk or PID pressure. It is plain functions over /proc, /sys,
-//! /etc and statvfs, each with a variant that reads injected text or an
-//! injected root so tests need no particular host.
+//! filesystem, its addresses and its reservations. It is plain functions
+//! over /proc, /sys, /etc and statvfs, each with a variant that reads
+//! injected text or an injected root so tests need no particular host.
+//! The pressure conditions come from the eviction manager
+//! (`crate::eviction`), as upstream's node status reads them from its
+//! eviction manager; `machine`'s own pressure reading, against the default
+//! thresholds, is only used where no manager runs (`--runonce`).
 
 pub mod lease;
 pub mod machine;

@@ -9,10 +9,6 @@ use super::machine;
 use crate::admission::NodeInfo;
 use crate::quantity::{parse_bytes, parse_millis};
 
-/// The kubelet's default hard eviction threshold for memory, kept out of
-/// allocatable as upstream does.
-pub const EVICTION_HARD_MEMORY: &str = "100Mi";
-
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeState {
     pub name: String,
@@ -31,6 +27,7 @@ pub struct NodeState {
 /// The node as the machine describes it before the API server is heard
 /// from: the default labels, the `--node-labels`, and the allocatable
 /// resources computed locally (admission uses them in standalone mode too).
+#[allow(clippy::too_many_arguments)]
 pub fn initial_node_state(
     name: &str,
     root_dir: &Path,
@@ -38,6 +35,8 @@ pub fn initial_node_state(
     node_labels: &[(String, String)],
     kube_reserved: &[(String, String)],
     system_reserved: &[(String, String)],
+    eviction_hard_memory: &str,
+    eviction_hard_nodefs: &str,
 ) -> NodeState {
     let info = machine::read_machine_info();
     let fs = machine::fs_stats(root_dir).unwrap_or_default();
@@ -47,7 +46,8 @@ pub fn initial_node_state(
         &capacity,
         &reserved(kube_reserved),
         &reserved(system_reserved),
-        EVICTION_HARD_MEMORY,
+        eviction_hard_memory,
+        eviction_hard_nodefs,
     )
     .unwrap_or_else(|e| {
         log::warn!("node: allocatable: {e}; using capacity");

@@ -59,6 +59,15 @@ pub struct NodeConfig {
     pub root_dir: PathBuf,
     /// The port the node API listens on (`daemonEndpoints`); 0: none.
     pub kubelet_port: u16,
+    /// The hard memory.available eviction threshold, kept out of
+    /// allocatable ("0": none).
+    pub eviction_hard_memory: String,
+    /// The hard nodefs.available threshold, kept out of allocatable
+    /// ephemeral-storage ("0": none).
+    pub eviction_hard_nodefs: String,
+    /// The eviction manager's pressure conditions; without one (run-once)
+    /// the signals are read against the default thresholds.
+    pub pressure: Option<Arc<crate::eviction::State>>,
 }
 
 /// Handle of the `node-status` thread; dropping it stops and joins it.
@@ -424,13 +433,21 @@ impl NodeStatus {
             &capacity,
             &reserved(&self.config.kube_reserved),
             &reserved(&self.config.system_reserved),
-            super::state::EVICTION_HARD_MEMORY,
+            &self.config.eviction_hard_memory,
+            &self.config.eviction_hard_nodefs,
         )
         .unwrap_or_else(|e| {
             warn!("node status: allocatable: {e}; reporting capacity");
             capacity.clone()
         });
-        let pressure = machine::read_pressure(&self.config.root_dir);
+        let pressure = match &self.config.pressure {
+            Some(s) => machine::Pressure {
+                memory: s.has(crate::eviction::Condition::Memory),
+                disk: s.has(crate::eviction::Condition::Disk),
+                pid: s.has(crate::eviction::Condition::Pid),
+            },
+            None => machine::read_pressure(&self.config.root_dir),
+        };
         let mut conditions = Vec::new();
         for (kind, on) in [
             (machine::PressureKind::Memory, pressure.memory),

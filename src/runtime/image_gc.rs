@@ -216,6 +216,17 @@ impl ImageGc {
         now: SystemTime,
         fs: &dyn Fn(&Path) -> std::io::Result<(u64, u64)>,
     ) -> Result<Pass, String> {
+        self.pass(now, Some(fs))
+    }
+
+    /// Removes every unused image old enough, whatever the thresholds
+    /// (upstream `DeleteUnusedImages`, the eviction manager's reclaim).
+    pub fn free_unused(&mut self, now: SystemTime) -> Result<Pass, String> {
+        self.pass(now, None)
+    }
+
+    /// A pass that frees what the thresholds ask (`fs` given) or all it can.
+    fn pass(&mut self, now: SystemTime, fs: Option<FsStat>) -> Result<Pass, String> {
         let usage = self
             .images
             .image_fs_info()
@@ -254,22 +265,28 @@ impl ImageGc {
             }
         }
 
-        let (capacity, available) =
-            fs(Path::new(&mount)).map_err(|e| format!("statfs {mount}: {e}"))?;
-        if capacity == 0 {
-            return Err(format!("invalid capacity 0 on image filesystem {mount}"));
-        }
-        let wanted = self.policy.bytes_to_free(capacity, available);
-        if wanted == 0 {
-            debug!("image GC: {mount} below {}%", self.policy.high_threshold);
-            return Ok(Pass::default());
-        }
-        info!(
-            "image GC: {mount} at {}% (high threshold {}%), freeing {wanted} bytes to get to {}%",
-            100 - available.min(capacity) as u128 * 100 / capacity as u128,
-            self.policy.high_threshold,
-            self.policy.low_threshold
-        );
+        let wanted = match fs {
+            Some(fs) => {
+                let (capacity, available) =
+                    fs(Path::new(&mount)).map_err(|e| format!("statfs {mount}: {e}"))?;
+                if capacity == 0 {
+                    return Err(format!("invalid capacity 0 on image filesystem {mount}"));
+                }
+                let wanted = self.policy.bytes_to_free(capacity, available);
+                if wanted == 0 {
+                    debug!("image GC: {mount} below {}%", self.policy.high_threshold);
+                    return Ok(Pass::default());
+                }
+                info!(
+                    "image GC: {mount} at {}% (high threshold {}%), freeing {wanted} bytes to get to {}%",
+                    100 - available.min(capacity) as u128 * 100 / capacity as u128,
+                    self.policy.high_threshold,
+                    self.policy.low_threshold
+                );
+                wanted
+            }
+            None => u64::MAX,
+        };
         let candidates = images
             .iter()
             .filter(|img| !in_use.contains(&img.id))
@@ -301,7 +318,7 @@ impl ImageGc {
                 Err(e) => warn!("image GC: remove image {}: {e}", c.id),
             }
         }
-        if pass.freed < wanted {
+        if pass.freed < wanted && wanted != u64::MAX {
             let message = format!(
                 "Failed to garbage collect required amount of images. Attempted to free {wanted} bytes, but only found {} bytes eligible to free.",
                 pass.freed
@@ -318,29 +335,74 @@ impl ImageGc {
     }
 }
 
+/// How a pass measures a filesystem: capacity and available bytes.
+type FsStat<'a> = &'a dyn Fn(&Path) -> std::io::Result<(u64, u64)>;
+
 /// Handle of the `image-gc` thread; dropping it stops and joins the thread.
 pub struct ImageGcThread {
     _stop: crossbeam_channel::Sender<()>,
+    requests: crossbeam_channel::Sender<crossbeam_channel::Sender<Result<Pass, String>>>,
     _thread: crate::thread::JoinOnDrop<()>,
 }
 
-/// Starts the `image-gc` thread: a pass now, then one every [`PERIOD`].
-pub fn start(mut gc: ImageGc) -> std::io::Result<ImageGcThread> {
+impl ImageGcThread {
+    /// A handle through which other threads ask for unused images to go.
+    pub fn handle(&self) -> ImageGcHandle {
+        ImageGcHandle(self.requests.clone())
+    }
+}
+
+/// Asks the `image-gc` thread to remove every unused image now.
+#[derive(Clone)]
+pub struct ImageGcHandle(
+    crossbeam_channel::Sender<crossbeam_channel::Sender<Result<Pass, String>>>,
+);
+
+impl ImageGcHandle {
+    /// Waits for the pass (the thread may be in a pass of its own first).
+    pub fn free_unused(&self) -> Result<Pass, String> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.0
+            .send(tx)
+            .map_err(|_| "the image GC thread is gone".to_string())?;
+        rx.recv()
+            .map_err(|_| "the image GC thread is gone".to_string())?
+    }
+}
+
+/// Starts the `image-gc` thread: with `periodic`, a pass now, then one
+/// every [`PERIOD`]; it also serves [`ImageGcHandle::free_unused`].
+pub fn start(mut gc: ImageGc, periodic: bool) -> std::io::Result<ImageGcThread> {
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
-    let thread = crate::thread::spawn_named("image-gc", move || loop {
-        if let Err(e) = gc.collect(SystemTime::now(), &statfs) {
-            warn!("image GC: {e}");
-        }
-        // A stop (or the handle dropped) ends the wait early.
-        if !matches!(
-            stop_rx.recv_timeout(PERIOD),
-            Err(crossbeam_channel::RecvTimeoutError::Timeout)
-        ) {
-            break;
+    // One request at a time: the asking thread waits for its answer.
+    let (req_tx, req_rx) =
+        crossbeam_channel::bounded::<crossbeam_channel::Sender<Result<Pass, String>>>(1);
+    let thread = crate::thread::spawn_named("image-gc", move || {
+        let mut next = std::time::Instant::now();
+        loop {
+            let wait = if periodic {
+                crossbeam_channel::at(next)
+            } else {
+                crossbeam_channel::never()
+            };
+            crossbeam_channel::select! {
+                recv(stop_rx) -> _ => break,
+                recv(req_rx) -> r => {
+                    let Ok(reply) = r else { break };
+                    let _ = reply.send(gc.free_unused(SystemTime::now()));
+                }
+                recv(wait) -> _ => {
+                    if let Err(e) = gc.collect(SystemTime::now(), &statfs) {
+                        warn!("image GC: {e}");
+                    }
+                    next = std::time::Instant::now() + PERIOD;
+                }
+            }
         }
     })?;
     Ok(ImageGcThread {
         _stop: stop_tx,
+        requests: req_tx,
         _thread: thread,
     })
 }

@@ -498,6 +498,48 @@ fn pod_log_dir(logs_dir: &Path, p: &PodRow) -> Option<std::path::PathBuf> {
     crate::paths::join(logs_dir, &format!("{}_{}_{}", p.namespace, p.name, p.uid)).ok()
 }
 
+/// What each running pod uses (by UID) for the eviction manager: its
+/// running containers' working sets, writable layers and logs, and its
+/// volumes, measured as the summary measures them.
+pub fn pod_usage(
+    runtime: &dyn RuntimeService,
+    root_dir: &Path,
+    logs_dir: &Path,
+) -> Result<HashMap<String, crate::eviction::PodUsage>, String> {
+    let (pods, rows) = collect(runtime)?;
+    let mut out = HashMap::with_capacity(pods.len());
+    for p in &pods {
+        let log_dir = pod_log_dir(logs_dir, p);
+        let mut u = crate::eviction::PodUsage::default();
+        for c in rows.iter().filter(|c| c.pod_uid == p.uid) {
+            let logs = log_dir
+                .as_ref()
+                .and_then(|d| crate::paths::join(d, &c.name).ok())
+                .and_then(|d| crate::paths::disk_usage(&d, WALK_LIMIT).ok());
+            let w = c.stats.as_ref().and_then(|s| s.writable_layer.as_ref());
+            u.containers.push(crate::eviction::ContainerUsage {
+                name: c.name.clone(),
+                memory_working_set: c.stats.as_ref().and_then(memory_of).map(|m| m.1),
+                rootfs_bytes: w.and_then(|w| w.used_bytes.as_ref()).map(|v| v.value),
+                rootfs_inodes: w.and_then(|w| w.inodes_used.as_ref()).map(|v| v.value),
+                logs_bytes: logs.map(|l| l.bytes),
+                logs_inodes: logs.map(|l| l.inodes),
+            });
+        }
+        u.volumes = pod_volumes(root_dir, &p.uid, "")
+            .into_iter()
+            .map(|v| crate::eviction::VolumeUsage {
+                name: v.name,
+                ephemeral: v.ephemeral,
+                bytes: v.used,
+                inodes: v.inodes,
+            })
+            .collect();
+        out.insert(p.uid.clone(), u);
+    }
+    Ok(out)
+}
+
 /// Network statistics of `/proc/…/net/dev` text, upstream's shape: the
 /// default interface (`eth0`, else the first) at the top level and every
 /// interface but `lo` in `interfaces`. None without interfaces.
@@ -559,6 +601,7 @@ fn pod_network(
 
 /// One volume's statistics.
 struct VolumeUse {
+    name: String,
     ephemeral: bool,
     used: u64,
     inodes: u64,
@@ -605,6 +648,7 @@ fn pod_volumes(root_dir: &Path, uid: &str, now_s: &str) -> Vec<VolumeUse> {
                 m.insert("name".into(), json!(name));
             }
             let v = VolumeUse {
+                name: name.clone(),
                 ephemeral: local && u.dev == pod_dev,
                 used: u.bytes,
                 inodes: u.inodes,

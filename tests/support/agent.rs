@@ -65,6 +65,12 @@ impl Agent {
             // disk is over 85% full; its own test sets its thresholds.
             "--image-gc-high-threshold".into(),
             "100".into(),
+            // The disk eviction thresholds (nodefs.available<10%,
+            // imagefs.available<15%) would be met on a build machine whose
+            // disk is that full: pods refused and evicted. The eviction tests
+            // add their own thresholds to this one.
+            "--eviction-hard".into(),
+            "memory.available<100Mi".into(),
             // A node with a kubeconfig serves its API on 10250 and 10248 by
             // default; parallel tests would fight over them. Tests of the
             // server give their own ports.
