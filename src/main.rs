@@ -417,10 +417,22 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         registry_qps: opts.registry_qps,
         registry_burst: opts.registry_burst,
     });
-    if let Some(c) = &client {
-        // imagePullSecrets are read from the apiserver; a standalone node has none.
-        runtime = runtime.with_pull_secrets(Arc::new(ApiObjects::new(c.clone())));
-    }
+    // imagePullSecrets and env's ConfigMaps and Secrets are read from the
+    // apiserver, and service variables come from its Services; a
+    // standalone node has none of them.
+    let _services = match &client {
+        Some(c) => {
+            let services = Arc::new(tinylet::runtime::services::Services::default());
+            runtime = runtime
+                .with_pull_secrets(Arc::new(ApiObjects::new(c.clone())))
+                .with_services(services.clone());
+            Some(
+                tinylet::runtime::services::start(c.clone(), services)
+                    .context("starting the Services reflector")?,
+            )
+        }
+        None => None,
+    };
     let runtime = Arc::new(runtime);
     // Run-once mode leaves images alone: it only starts its pods.
     let _image_gc = if opts.image_gc.enabled() && !opts.runonce {
