@@ -27,6 +27,7 @@ mod e2e_spec;
 mod e2e_stats;
 mod e2e_status;
 mod e2e_stream;
+mod env;
 mod fake_apiserver;
 mod fake_cri;
 mod fuzz_regressions;
