@@ -11,6 +11,7 @@ mod e2e;
 mod e2e_churn;
 mod e2e_cluster;
 mod e2e_disk;
+mod e2e_env;
 mod e2e_hostile_numbers;
 mod e2e_images;
 mod e2e_kill;
