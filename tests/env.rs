@@ -2,14 +2,17 @@
 //! fake apiserver and the fake CRI: envFrom and key references to
 //! ConfigMaps and Secrets (with the InvalidEnvironmentVariableNames event),
 //! a missing object that holds its container in CreateContainerConfigError
-//! until it is created, and service variables that follow the Services.
+//! until it is created, service variables that follow the Services, and a
+//! standalone node's static pod that names a ConfigMap.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::cluster::{api_pod, Cluster};
-use crate::support::agent::running_containers;
+use crate::support::agent::{running_containers, Agent};
+use crate::support::containerd::write_manifest;
+use crate::support::fake_cri::FakeCri;
 
 /// Waits up to a minute (a held container is retried on the pod worker's
 /// 10 s back-off).
@@ -292,6 +295,44 @@ fn api_pods_wait_for_the_first_list_of_services() {
     assert_eq!(
         get(&env, "KUBERNETES_SERVICE_HOST"),
         Some("10.96.0.1"),
+        "{env:?}"
+    );
+}
+
+#[test]
+fn a_standalone_static_pod_naming_a_config_map_waits_with_upstreams_reason() {
+    // No apiserver: nothing to read the ConfigMap from, so the container
+    // is never created and the log says why; a pod beside it runs, with
+    // no service variables.
+    let cri = FakeCri::start();
+    let mut agent = Agent::start(&cri.endpoint(), &[]);
+    let pod = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 0\n  containers:\n  - name: {name}\n    image: busybox:latest\n    imagePullPolicy: IfNotPresent\n    command: [sleep, \"1000\"]\n{extra}"
+        )
+    };
+    write_manifest(
+        &agent.manifests(),
+        "needs.yaml",
+        &pod(
+            "needs",
+            "    envFrom:\n    - configMapRef: {name: settings}\n",
+        ),
+    );
+    write_manifest(&agent.manifests(), "plain.yaml", &pod("plain", ""));
+    agent.wait("plain runs", || {
+        running_containers(&cri, "plain-edge-1") == 1
+    });
+    let path = agent.log_path();
+    agent.wait("the log names the reason", || {
+        std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .contains("couldn't get configMap default/settings, no kubeClient defined")
+    });
+    assert!(cri.container_env("needs").is_none(), "needs was created");
+    let env = cri.container_env("plain").unwrap();
+    assert!(
+        !env.iter().any(|(k, _)| k.starts_with("KUBERNETES_")),
         "{env:?}"
     );
 }
