@@ -1597,7 +1597,10 @@ mod tests {
         pod
     }
 
-    fn objects(list: &[(EnvObjectKind, &str, Option<&[(&str, &str)]>)]) -> EnvObjects {
+    /// An object's kind, name, and its keys (None: it does not exist).
+    type TestObject<'a> = (EnvObjectKind, &'a str, Option<&'a [(&'a str, &'a str)]>);
+
+    fn objects(list: &[TestObject]) -> EnvObjects {
         list.iter()
             .map(|(kind, name, keys)| {
                 let keys = keys.map(|keys| {
