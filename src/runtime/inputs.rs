@@ -71,8 +71,8 @@ impl RuntimeManager {
     /// The pod's service variables. Until the Services were read once an
     /// API pod cannot have them, which is a config error (upstream's
     /// message) that the pod's next sync retries; a static pod then gets
-    /// none, as upstream, and so does every pod of a node without an
-    /// apiserver.
+    /// none, as upstream, and so does a pod restored from a checkpoint,
+    /// and every pod of a node without an apiserver.
     fn service_env(&self, pod: &Pod) -> Result<Vec<(String, String)>, String> {
         let Some(services) = self.services.as_ref() else {
             return Ok(Vec::new());
@@ -85,6 +85,9 @@ impl RuntimeManager {
         match services.env(pod_namespace(pod), links) {
             Some(env) => Ok(env),
             None if crate::status::manager::is_static_pod(pod) => Ok(Vec::new()),
+            // Restored during an outage: started without the variables
+            // (a deviation; see `Services::restored`).
+            None if services.is_restored(pod_uid(pod)) => Ok(Vec::new()),
             None => Err(
                 "services have not yet been read at least once, cannot construct envvars".into(),
             ),

@@ -7,7 +7,7 @@
 //! name, namespace, cluster IP and ports' name, number and protocol are
 //! kept.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -175,9 +175,26 @@ fn var_name(name: &str) -> String {
 #[derive(Default)]
 pub struct Services {
     known: Mutex<Option<Vec<Arc<ServiceLink>>>>,
+    /// UIDs of API pods restored from checkpoints, which need not wait for
+    /// the first list.
+    restored: Mutex<HashSet<String>>,
 }
 
 impl Services {
+    /// Lets the pods of `uids`, restored from checkpoints at start, be
+    /// started before the Services were read (without their variables).
+    /// Upstream holds every API pod until then; restored pods exist so that
+    /// a node rebooted during an apiserver outage runs its pods anyway, and
+    /// an outage is when the list cannot come.
+    pub fn restored(&self, uids: impl IntoIterator<Item = String>) {
+        self.restored.lock().extend(uids);
+    }
+
+    /// Whether pod `uid` was restored from a checkpoint.
+    pub fn is_restored(&self, uid: &str) -> bool {
+        self.restored.lock().contains(uid)
+    }
+
     /// Replaces the known Services (the reflector's complete set).
     pub fn set(&self, services: Vec<Arc<ServiceLink>>) {
         *self.known.lock() = Some(services);
@@ -311,6 +328,14 @@ mod tests {
         let env = services.env("other", true).unwrap();
         assert_eq!(get(&env, "ELSEWHERE_SERVICE_PORT"), Some("3"));
         assert_eq!(get(&env, "MY_DB_SERVICE_HOST"), None);
+    }
+
+    #[test]
+    fn restored_pods_are_remembered() {
+        let services = Services::default();
+        services.restored(["u1".to_string()]);
+        assert!(services.is_restored("u1"));
+        assert!(!services.is_restored("u2"));
     }
 
     #[test]
