@@ -773,6 +773,8 @@ impl Floor {
                 image_user: None,
                 etc_hosts: Some(etc_hosts),
                 termination_log: Some(termination_log),
+                service_env: Vec::new(),
+                env_objects: None,
             };
             let mut sandbox = sandbox_config(&pod, 0, &self.logs_root, &settings);
             let mut c = container_config(&pod, container, 0, &self.image_ref, &volumes, &inputs)

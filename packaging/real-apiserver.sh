@@ -15,7 +15,8 @@
 #   an apiserver restart loses, restarts and duplicates nothing; through
 #   the apiserver to the node's port 10250, kubectl logs (and -f), exec
 #   with stdin and an exit code, attach and port-forward work, and another
-#   node's credentials (403) or none (401) are refused.
+#   node's credentials (403) or none (401) are refused; a pod's env comes
+#   from a ConfigMap, a Secret and the kubernetes Service.
 #
 #   bash packaging/real-apiserver.sh            # uses $TINYLET_BIN or builds
 # Needs root. Environment: KCP_DIR, TINYLET_BIN, CARGO_TARGET_DIR.
@@ -190,6 +191,31 @@ anon=$(curl -sk -w ' %{http_code}' https://127.0.0.1:10250/pods 2>&1)
 [ "$anon" = "Unauthorized 401" ] || fail "an anonymous request to the node API: '$anon', not 401 Unauthorized"
 $KUBECTL delete pod talk pf --wait=false >/dev/null
 ok "kubectl logs, logs -f, exec -i (exit 3), exec -it (a TTY), attach and port-forward through the apiserver; edge-2 refused (403), anonymous refused (401)"
+
+# 2d. Env from a ConfigMap and a Secret (envFrom, one with a prefix, and a
+# key reference) and the kubernetes Service's variables, read back from the
+# container's own output; the key that is no variable name gets its event.
+$KUBECTL -n default create configmap env-config --from-literal=GREETING=hello \
+    --from-literal=1st=skipped >/dev/null || fail "cannot create configmap env-config"
+$KUBECTL -n default create secret generic env-secret --from-literal=token=s3cr3t >/dev/null ||
+    fail "cannot create secret env-secret"
+pod envy 'echo G=$GREETING T=$SECRET_token M=$MODE K=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT; sleep 3600' 0 |
+    sed 's/^    command:/    envFrom:\
+    - configMapRef: {name: env-config}\
+    - {prefix: SECRET_, secretRef: {name: env-secret}}\
+    env:\
+    - name: MODE\
+      valueFrom: {configMapKeyRef: {name: env-config, key: GREETING}}\
+    command:/' | $KUBECTL apply -f - >/dev/null || fail "cannot create pod envy"
+within 30 $KUBECTL wait --for=condition=Ready pod/envy --timeout=2s || fail "pod envy not Ready"
+kube_ip=$($KUBECTL -n default get service kubernetes -o jsonpath='{.spec.clusterIP}')
+envlog=$($KUBECTL logs envy 2>&1) || fail "kubectl logs envy: $envlog"
+[ "$envlog" = "G=hello T=s3cr3t M=hello K=$kube_ip:443" ] ||
+    fail "pod envy printed '$envlog' (kubernetes service at $kube_ip:443)"
+within 15 sh -c "$KUBECTL get events --field-selector reason=InvalidEnvironmentVariableNames,involvedObject.name=envy -o name | grep -q ." ||
+    fail "no InvalidEnvironmentVariableNames event for pod envy"
+$KUBECTL delete pod envy --wait=false >/dev/null
+ok "pod envy reads env from configmap and secret (envFrom, prefix, key ref) and KUBERNETES_SERVICE_HOST=$kube_ip; InvalidEnvironmentVariableNames event"
 
 # 3. A static pod gets its mirror pod.
 cat >"$work/manifests/.web.yaml" <<EOF

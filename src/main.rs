@@ -420,10 +420,24 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         registry_qps: opts.registry_qps,
         registry_burst: opts.registry_burst,
     });
-    if let Some(c) = &client {
-        // imagePullSecrets are read from the apiserver; a standalone node has none.
-        runtime = runtime.with_pull_secrets(Arc::new(ApiObjects::new(c.clone())));
-    }
+    // imagePullSecrets and env's ConfigMaps and Secrets are read from the
+    // apiserver, and service variables come from its Services; a
+    // standalone node has none of them.
+    let services = client
+        .as_ref()
+        .map(|_| Arc::new(tinylet::runtime::services::Services::default()));
+    let _services_reflector = match (&client, &services) {
+        (Some(c), Some(services)) => {
+            runtime = runtime
+                .with_pull_secrets(Arc::new(ApiObjects::new(c.clone())))
+                .with_services(services.clone());
+            Some(
+                tinylet::runtime::services::start(c.clone(), services.clone())
+                    .context("starting the Services reflector")?,
+            )
+        }
+        _ => None,
+    };
     let runtime = Arc::new(runtime);
     // Run-once mode leaves images alone: it only starts its pods.
     // The image-gc thread also serves the eviction manager's reclaim, so
@@ -600,6 +614,9 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                         found.pods.len(),
                         dir.display()
                     );
+                }
+                if let Some(services) = &services {
+                    services.restored(found.pods.iter().filter_map(|p| p.metadata.uid.clone()));
                 }
                 config.restore(API_SOURCE, found.pods);
             }

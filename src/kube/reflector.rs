@@ -33,6 +33,7 @@
 //! list or watch is used; a DELETED event over the cap still removes its
 //! object by name.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,11 +114,26 @@ impl Reflector {
     {
         // Capacity 0 and nothing is ever sent: only the disconnection counts.
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let mut sink = sink;
         let actor = Actor {
             name: name.to_string(),
             client,
             lw,
-            sink,
+            codec: Codec {
+                kind: T::KIND,
+                api_version: T::API_VERSION,
+                decode: decode_stored::<T>,
+                explain: decode_error_with_field,
+            },
+            // Every stored object was made by `decode_stored::<T>`.
+            sink: Box::new(move |objects: Vec<Stored>| {
+                sink(
+                    objects
+                        .into_iter()
+                        .filter_map(|o| o.downcast::<T>().ok())
+                        .collect(),
+                )
+            }),
             stop: stop_rx,
             store: BTreeMap::new(),
             rv: None,
@@ -144,13 +160,36 @@ enum Next {
     Watch,
 }
 
-struct Actor<T> {
+/// A stored object, of the type the reflector was started for.
+type Stored = Arc<dyn Any + Send + Sync>;
+
+/// What the thread needs of the type it reflects, as plain values and
+/// functions: the thread's code is not generic, so it exists once in the
+/// binary however many types are reflected.
+struct Codec {
+    kind: &'static str,
+    api_version: &'static str,
+    /// Decodes an object into its `namespace/name` key and stored value.
+    decode: fn(&Value) -> Result<(String, Stored), serde_json::Error>,
+    /// Names the field a decoding error is about (`decode_error_with_field`).
+    explain: fn(&Value, &str) -> String,
+}
+
+fn decode_stored<T>(obj: &Value) -> Result<(String, Stored), serde_json::Error>
+where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta> + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    decode_value::<T>(obj).map(|(key, t)| (key, Arc::new(t) as Stored))
+}
+
+struct Actor {
     name: String,
     client: Client,
     lw: ListWatch,
-    sink: Box<dyn FnMut(Vec<Arc<T>>) + Send>,
+    codec: Codec,
+    sink: Box<dyn FnMut(Vec<Stored>) + Send>,
     stop: Receiver<()>,
-    store: BTreeMap<String, Arc<T>>,
+    store: BTreeMap<String, Stored>,
     /// The last resourceVersion seen (list, event or bookmark).
     rv: Option<String>,
     rng: XorShift,
@@ -163,15 +202,7 @@ struct Actor<T> {
 /// Why the thread stops.
 struct Stopped;
 
-impl<T> Actor<T>
-where
-    T: k8s_openapi::Metadata<Ty = ObjectMeta>
-        + k8s_openapi::Resource
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
+impl Actor {
     fn run(mut self) {
         let mut next = Next::List { quorum: false };
         loop {
@@ -451,7 +482,7 @@ where
     /// `metadata.managedFields` is dropped first: nothing on a node reads it,
     /// and it is often the largest part of an object (upstream informers
     /// strip it with a transform for the same reason).
-    fn decode(&self, path: &str, mut obj: Value) -> Option<(String, Arc<T>)> {
+    fn decode(&self, path: &str, mut obj: Value) -> Option<(String, Stored)> {
         if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("managedFields");
         }
@@ -463,14 +494,14 @@ where
             );
             return None;
         }
-        match decode_value::<T>(&obj) {
-            Ok((key, t)) => Some((key, Arc::new(t))),
+        match (self.codec.decode)(&obj) {
+            Ok(decoded) => Some(decoded),
             Err(e) => {
                 log::error!(
                     "reflector {}: GET {path}: skipping {key:?}: cannot decode it as a {}: {}",
                     self.name,
-                    T::KIND,
-                    decode_error_with_field(&obj, &e.to_string())
+                    self.codec.kind,
+                    (self.codec.explain)(&obj, &e.to_string())
                 );
                 None
             }
@@ -483,15 +514,18 @@ where
         let text = |k: &str| obj.get(k).and_then(Value::as_str);
         // Watch events carry kind and apiVersion; list items do not.
         if let Some(kind) = text("kind") {
-            if kind != T::KIND {
-                return Some(format!("kind: {kind:?} where a {} was expected", T::KIND));
+            if kind != self.codec.kind {
+                return Some(format!(
+                    "kind: {kind:?} where a {} was expected",
+                    self.codec.kind
+                ));
             }
         }
         if let Some(v) = text("apiVersion") {
-            if v != T::API_VERSION {
+            if v != self.codec.api_version {
                 return Some(format!(
                     "apiVersion: {v:?} where {:?} was expected",
-                    T::API_VERSION
+                    self.codec.api_version
                 ));
             }
         }

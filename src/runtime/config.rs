@@ -1,9 +1,11 @@
 //! Turning a pod spec into CRI sandbox and container configs.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{
-    AppArmorProfile, Capabilities, Container, EnvVar, Pod, SELinuxOptions, SeccompProfile,
+    AppArmorProfile, Capabilities, Container, EnvFromSource, EnvVar, EnvVarSource, Pod,
+    SELinuxOptions, SeccompProfile,
 };
 use protobuf::{EnumOrUnknown, MessageField};
 
@@ -73,7 +75,25 @@ pub struct ContainerInputs<'a> {
     /// A fresh empty file mounted at the container's
     /// terminationMessagePath, read back when it has exited.
     pub termination_log: Option<PathBuf>,
+    /// The pod's service variables (`services::Services::env`); empty
+    /// without an apiserver.
+    pub service_env: Vec<(String, String)>,
+    /// The ConfigMaps and Secrets the container's env names, read at its
+    /// creation (`None` for one that does not exist); `None` when there
+    /// is no apiserver to read them from.
+    pub env_objects: Option<EnvObjects>,
 }
+
+/// The kind of object an env source names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EnvObjectKind {
+    ConfigMap,
+    Secret,
+}
+
+/// ConfigMaps and Secrets by kind and name: their keys, or `None` for one
+/// that does not exist.
+pub type EnvObjects = BTreeMap<(EnvObjectKind, String), Option<crate::volume::payload::Keys>>;
 
 /// Where a container writes its termination message (`/dev/termination-log`
 /// unless set; empty: nowhere).
@@ -861,40 +881,214 @@ fn container_security_context(
     sc
 }
 
+/// The ConfigMaps and Secrets `container`'s env and envFrom name, each once.
+pub fn env_object_refs(container: &Container) -> Vec<(EnvObjectKind, &str)> {
+    let mut refs = Vec::new();
+    for from in container.env_from.iter().flatten() {
+        if let Some((kind, name, _)) = env_from_source(from) {
+            refs.push((kind, name));
+        }
+    }
+    for e in container.env.iter().flatten() {
+        if let Some((kind, name, _, _)) = e.value_from.as_ref().and_then(key_ref) {
+            refs.push((kind, name));
+        }
+    }
+    refs.sort_unstable();
+    refs.dedup();
+    refs
+}
+
+/// An envFrom entry's object: kind, name and whether it is optional.
+fn env_from_source(from: &EnvFromSource) -> Option<(EnvObjectKind, &str, bool)> {
+    if let Some(r) = from.config_map_ref.as_ref() {
+        Some((EnvObjectKind::ConfigMap, &r.name, r.optional == Some(true)))
+    } else {
+        let r = from.secret_ref.as_ref()?;
+        Some((EnvObjectKind::Secret, &r.name, r.optional == Some(true)))
+    }
+}
+
+/// A `configMapKeyRef` or `secretKeyRef`: kind, name, key, optional.
+fn key_ref(from: &EnvVarSource) -> Option<(EnvObjectKind, &str, &str, bool)> {
+    if let Some(r) = from.config_map_key_ref.as_ref() {
+        Some((
+            EnvObjectKind::ConfigMap,
+            &r.name,
+            &r.key,
+            r.optional == Some(true),
+        ))
+    } else {
+        let r = from.secret_key_ref.as_ref()?;
+        Some((
+            EnvObjectKind::Secret,
+            &r.name,
+            &r.key,
+            r.optional == Some(true),
+        ))
+    }
+}
+
+/// Upstream `IsEnvVarName`: `[-._a-zA-Z][-._a-zA-Z0-9]*`, and not `.` or
+/// starting with `..`.
+pub fn is_env_var_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    let first_ok = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || matches!(b, b'-' | b'.' | b'_'));
+    first_ok
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        && name != "."
+        && !name.starts_with("..")
+}
+
+/// The keys of an env source's object; `None` when it is missing and the
+/// reference is optional. The errors are upstream's messages.
+fn env_object<'a>(
+    inputs: &'a ContainerInputs,
+    namespace: &str,
+    kind: EnvObjectKind,
+    name: &str,
+    optional: bool,
+) -> Result<Option<&'a crate::volume::payload::Keys>, String> {
+    let Some(objects) = inputs.env_objects.as_ref() else {
+        let kind = match kind {
+            EnvObjectKind::ConfigMap => "configMap",
+            EnvObjectKind::Secret => "secret",
+        };
+        return Err(format!(
+            "couldn't get {kind} {namespace}/{name}, no kubeClient defined"
+        ));
+    };
+    match objects.get(&(kind, name.to_string())) {
+        Some(Some(keys)) => Ok(Some(keys)),
+        _ if optional => Ok(None),
+        // The kubelet's object managers' NotFound.
+        _ => Err(format!(
+            "{} {name:?} not found",
+            match kind {
+                EnvObjectKind::ConfigMap => "configmap",
+                EnvObjectKind::Secret => "secret",
+            }
+        )),
+    }
+}
+
+/// The keys of `container`'s envFrom sources that are not valid variable
+/// names once prefixed, and so are skipped: one upstream
+/// InvalidEnvironmentVariableNames message per source that has any.
+/// Missing sources are left to `make_env`.
+pub fn invalid_env_from_keys(
+    pod: &Pod,
+    container: &Container,
+    inputs: &ContainerInputs,
+) -> Vec<String> {
+    let ns = pod_namespace(pod);
+    let mut messages = Vec::new();
+    for from in container.env_from.iter().flatten() {
+        let Some((kind, name, _)) = env_from_source(from) else {
+            continue;
+        };
+        let Ok(Some(keys)) = env_object(inputs, ns, kind, name, true) else {
+            continue;
+        };
+        let prefix = from.prefix.as_deref().unwrap_or("");
+        let mut bad: Vec<String> = keys
+            .keys()
+            .map(|k| format!("{prefix}{k}"))
+            .filter(|k| !is_env_var_name(k))
+            .collect();
+        if bad.is_empty() {
+            continue;
+        }
+        bad.sort();
+        let what = match kind {
+            EnvObjectKind::ConfigMap => "configMap",
+            EnvObjectKind::Secret => "secret",
+        };
+        messages.push(format!(
+            "Keys [{}] from the EnvFrom {what} {ns}/{name} were skipped since they are considered invalid environment variable names.",
+            bad.join(", ")
+        ));
+    }
+    messages
+}
+
 /// The container's environment (upstream `makeEnvironmentVariables`):
-/// each variable in declaration order, a literal value with its `$(VAR)`
-/// references to earlier variables expanded, or the value of its
-/// `valueFrom` source. A name declared again keeps its first place and
-/// takes the later value.
+/// first the keys of its envFrom sources (in their order, each source's
+/// keys in key order, with its prefix; keys that are not valid names are
+/// skipped), then each env variable in declaration order, a literal value
+/// with its `$(VAR)` references expanded (from the variables so far, then
+/// the service variables), or the value of its `valueFrom` source; then
+/// the service variables no other variable named. A name set again keeps
+/// its first place and takes the later value. A missing object or key
+/// that is not optional fails with upstream's message; an optional one
+/// leaves the variable out.
 pub fn make_env(
     pod: &Pod,
     container: &Container,
     inputs: &ContainerInputs,
 ) -> Result<Vec<(String, String)>, String> {
     let at = |what: String| format!("container {:?}: {what}", container.name);
-    if let Some((i, from)) = container.env_from.iter().flatten().enumerate().next() {
-        let source = if from.config_map_ref.is_some() {
-            "configMapRef"
-        } else {
-            "secretRef"
-        };
-        return Err(at(format!(
-            "envFrom[{i}].{source}: ConfigMap and Secret sources are not supported yet"
-        )));
-    }
+    let ns = pod_namespace(pod);
     let mut env: Vec<(String, String)> = Vec::new();
+    let set = |env: &mut Vec<(String, String)>, name: String, value: String| match env
+        .iter_mut()
+        .find(|(k, _)| *k == name)
+    {
+        Some(slot) => slot.1 = value,
+        None => env.push((name, value)),
+    };
+    for from in container.env_from.iter().flatten() {
+        let Some((kind, name, optional)) = env_from_source(from) else {
+            continue;
+        };
+        let Some(keys) = env_object(inputs, ns, kind, name, optional)? else {
+            continue;
+        };
+        let prefix = from.prefix.as_deref().unwrap_or("");
+        for (k, v) in keys {
+            let k = format!("{prefix}{k}");
+            if is_env_var_name(&k) {
+                set(&mut env, k, String::from_utf8_lossy(v).into_owned());
+            }
+        }
+    }
     for e in container.env.iter().flatten() {
         let value = match (e.value.as_deref(), e.value_from.as_ref()) {
             (Some(v), _) if !v.is_empty() => expand(v, |name| {
-                env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+                env.iter()
+                    .chain(inputs.service_env.iter())
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.as_str())
             }),
-            (_, Some(_)) => env_source_value(pod, container, e, inputs)
-                .map_err(|m| at(format!("env {:?}: valueFrom.{m}", e.name)))?,
+            (_, Some(from)) => match key_ref(from) {
+                Some((kind, name, key, optional)) => {
+                    let Some(keys) = env_object(inputs, ns, kind, name, optional)? else {
+                        continue;
+                    };
+                    match keys.get(key) {
+                        Some(v) => String::from_utf8_lossy(v).into_owned(),
+                        None if optional => continue,
+                        None => {
+                            let kind = match kind {
+                                EnvObjectKind::ConfigMap => "ConfigMap",
+                                EnvObjectKind::Secret => "Secret",
+                            };
+                            return Err(format!("couldn't find key {key} in {kind} {ns}/{name}"));
+                        }
+                    }
+                }
+                None => env_source_value(pod, container, e, inputs)
+                    .map_err(|m| at(format!("env {:?}: valueFrom.{m}", e.name)))?,
+            },
             _ => String::new(),
         };
-        match env.iter_mut().find(|(k, _)| *k == e.name) {
-            Some(slot) => slot.1 = value,
-            None => env.push((e.name.clone(), value)),
+        set(&mut env, e.name.clone(), value);
+    }
+    for (k, v) in &inputs.service_env {
+        if !env.iter().any(|(name, _)| name == k) {
+            env.push((k.clone(), v.clone()));
         }
     }
     Ok(env)
@@ -953,17 +1147,8 @@ fn env_source_value(
         return fieldpath::resource_value(target, &r.resource, divisor, &inputs.allocatable)
             .map_err(|e| fail(e.to_string()));
     }
-    // ConfigMap and Secret keys need the volumes' object sources.
-    let source = if from.config_map_key_ref.is_some() {
-        "configMapKeyRef"
-    } else if from.secret_key_ref.is_some() {
-        "secretKeyRef"
-    } else {
-        return Err("no source given".into());
-    };
-    Err(format!(
-        "{source}: ConfigMap and Secret keys are not supported yet"
-    ))
+    // ConfigMap and Secret keys are read by `make_env`.
+    Err("no source given".into())
 }
 
 fn mounts(pod: &Pod, container: &Container, volumes_dir: &Path) -> Result<Vec<api::Mount>, String> {
@@ -1165,6 +1350,8 @@ mod tests {
             image_user: None,
             etc_hosts: None,
             termination_log: None,
+            service_env: Vec::new(),
+            env_objects: None,
         }
     }
 
@@ -1409,21 +1596,227 @@ mod tests {
             e.contains("resourceFieldRef: container nope not found"),
             "{e}"
         );
+        // Without an apiserver, upstream's message for a kubelet without a client.
         let e = err(serde_json::json!([
             {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}
         ]));
-        assert!(e.contains("env \"X\": valueFrom.configMapKeyRef"), "{e}");
+        assert_eq!(e, "couldn't get configMap shop/cm, no kubeClient defined");
         let e = err(serde_json::json!([
-            {"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}
+            {"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k", "optional": true}}}
         ]));
-        assert!(e.contains("valueFrom.secretKeyRef"), "{e}");
-        let mut pod = env_pod(serde_json::json!([]));
-        pod.spec.as_mut().unwrap().containers[0].env_from = Some(vec![serde_json::from_value(
-            serde_json::json!({"secretRef": {"name": "s"}}),
-        )
-        .unwrap()]);
+        assert_eq!(e, "couldn't get secret shop/s, no kubeClient defined");
+        let pod = env_from_pod(
+            serde_json::json!([{"secretRef": {"name": "s"}}]),
+            serde_json::json!([]),
+        );
         let e = build(&pod, &inputs(&s)).unwrap_err();
-        assert!(e.contains("envFrom[0].secretRef"), "{e}");
+        assert_eq!(e, "couldn't get secret shop/s, no kubeClient defined");
+    }
+
+    fn env_from_pod(env_from: serde_json::Value, env: serde_json::Value) -> Pod {
+        let mut pod = env_pod(env);
+        pod.spec.as_mut().unwrap().containers[0].env_from =
+            serde_json::from_value(env_from).unwrap();
+        pod
+    }
+
+    /// An object's kind, name, and its keys (None: it does not exist).
+    type TestObject<'a> = (EnvObjectKind, &'a str, Option<&'a [(&'a str, &'a str)]>);
+
+    fn objects(list: &[TestObject]) -> EnvObjects {
+        list.iter()
+            .map(|(kind, name, keys)| {
+                let keys = keys.map(|keys| {
+                    keys.iter()
+                        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                        .collect()
+                });
+                ((*kind, name.to_string()), keys)
+            })
+            .collect()
+    }
+
+    fn owned(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn env_from_first_then_env_then_service_variables() {
+        use EnvObjectKind::{ConfigMap, Secret};
+        let pod = env_from_pod(
+            serde_json::json!([
+                {"configMapRef": {"name": "cm"}},
+                {"prefix": "S_", "secretRef": {"name": "sec"}},
+                {"configMapRef": {"name": "gone", "optional": true}},
+                {"prefix": "1", "configMapRef": {"name": "cm"}}
+            ]),
+            serde_json::json!([
+                {"name": "HOST", "value": "$(KUBERNETES_SERVICE_HOST):$(S_pass)"},
+                {"name": "b", "value": "env-wins"},
+                {"name": "ONE", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "a"}}},
+                {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "pass"}}},
+                {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "nope", "optional": true}}},
+                {"name": "OPT2", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k", "optional": true}}},
+                {"name": "KUBERNETES_SERVICE_PORT", "value": "override"}
+            ]),
+        );
+        let s = settings();
+        let mut i = inputs(&s);
+        i.env_objects = Some(objects(&[
+            (
+                ConfigMap,
+                "cm",
+                Some(&[("b", "2"), ("a", "1"), ("bad key", "x"), ("1st", "y")]),
+            ),
+            (
+                Secret,
+                "sec",
+                Some(&[("pass", "hunter2"), ("b", "from-secret")]),
+            ),
+            (ConfigMap, "gone", None),
+        ]));
+        i.service_env = owned(&[
+            ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("S_pass", "not-this"),
+        ]);
+        let cfg = build(&pod, &i).unwrap();
+        assert_eq!(
+            envs(&cfg),
+            owned(&[
+                // envFrom in order, each object's keys in key order,
+                // invalid names skipped ("1st" and "bad key", "1a"...).
+                ("a", "1"),
+                ("b", "env-wins"),
+                ("S_b", "from-secret"),
+                ("S_pass", "hunter2"),
+                ("HOST", "10.96.0.1:hunter2"),
+                ("ONE", "1"),
+                ("PW", "hunter2"),
+                ("KUBERNETES_SERVICE_PORT", "override"),
+                ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+            ])
+        );
+        let warnings = invalid_env_from_keys(&pod, &pod.spec.as_ref().unwrap().containers[0], &i);
+        assert_eq!(
+            warnings,
+            [
+                "Keys [1st, bad key] from the EnvFrom configMap shop/cm were skipped since they are considered invalid environment variable names.",
+                "Keys [11st, 1a, 1b, 1bad key] from the EnvFrom configMap shop/cm were skipped since they are considered invalid environment variable names.",
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_objects_and_keys_fail_with_upstreams_messages() {
+        use EnvObjectKind::{ConfigMap, Secret};
+        let s = settings();
+        let mut i = inputs(&s);
+        i.env_objects = Some(objects(&[
+            (ConfigMap, "cm", Some(&[("a", "1")])),
+            (ConfigMap, "gone", None),
+            (Secret, "sgone", None),
+            (Secret, "sec", Some(&[])),
+        ]));
+        let err = |env_from: serde_json::Value, env: serde_json::Value| {
+            build(&env_from_pod(env_from, env), &i).unwrap_err()
+        };
+        let none = serde_json::json!([]);
+        assert_eq!(
+            err(
+                serde_json::json!([{"configMapRef": {"name": "gone"}}]),
+                none.clone()
+            ),
+            "configmap \"gone\" not found"
+        );
+        assert_eq!(
+            err(
+                serde_json::json!([{"secretRef": {"name": "sgone", "optional": false}}]),
+                none.clone()
+            ),
+            "secret \"sgone\" not found"
+        );
+        assert_eq!(
+            err(
+                none.clone(),
+                serde_json::json!([
+                    {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "a"}}}
+                ])
+            ),
+            "configmap \"gone\" not found"
+        );
+        assert_eq!(
+            err(
+                none.clone(),
+                serde_json::json!([
+                    {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}
+                ])
+            ),
+            "couldn't find key k in ConfigMap shop/cm"
+        );
+        assert_eq!(
+            err(
+                none.clone(),
+                serde_json::json!([
+                    {"name": "X", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "k"}}}
+                ])
+            ),
+            "couldn't find key k in Secret shop/sec"
+        );
+        // Optional references to a missing object or key leave their
+        // variables out.
+        let pod = env_from_pod(
+            serde_json::json!([{"secretRef": {"name": "sgone", "optional": true}}]),
+            serde_json::json!([
+                {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k", "optional": true}}},
+                {"name": "Y", "valueFrom": {"secretKeyRef": {"name": "sgone", "key": "k", "optional": true}}}
+            ]),
+        );
+        assert_eq!(envs(&build(&pod, &i).unwrap()), owned(&[]));
+    }
+
+    #[test]
+    fn env_var_names_as_upstream_validates_them() {
+        for ok in [
+            "A",
+            "a_b",
+            "my.env-name",
+            "MY_ENV.NAME",
+            "MyEnvName1",
+            "-x",
+            "_",
+            ".a",
+            "a..b",
+        ] {
+            assert!(is_env_var_name(ok), "{ok}");
+        }
+        for bad in ["", "1a", "a b", "a=b", ".", "..", "..a", "é", "a$"] {
+            assert!(!is_env_var_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn referenced_objects_are_listed_once() {
+        use EnvObjectKind::{ConfigMap, Secret};
+        let pod = env_from_pod(
+            serde_json::json!([{"configMapRef": {"name": "cm"}}, {"secretRef": {"name": "s"}}, {}]),
+            serde_json::json!([
+                {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "a"}}},
+                {"name": "Y", "valueFrom": {"secretKeyRef": {"name": "t", "key": "a"}}},
+                {"name": "Z", "valueFrom": {"configMapKeyRef": {"name": "s", "key": "a"}}}
+            ]),
+        );
+        assert_eq!(
+            env_object_refs(&pod.spec.as_ref().unwrap().containers[0]),
+            [
+                (ConfigMap, "cm"),
+                (ConfigMap, "s"),
+                (Secret, "s"),
+                (Secret, "t")
+            ]
+        );
     }
 
     fn sc_pod(pod_sc: serde_json::Value, c_sc: serde_json::Value) -> Pod {

@@ -1,6 +1,7 @@
 //! What a container's CRI config needs from outside its pod, gathered at
 //! creation: the sandbox's IPs, the node's allocatable resources, and the
-//! image's user when `runAsNonRoot` must be checked; writes the pod's
+//! image's user when `runAsNonRoot` must be checked, the service variables
+//! and the ConfigMaps and Secrets its env names; writes the pod's
 //! managed `/etc/hosts`, and reports DNS settings that had to be cut.
 
 use std::path::PathBuf;
@@ -8,8 +9,8 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use log::warn;
 
-use super::config::{self, ContainerInputs, ImageUser};
-use super::labels::{pod_full_name, pod_uid};
+use super::config::{self, ContainerInputs, EnvObjectKind, EnvObjects, ImageUser};
+use super::labels::{pod_full_name, pod_namespace, pod_uid};
 use super::{PodStatus, RuntimeManager};
 use crate::atomic_file::{write_file, Durability};
 use crate::cri::api;
@@ -37,6 +38,8 @@ impl RuntimeManager {
         status: &PodStatus,
         sandbox_id: &str,
     ) -> Result<ContainerInputs<'_>, String> {
+        let service_env = self.service_env(pod)?;
+        let env_objects = self.env_objects(pod, c)?;
         let image_user = if config::must_verify_non_root(pod, c) {
             Some(self.image_user(c)?)
         } else {
@@ -60,7 +63,55 @@ impl RuntimeManager {
             image_user,
             etc_hosts,
             termination_log,
+            service_env,
+            env_objects,
         })
+    }
+
+    /// The pod's service variables. Until the Services were read once an
+    /// API pod cannot have them, which is a config error (upstream's
+    /// message) that the pod's next sync retries; a static pod then gets
+    /// none, as upstream, and so does a pod restored from a checkpoint,
+    /// and every pod of a node without an apiserver.
+    fn service_env(&self, pod: &Pod) -> Result<Vec<(String, String)>, String> {
+        let Some(services) = self.services.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let links = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.enable_service_links)
+            .unwrap_or(true);
+        match services.env(pod_namespace(pod), links) {
+            Some(env) => Ok(env),
+            None if crate::status::manager::is_static_pod(pod) => Ok(Vec::new()),
+            // Restored during an outage: started without the variables
+            // (a deviation; see `Services::restored`).
+            None if services.is_restored(pod_uid(pod)) => Ok(Vec::new()),
+            None => Err(
+                "services have not yet been read at least once, cannot construct envvars".into(),
+            ),
+        }
+    }
+
+    /// The ConfigMaps and Secrets `c`'s env names, each read once from the
+    /// object source; `None` without one. A read that fails (other than
+    /// for a missing object) fails the container's config, optional or not,
+    /// as upstream.
+    fn env_objects(&self, pod: &Pod, c: &Container) -> Result<Option<EnvObjects>, String> {
+        let Some(source) = self.objects.as_deref() else {
+            return Ok(None);
+        };
+        let ns = pod_namespace(pod);
+        let mut out = EnvObjects::new();
+        for (kind, name) in config::env_object_refs(c) {
+            let fetched = match kind {
+                EnvObjectKind::ConfigMap => source.config_map(ns, name)?,
+                EnvObjectKind::Secret => source.secret(ns, name)?,
+            };
+            out.insert((kind, name.to_string()), fetched);
+        }
+        Ok(Some(out))
     }
 
     /// Writes the pod's managed `/etc/hosts` under its pod dir (again at

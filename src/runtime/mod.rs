@@ -32,6 +32,7 @@ pub mod images;
 mod inputs;
 pub mod labels;
 pub mod qos;
+pub mod services;
 pub mod termination;
 
 #[cfg(test)]
@@ -192,6 +193,10 @@ pub struct RuntimeManager {
     /// Directories of removed pods that could not be deleted (a read-only
     /// root dir): tried again by `prune_dead`, after any pod's sync.
     stale_dirs: Mutex<Vec<PathBuf>>,
+    /// Where env's ConfigMaps and Secrets are read (the apiserver).
+    objects: Option<Arc<dyn crate::volume::ObjectSource>>,
+    /// The Services known to the node, for service variables.
+    services: Option<Arc<services::Services>>,
 }
 
 /// Makes a log directory (and its missing parents) 0755 whatever the
@@ -243,6 +248,8 @@ impl RuntimeManager {
             allocatable: Box::new(Default::default),
             probe_results: None,
             stale_dirs: Mutex::new(Vec::new()),
+            objects: None,
+            services: None,
         }
     }
 
@@ -307,10 +314,19 @@ impl RuntimeManager {
         self
     }
 
-    /// Reads pods' imagePullSecrets from `source` (the apiserver); without
-    /// one (a standalone node) they cannot be used.
+    /// Reads pods' imagePullSecrets, and the ConfigMaps and Secrets their
+    /// env names, from `source` (the apiserver); without one (a standalone
+    /// node) they cannot be used.
     pub fn with_pull_secrets(mut self, source: Arc<dyn crate::volume::ObjectSource>) -> Self {
-        self.image_manager.set_secrets(source);
+        self.image_manager.set_secrets(source.clone());
+        self.objects = Some(source);
+        self
+    }
+
+    /// Gives containers the service variables of `services`; API pods
+    /// wait for its first list.
+    pub fn with_services(mut self, services: Arc<services::Services>) -> Self {
+        self.services = Some(services);
         self
     }
 
@@ -750,6 +766,14 @@ impl RuntimeManager {
         let cfg = match self
             .container_inputs(pod, c, status, sandbox_id)
             .and_then(|inputs| {
+                for message in config::invalid_env_from_keys(pod, c, &inputs) {
+                    self.recorder.event(
+                        &ObjectRef::pod(pod),
+                        EventType::Warning,
+                        "InvalidEnvironmentVariableNames",
+                        message,
+                    );
+                }
                 config::container_config(pod, c, restart_count, &image_ref, &volumes_dir, &inputs)
             })
             .and_then(|mut cfg| {

@@ -229,6 +229,7 @@ enum Res {
     ConfigMaps,
     /// Only its `token` subresource (TokenRequest) is served.
     ServiceAccounts,
+    Services,
 }
 
 /// The resource of a plural name; panics on one the fake does not serve.
@@ -241,6 +242,7 @@ fn res_named(resource: &str) -> Res {
         Res::Secrets,
         Res::ConfigMaps,
         Res::ServiceAccounts,
+        Res::Services,
     ]
     .into_iter()
     .find(|r| r.resource() == resource)
@@ -257,6 +259,7 @@ impl Res {
             Res::Secrets => "secrets",
             Res::ConfigMaps => "configmaps",
             Res::ServiceAccounts => "serviceaccounts",
+            Res::Services => "services",
         }
     }
     fn group(self) -> &'static str {
@@ -274,6 +277,7 @@ impl Res {
             Res::Secrets => "Secret",
             Res::ConfigMaps => "ConfigMap",
             Res::ServiceAccounts => "ServiceAccount",
+            Res::Services => "Service",
         }
     }
     fn api_version(self) -> &'static str {
@@ -307,7 +311,7 @@ impl Res {
                 "status.nominatedNodeName",
             ],
             Res::Nodes => &["metadata.name", "spec.unschedulable"],
-            Res::Leases | Res::ConfigMaps | Res::ServiceAccounts => {
+            Res::Leases | Res::ConfigMaps | Res::ServiceAccounts | Res::Services => {
                 &["metadata.name", "metadata.namespace"]
             }
             Res::Secrets => &["metadata.name", "metadata.namespace", "type"],
@@ -344,6 +348,7 @@ impl Res {
             ),
             Res::Leases => format!(r#"{head},"spec":{{}}}}"#),
             Res::Secrets | Res::ConfigMaps | Res::ServiceAccounts => format!("{head}}}"),
+            Res::Services => format!(r#"{head},"spec":{{}},"status":{{"loadBalancer":{{}}}}}}"#),
             Res::Events => format!(
                 r#"{head},"involvedObject":{{}},"source":{{}},"firstTimestamp":null,"lastTimestamp":null,"eventTime":null,"reportingComponent":"","reportingInstance":""}}"#
             ),
@@ -1911,6 +1916,33 @@ impl FakeApiServer {
             .unwrap_or_else(|s| panic!("create configmap: {}", s.json()))
     }
 
+    /// Creates a Service as the admin with `clusterIP` (`None` or "" for
+    /// none) and `ports` (`[{"name", "port", "protocol"}]`); panics on
+    /// refusal.
+    pub fn create_service(&self, ns: &str, name: &str, cluster_ip: &str, ports: Value) -> Value {
+        let obj = json!({
+            "metadata": {"name": name},
+            "spec": {"clusterIP": cluster_ip, "ports": ports},
+        });
+        self.locked(|st| create(st, &Self::admin_ctx(), Res::Services, ns, obj))
+            .unwrap_or_else(|s| panic!("create service: {}", s.json()))
+    }
+
+    /// Deletes a Service as the admin; false if it did not exist.
+    pub fn delete_service(&self, ns: &str, name: &str) -> bool {
+        self.locked(|st| {
+            delete(
+                st,
+                &Self::admin_ctx(),
+                Res::Services,
+                ns,
+                name,
+                &DeleteOptions::default(),
+            )
+            .is_ok()
+        })
+    }
+
     /// TokenRequests answered so far.
     pub fn tokens_issued(&self) -> u64 {
         self.shared.state.lock().tokens_issued
@@ -2454,6 +2486,7 @@ fn parse_target(path: &str) -> Option<Target> {
         (true, &"secrets") => Res::Secrets,
         (true, &"configmaps") => Res::ConfigMaps,
         (true, &"serviceaccounts") => Res::ServiceAccounts,
+        (true, &"services") => Res::Services,
         (false, &"leases") => Res::Leases,
         _ => return None,
     };
@@ -2636,6 +2669,8 @@ fn authorize(st: &State, user: &User, verb: &str, t: &Target) -> Result<(), Stat
         (Res::Pods, None) => &["get", "list", "watch", "create", "delete"],
         (Res::Pods, Some(_)) => &["get", "update", "patch"],
         (Res::Events, _) => &["create", "update", "patch"],
+        // system:node reads every Service, for pods' service variables.
+        (Res::Services, _) => &["get", "list", "watch"],
         (Res::Leases, _) => {
             if !["get", "create", "update", "patch", "delete"].contains(&verb) {
                 return Err(authz_forbidden(
@@ -3299,6 +3334,7 @@ fn create(
         }
         Res::Events => default_event(&mut obj),
         Res::Secrets | Res::ConfigMaps | Res::ServiceAccounts => {}
+        Res::Services => default_service(&mut obj),
     }
     let key = (res, ns, name.clone());
     if st.objects.contains_key(&key) {
@@ -4304,6 +4340,18 @@ impl Deleted {
         match self {
             Deleted::Object(v) => Some(v),
             Deleted::Status(_) => None,
+        }
+    }
+}
+
+/// The API's Service defaults that service variables read: type
+/// ClusterIP and each port's protocol TCP.
+fn default_service(obj: &mut Value) {
+    let spec = obj_mut(obj, "spec");
+    spec.entry("type").or_insert_with(|| json!("ClusterIP"));
+    if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            p.entry("protocol").or_insert_with(|| json!("TCP"));
         }
     }
 }

@@ -235,6 +235,17 @@ impl FakeCri {
             .collect()
     }
 
+    /// The environment (in request order) the newest container whose
+    /// metadata name is `name` was created with; None if there is none.
+    pub fn container_env(&self, name: &str) -> Option<Vec<(String, String)>> {
+        let st = self.state.lock();
+        st.containers
+            .values()
+            .filter(|c| c.status.metadata.as_ref().is_some_and(|m| m.name == name))
+            .max_by_key(|c| c.status.created_at)
+            .map(|c| c.envs.clone())
+    }
+
     /// Replaces the set of present images.
     pub fn set_images(&self, images: &[&str]) {
         let mut st = self.state.lock();
@@ -349,6 +360,8 @@ impl FakeSandbox {
 struct FakeContainer {
     pod_sandbox_id: String,
     status: api::ContainerStatus,
+    /// The environment of its CreateContainer request.
+    envs: Vec<(String, String)>,
 }
 
 impl FakeContainer {
@@ -825,6 +838,11 @@ impl State {
             FakeContainer {
                 pod_sandbox_id: sandbox_id,
                 status: st,
+                envs: config
+                    .envs
+                    .iter()
+                    .map(|kv| (kv.key.clone(), kv.value.clone()))
+                    .collect(),
             },
         );
         let mut r = api::CreateContainerResponse::new();
