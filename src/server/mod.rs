@@ -102,7 +102,7 @@ pub fn go_duration(d: Duration) -> String {
 /// A byte count as the API writes a quantity: `10Mi`, `512Ki`, or bytes.
 fn binary_quantity(n: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")];
-    match UNITS.iter().find(|(u, _)| n >= *u && n % u == 0) {
+    match UNITS.iter().find(|(u, _)| n >= *u && n.is_multiple_of(*u)) {
         Some((u, suffix)) => format!("{}{suffix}", n / u),
         None => n.to_string(),
     }
