@@ -32,7 +32,9 @@ use tinylet::runtime::{ImageOptions, RuntimeManager};
 use tinylet::server::routes::State;
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
-use tinylet::volume::{ApiObjects, VolumeManager};
+use tinylet::volume::{
+    objects, ApiObjects, ApiWatcher, ObjectManager, ObjectSource, VolumeManager,
+};
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
@@ -442,15 +444,28 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     )
     .context("starting the container log manager thread")?;
     let allocatable = NodeAllocatable::from_map(&node_state.read().allocatable);
-    let volume_manager = match &client {
-        Some(c) => VolumeManager::with_client(
-            opts.root_dir.clone(),
-            c.clone(),
-            allocatable,
-            recorder.clone(),
-        ),
-        None => VolumeManager::new(opts.root_dir.clone(), None, allocatable, recorder.clone()),
-    };
+    // Capacity: when full, the prober keeps the pod's UID and sends it again
+    // 100 ms later; nothing is lost and the prober never blocks. The object
+    // manager sends here too (a pod whose Secret or ConfigMap changed); when
+    // full, its pods get the change at their next periodic resync.
+    let (probe_tx, probe_rx) = bounded(UPDATES_CAPACITY);
+    let objects: Option<Arc<dyn ObjectSource>> = client.as_ref().map(|c| {
+        let state = node_state.clone();
+        let objects: Arc<dyn ObjectSource> = Arc::new(ObjectManager::new(
+            Arc::new(ApiObjects::new(c.clone())),
+            opts.change_detection,
+            Some(Arc::new(ApiWatcher::new(c.clone()))),
+            Box::new(move || state.read().object_ttl.unwrap_or(objects::DEFAULT_TTL)),
+            Some(probe_tx.clone()),
+        ));
+        objects
+    });
+    let volume_manager = VolumeManager::new(
+        opts.root_dir.clone(),
+        objects,
+        allocatable,
+        recorder.clone(),
+    );
     let (_node_status, _lease) = match &client {
         Some(c) => {
             // Upstream's heartbeat client: unthrottled, and a request ends
@@ -653,9 +668,6 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     )
     .context("starting the PLEG")?;
 
-    // Capacity: when full, the prober keeps the pod's UID and sends it again
-    // 100 ms later; nothing is lost and the prober never blocks.
-    let (probe_tx, probe_rx) = bounded(UPDATES_CAPACITY);
     let prober = Prober::start(
         runtime.clone(),
         probe_results,
