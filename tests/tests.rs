@@ -33,6 +33,7 @@ mod fuzz_regressions;
 mod hostile_watch;
 mod http_source;
 mod node_auth;
+mod object_volumes;
 mod runonce;
 mod server;
 mod status_cmd;

@@ -795,10 +795,11 @@ mod tests {
 
         // Not listed yet: a read waits for the first list (bounded).
         let watches = r.watches.clone();
-        let lister = std::thread::spawn(move || {
+        let lister = crate::thread::spawn_named("lister", move || {
             std::thread::sleep(Duration::from_millis(100));
             watches.send(0, Some(keys("k", "v1")), false);
-        });
+        })
+        .unwrap();
         assert_eq!(r.m.config_map("ns", "c1").unwrap(), Some(keys("k", "v1")));
         lister.join().unwrap();
         assert!(
