@@ -17,6 +17,7 @@ mod e2e_kill;
 mod e2e_lifecycle;
 mod e2e_logs;
 mod e2e_node_api;
+mod e2e_objects;
 mod e2e_outage;
 mod e2e_policy;
 mod e2e_probes;
