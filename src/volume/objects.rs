@@ -651,10 +651,13 @@ mod tests {
         [(k.to_string(), v.as_bytes().to_vec())].into()
     }
 
-    /// Watches that the test drives: their sinks, and whether each stopped.
+    /// One started watch: its object, its sink, whether it stopped.
+    type Started = (ObjectRef, Box<dyn FnMut(Observed) + Send>, Arc<AtomicBool>);
+
+    /// Watches that the test drives.
     #[derive(Default)]
     struct Watches {
-        sinks: Mutex<Vec<(ObjectRef, Box<dyn FnMut(Observed) + Send>, Arc<AtomicBool>)>>,
+        sinks: Mutex<Vec<Started>>,
     }
 
     struct Stops(Arc<AtomicBool>);
