@@ -182,3 +182,38 @@ fn cache_reads_the_objects_once_per_node_ttl() {
         0
     );
 }
+
+#[test]
+fn a_watch_that_fails_keeps_the_files_and_catches_up_when_it_is_back() {
+    // Syncs every second, so volumes are computed again while the watch fails.
+    let mut c = Cluster::start(&["--sync-frequency", "1s"]);
+    start_pod(&mut c);
+    // The watch is cut and refused twice (the Node authorizer's 403, as
+    // while the pod's binding is not yet seen): the reflector backs off.
+    c.api.fail_next(
+        "GET",
+        "/api/v1/namespaces/default/configmaps",
+        403,
+        "Forbidden",
+        "configmaps \"cfg\" is forbidden: no relationship found",
+        2,
+    );
+    c.api.drop_watches();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(host_file(&c, "/cfg", "k"), "one", "the last files stay");
+    assert_eq!(c.api.count("GET", CM_PATH), 0, "no GET instead");
+    assert!(c.api.update_config_map("default", "cfg", &[("k", "two")]));
+    let cri = &c.cri;
+    c.agent.wait("the change once the watch is back", || {
+        mount_of(cri, "app", "/cfg").is_some_and(|m| {
+            fs::read_to_string(PathBuf::from(&m.host_path).join("k")).unwrap_or_default() == "two"
+        })
+    });
+    let refused = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/namespaces/default/configmaps" && r.status == 403)
+        .count();
+    assert_eq!(refused, 2, "the fault was hit");
+}
