@@ -110,6 +110,8 @@ struct Entry {
     fetched_at: Option<Instant>,
     /// Watch: the handle that keeps the watch going.
     watch: Option<Box<dyn Send>>,
+    /// Watch: the object is immutable, so its watch was stopped.
+    immutable: bool,
 }
 
 #[derive(Default)]
@@ -267,6 +269,7 @@ impl ObjectManager {
             let mut stop = None;
             if seen.immutable {
                 // Immutable: its content can no longer change.
+                e.immutable = true;
                 stop = e.watch.take();
             }
             let pods: Vec<String> = if changed {
@@ -339,6 +342,7 @@ impl ObjectManager {
                 }
             }
             for o in &wanted {
+                let new = !st.objects.contains_key(o);
                 let e = st.objects.entry(o.clone()).or_default();
                 e.pods.insert(uid.clone());
                 if self.strategy == Strategy::Cache {
@@ -346,7 +350,7 @@ impl ObjectManager {
                     // for a pod that is added or updated.
                     e.fetched_at = None;
                 }
-                if self.strategy == Strategy::Watch && e.pods.len() == 1 && e.keys.is_none() {
+                if self.strategy == Strategy::Watch && new {
                     added.push(o.clone());
                 }
             }
@@ -355,15 +359,19 @@ impl ObjectManager {
             }
         }
         drop(dropped);
-        // Watches start outside the lock (their sink takes it).
+        // Watches start outside the lock (their sink takes it, and may run
+        // before the handle is stored: a first list is not a reason to stop).
         for o in added {
-            let handle = self.start_watch(&o);
+            let mut handle = self.start_watch(&o);
             let mut st = self.state.0.lock();
             if let Some(e) = st.objects.get_mut(&o) {
-                if e.watch.is_none() && e.keys.is_none() {
-                    e.watch = handle;
+                if e.watch.is_none() && !e.immutable {
+                    e.watch = handle.take();
                 }
             }
+            drop(st);
+            // Not kept (the object went, or is immutable): the watch stops.
+            drop(handle);
         }
     }
 
@@ -658,6 +666,8 @@ mod tests {
     #[derive(Default)]
     struct Watches {
         sinks: Mutex<Vec<Started>>,
+        /// Listed before `watch` returns (a fast first list).
+        at_once: Mutex<Option<Keys>>,
     }
 
     struct Stops(Arc<AtomicBool>);
@@ -674,6 +684,13 @@ mod tests {
             sink: Box<dyn FnMut(Observed) + Send>,
         ) -> Result<Box<dyn Send>, String> {
             let stopped = Arc::new(AtomicBool::new(false));
+            let mut sink = sink;
+            if let Some(keys) = self.at_once.lock().clone() {
+                sink(Observed {
+                    keys: Some(keys),
+                    immutable: false,
+                });
+            }
             self.sinks
                 .lock()
                 .push((object.clone(), sink, stopped.clone()));
@@ -845,6 +862,22 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(r.m.config_map("ns", "c2").unwrap(), Some(keys("k", "v1")));
         }
+        assert_eq!(r.gets.count.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_watch_that_lists_before_it_is_stored_keeps_going() {
+        let r = rig(Strategy::Watch);
+        *r.watches.at_once.lock() = Some(keys("k", "v1"));
+        r.m.register(&pod("a", &["c1"]));
+        assert!(!r.watches.stopped(0), "the watch runs on");
+        r.watches.send(0, Some(keys("k", "v2")), false);
+        assert_eq!(r.m.config_map("ns", "c1").unwrap(), Some(keys("k", "v2")));
+        assert_eq!(r.notified.try_recv().unwrap(), "a");
+        // Registered again with one more object: still one watch for c1.
+        r.m.register(&pod("a", &["c1", "c2"]));
+        let started: Vec<ObjectRef> = r.watches.sinks.lock().iter().map(|s| s.0.clone()).collect();
+        assert_eq!(started, [cm("c1"), cm("c2")]);
         assert_eq!(r.gets.count.load(Ordering::SeqCst), 0);
     }
 
