@@ -228,7 +228,7 @@ fn measure(ctd: &PrivateContainerd, o: &Options, objects: bool) -> Result<Figure
         f.idle_bytes,
         f.window.as_secs()
     );
-    t.sigterm();
+    // Deleted while the node runs, so that it stops them.
     for n in &names {
         fake.delete_pod(NS, n, Some(0));
     }
@@ -237,6 +237,7 @@ fn measure(ctd: &PrivateContainerd, o: &Options, objects: bool) -> Result<Figure
         "the bench's pods are gone",
         || names.iter().all(|n| ctd.pod_gone(n)),
     );
+    t.sigterm();
     Ok(f)
 }
 
