@@ -62,7 +62,9 @@ pub enum Event {
     Housekeeping,
     Pleg(PodLifecycleEvent),
     WorkerDone(String),
-    /// A probe result of this pod (UID) changed.
+    /// A probe result of this pod (UID) changed, or a Secret or ConfigMap
+    /// it uses did (the object manager sends on the same channel): either
+    /// way its worker syncs it.
     Probe(String),
     /// The eviction manager evicts this pod.
     Evict(crate::eviction::manager::Eviction),

@@ -33,7 +33,9 @@ use tinylet::runtime::{ImageOptions, RuntimeManager};
 use tinylet::server::routes::State;
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;
-use tinylet::volume::{ApiObjects, VolumeManager};
+use tinylet::volume::{
+    objects, ApiObjects, ApiWatcher, ObjectManager, ObjectSource, VolumeManager,
+};
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
@@ -420,16 +422,36 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         registry_qps: opts.registry_qps,
         registry_burst: opts.registry_burst,
     });
+    // Capacity: when full, the prober keeps the pod's UID and sends it again
+    // 100 ms later; nothing is lost and the prober never blocks. The object
+    // manager sends here too (a pod whose Secret or ConfigMap changed); when
+    // full, its pods get the change at their next periodic resync.
+    let (probe_tx, probe_rx) = bounded(UPDATES_CAPACITY);
+    let objects: Option<Arc<dyn ObjectSource>> = client.as_ref().map(|c| {
+        let state = node_state.clone();
+        let objects: Arc<dyn ObjectSource> = Arc::new(ObjectManager::new(
+            Arc::new(ApiObjects::new(c.clone())),
+            opts.change_detection,
+            Some(Arc::new(ApiWatcher::new(c.clone()))),
+            Box::new(move || state.read().object_ttl.unwrap_or(objects::DEFAULT_TTL)),
+            Some(probe_tx.clone()),
+        ));
+        objects
+    });
     // imagePullSecrets and env's ConfigMaps and Secrets are read from the
-    // apiserver, and service variables come from its Services; a
-    // standalone node has none of them.
+    // apiserver through the object manager (watched, as the volumes'), and
+    // service variables come from its Services; a standalone node has none
+    // of them.
     let services = client
         .as_ref()
         .map(|_| Arc::new(tinylet::runtime::services::Services::default()));
     let _services_reflector = match (&client, &services) {
         (Some(c), Some(services)) => {
             runtime = runtime
-                .with_pull_secrets(Arc::new(ApiObjects::new(c.clone())))
+                .with_pull_secrets(match &objects {
+                    Some(o) => o.clone(),
+                    None => Arc::new(ApiObjects::new(c.clone())),
+                })
                 .with_services(services.clone());
             Some(
                 tinylet::runtime::services::start(c.clone(), services.clone())
@@ -462,15 +484,12 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     )
     .context("starting the container log manager thread")?;
     let allocatable = NodeAllocatable::from_map(&node_state.read().allocatable);
-    let volume_manager = match &client {
-        Some(c) => VolumeManager::with_client(
-            opts.root_dir.clone(),
-            c.clone(),
-            allocatable,
-            recorder.clone(),
-        ),
-        None => VolumeManager::new(opts.root_dir.clone(), None, allocatable, recorder.clone()),
-    };
+    let volume_manager = VolumeManager::new(
+        opts.root_dir.clone(),
+        objects.clone(),
+        allocatable,
+        recorder.clone(),
+    );
     let (_node_status, _lease) = match &client {
         Some(c) => {
             // Upstream's heartbeat client: unthrottled, and a request ends
@@ -717,9 +736,6 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     )
     .context("starting the PLEG")?;
 
-    // Capacity: when full, the prober keeps the pod's UID and sends it again
-    // 100 ms later; nothing is lost and the prober never blocks.
-    let (probe_tx, probe_rx) = bounded(UPDATES_CAPACITY);
     let prober = Prober::start(
         runtime.clone(),
         probe_results,

@@ -73,6 +73,10 @@ pub struct Options {
     /// Whether privileged containers and host namespaces are allowed
     /// (`--allow-privileged`).
     pub allow_privileged: bool,
+    /// How Secrets and ConfigMaps that pods use are kept current (the
+    /// configuration file's `configMapAndSecretChangeDetectionStrategy`,
+    /// which has no flag).
+    pub change_detection: crate::volume::Strategy,
     /// Unsafe sysctls (names, or prefixes ending in `*`) pods may set on
     /// top of the safe set (`--allowed-unsafe-sysctls`).
     pub allowed_unsafe_sysctls: Vec<String>,
@@ -215,6 +219,7 @@ impl Default for Options {
             cluster_domain: String::new(),
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             allow_privileged: true,
+            change_detection: crate::volume::Strategy::Watch,
             allowed_unsafe_sysctls: Vec::new(),
             cgroups_per_qos: true,
             cgroup_driver: crate::runtime::qos::CgroupDriver::Cgroupfs,
@@ -1513,6 +1518,10 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                     .as_bool()
                     .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
             }
+            "configMapAndSecretChangeDetectionStrategy" => {
+                o.change_detection = crate::volume::Strategy::parse(&string(field, v)?)
+                    .map_err(|e| err(field, e))?;
+            }
             "cgroupDriver" => {
                 o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&string(field, v)?)
                     .map_err(|e| err(field, e))?;
@@ -1969,6 +1978,7 @@ kubeReserved: {cpu: 200m}
 registerWithTaints: [{key: k, value: v, effect: NoSchedule}]
 authentication: {anonymous: {enabled: false}}
 cgroupDriver: systemd
+configMapAndSecretChangeDetectionStrategy: Cache
 ";
 
     #[test]
@@ -2053,6 +2063,23 @@ cgroupDriver: systemd
     }
 
     #[test]
+    fn the_change_detection_strategy_defaults_to_watch_and_refuses_others() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(run(&[]).change_detection, crate::volume::Strategy::Watch);
+        let file = config_file(&dir, "get.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nconfigMapAndSecretChangeDetectionStrategy: Get\n");
+        assert_eq!(
+            run(&["--config", &file]).change_detection,
+            crate::volume::Strategy::Get
+        );
+        let file = config_file(&dir, "bad.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nconfigMapAndSecretChangeDetectionStrategy: Poll\n");
+        let e = parse(&["--config", &file]).unwrap_err();
+        assert!(
+            e.contains("configMapAndSecretChangeDetectionStrategy") && e.contains("Poll"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn config_file_fields_and_flag_precedence() {
         let dir = tempfile::tempdir().unwrap();
         let file = config_file(&dir, "kubelet.yaml", CONFIG);
@@ -2085,6 +2112,7 @@ cgroupDriver: systemd
         );
         assert!(!o.auth.anonymous);
         assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
+        assert_eq!(o.change_detection, crate::volume::Strategy::Cache);
         assert_eq!(
             (o.kube_api_qps, o.kube_api_burst, o.max_pods),
             (7.0, 14, 50)

@@ -38,7 +38,7 @@ impl Cluster {
         Cluster::start_with(FakeApiServer::start(), KubeconfigAuth::token(), extra)
     }
 
-    fn start_with(api: FakeApiServer, auth: KubeconfigAuth, extra: &[&str]) -> Cluster {
+    pub(crate) fn start_with(api: FakeApiServer, auth: KubeconfigAuth, extra: &[&str]) -> Cluster {
         let cri = FakeCri::start();
         let dir = tempfile::Builder::new()
             .prefix("tinylet-kubeconfig")
@@ -73,7 +73,12 @@ impl Cluster {
         api.node(NODE).unwrap()
     }
 
-    fn wait_pod(&mut self, name: &str, what: &str, mut f: impl FnMut(&Value) -> bool) -> Value {
+    pub(crate) fn wait_pod(
+        &mut self,
+        name: &str,
+        what: &str,
+        mut f: impl FnMut(&Value) -> bool,
+    ) -> Value {
         let api = &self.api;
         self.agent.wait(&format!("pod {name}: {what}"), || {
             api.pod("default", name).is_some_and(|p| f(&p))
@@ -782,7 +787,11 @@ fn a_refused_status_patch_is_logged_readably_and_retried() {
 }
 
 /// The mount of `container_path` in the fake runtime's container `name`.
-fn mount_of(cri: &FakeCri, name: &str, container_path: &str) -> Option<tinylet::cri::api::Mount> {
+pub(crate) fn mount_of(
+    cri: &FakeCri,
+    name: &str,
+    container_path: &str,
+) -> Option<tinylet::cri::api::Mount> {
     cri.containers_named(name).first().and_then(|c| {
         c.mounts
             .iter()
@@ -834,7 +843,11 @@ fn a_pod_with_the_default_service_account_token_volume_runs_with_the_token_on_tm
         "the secret lives on its own tmpfs"
     );
     let secret_path = format!("/api/v1/namespaces/default/secrets/{volume}");
-    assert_eq!(c.api.count("GET", &secret_path), 1, "read once");
+    assert_eq!(
+        c.api.count("GET", &secret_path),
+        0,
+        "read from its watch, not by GET"
+    );
 
     // Deleted: the tmpfs goes with the pod.
     c.api.delete_pod("default", "sa", Some(0));

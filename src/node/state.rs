@@ -22,6 +22,9 @@ pub struct NodeState {
     /// Heartbeats that succeeded after failing (the link to the apiserver
     /// came back); counted by the lease thread.
     pub heartbeat_recoveries: u64,
+    /// The Node's `node.alpha.kubernetes.io/ttl` annotation: how long a
+    /// Secret or ConfigMap read by the Cache strategy may be kept.
+    pub object_ttl: Option<std::time::Duration>,
 }
 
 /// The node as the machine describes it before the API server is heard
@@ -60,6 +63,7 @@ pub fn initial_node_state(
         allocatable,
         ready: false,
         heartbeat_recoveries: 0,
+        object_ttl: None,
     }
 }
 

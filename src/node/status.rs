@@ -217,6 +217,12 @@ impl NodeStatus {
         if let Some(uid) = node.pointer("/metadata/uid").and_then(Value::as_str) {
             st.uid = Some(uid.to_string());
         }
+        // Upstream reads it as whole seconds; anything else means no TTL.
+        st.object_ttl = node
+            .pointer("/metadata/annotations/node.alpha.kubernetes.io~1ttl")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<u64>().ok())
+            .map(std::time::Duration::from_secs);
         if let Some(labels) = node.pointer("/metadata/labels").and_then(Value::as_object) {
             st.labels = labels
                 .iter()

@@ -33,20 +33,36 @@ impl ApiObjects {
 /// `data` (base64, as Secrets carry it) or `data` as text plus `binaryData`
 /// (ConfigMaps) into bytes by key.
 pub fn decode_keys(obj: &Value, what: &str) -> Result<Keys, String> {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let mut keys = Keys::new();
     let secret = obj.get("kind").and_then(Value::as_str) == Some("Secret");
-    let field = |name: &str| -> Result<Option<&serde_json::Map<String, Value>>, String> {
+    let field = |name: &str| -> Result<Vec<(&String, &str)>, String> {
         match obj.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Object(m)) => Ok(Some(m)),
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Object(m)) => m
+                .iter()
+                .map(|(key, v)| {
+                    v.as_str()
+                        .map(|s| (key, s))
+                        .ok_or_else(|| format!("{what}: {name}[{key:?}] is not a string"))
+                })
+                .collect(),
             Some(_) => Err(format!("{what}: {name} is not an object")),
         }
     };
-    for (key, v) in field("data")?.into_iter().flatten() {
-        let s = v
-            .as_str()
-            .ok_or_else(|| format!("{what}: data[{key:?}] is not a string"))?;
+    keys_of(field("data")?, field("binaryData")?, secret, what)
+}
+
+/// The keys of `data` (base64 for a Secret, text for a ConfigMap) and
+/// `binaryData` (base64) as bytes.
+pub fn keys_of<'a, S: AsRef<str> + 'a>(
+    data: impl IntoIterator<Item = (&'a String, S)>,
+    binary_data: impl IntoIterator<Item = (&'a String, S)>,
+    secret: bool,
+    what: &str,
+) -> Result<Keys, String> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut keys = Keys::new();
+    for (key, s) in data {
+        let s = s.as_ref();
         let bytes = if secret {
             b64.decode(s)
                 .map_err(|e| format!("{what}: data[{key:?}]: not base64: {e}"))?
@@ -55,12 +71,9 @@ pub fn decode_keys(obj: &Value, what: &str) -> Result<Keys, String> {
         };
         keys.insert(key.clone(), bytes);
     }
-    for (key, v) in field("binaryData")?.into_iter().flatten() {
-        let s = v
-            .as_str()
-            .ok_or_else(|| format!("{what}: binaryData[{key:?}] is not a string"))?;
+    for (key, s) in binary_data {
         let bytes = b64
-            .decode(s)
+            .decode(s.as_ref())
             .map_err(|e| format!("{what}: binaryData[{key:?}]: not base64: {e}"))?;
         keys.insert(key.clone(), bytes);
     }

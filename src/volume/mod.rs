@@ -9,12 +9,17 @@
 //! tmpfs mounts, so secrets never reach a disk. Files are written through
 //! `writer` (the `..data` layout), mounted read-only into containers.
 //!
-//! Setup runs on the pod's worker thread, before SyncPod. API objects are
-//! read when a volume is first set up; a projected service account token is
-//! requested again once 80% of its lifetime has passed (or after 24 h), and
-//! its volume's other sources are read again with it. A volume that was set
-//! up once keeps its files when a later refresh fails (the apiserver may be
-//! away); the refresh is tried again at the pod's next sync.
+//! Setup runs on the pod's worker thread, before SyncPod, at every sync:
+//! secret, configMap, downwardAPI and projected volumes are computed again
+//! from the pod and the objects (read through `objects`, the Secret and
+//! ConfigMap manager, which watches them by default) and written again when
+//! their files changed, in one `..data` swap, so a container sees the old
+//! set or the new one, never a mix (subPath mounts, bind mounts made at the
+//! container's start, keep what they had, as upstream). A projected service
+//! account token is kept and requested again once 80% of its lifetime has
+//! passed (or after 24 h). A volume that was set up once keeps its files
+//! when a later refresh fails (the apiserver may be away); the refresh is
+//! tried again at the pod's next sync.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +36,8 @@ use crate::fieldpath::NodeAllocatable;
 mod api;
 pub use api::ApiObjects;
 pub mod mount;
+pub mod objects;
+pub use objects::{ApiWatcher, ObjectManager, Strategy};
 mod ownership;
 pub mod payload;
 pub mod subpath;
@@ -52,6 +59,11 @@ pub trait ObjectSource: Send + Sync {
         audience: Option<&str>,
         expiration_seconds: i64,
     ) -> Result<Token, String>;
+    /// Notes the objects `pod` references, at each of its syncs (a source
+    /// that watches them starts or stops watches here).
+    fn register_pod(&self, _pod: &Pod) {}
+    /// Forgets the pod `uid`, which is gone.
+    fn unregister_pod(&self, _uid: &str) {}
 }
 
 /// The two kinds of API object whose keys become files.
@@ -159,10 +171,18 @@ pub fn remove_orphaned_pod_dirs(
 }
 
 /// What the manager remembers of one volume it set up.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 struct SetUp {
-    /// When its files must be written again (a token's refresh time).
-    refresh_at: Option<SystemTime>,
+    /// The service account tokens of a projected volume, by source index.
+    tokens: Vec<KeptToken>,
+}
+
+/// A projected token, used until it is due for replacement.
+#[derive(Debug, Clone)]
+struct KeptToken {
+    index: usize,
+    token: Token,
+    due: SystemTime,
 }
 
 pub struct VolumeManager {
@@ -234,27 +254,28 @@ impl VolumeManager {
             .as_ref()
             .and_then(|s| s.volumes.as_deref())
             .unwrap_or(&[]);
-        let now = SystemTime::now();
+        if let Some(source) = &self.source {
+            source.register_pod(pod);
+        }
         for v in volumes {
             let known = self
                 .pods
                 .lock()
                 .get(&uid)
-                .and_then(|m| m.get(&v.name).copied());
-            let due = match known {
-                None => true,
-                Some(s) => s.refresh_at.is_some_and(|t| t <= now) || v.downward_api.is_some(),
-            };
-            if !due {
+                .and_then(|m| m.get(&v.name).cloned());
+            // What tinylet writes is computed again at every sync and
+            // written when it changed; the rest is set up once.
+            if known.is_some() && !written_by_tinylet(v) {
                 continue;
             }
-            match self.setup_volume(pod, &dir, v) {
-                Ok(refresh_at) => {
+            let kept = known.as_ref().map_or(&[][..], |k| &k.tokens[..]);
+            match self.setup_volume(pod, &dir, v, kept) {
+                Ok(tokens) => {
                     self.pods
                         .lock()
                         .entry(uid.clone())
                         .or_default()
-                        .insert(v.name.clone(), SetUp { refresh_at });
+                        .insert(v.name.clone(), SetUp { tokens });
                 }
                 Err(message) => {
                     let err = VolumeError {
@@ -274,12 +295,11 @@ impl VolumeManager {
                             v.name,
                             err.message
                         );
-                        self.pods.lock().entry(uid.clone()).or_default().insert(
-                            v.name.clone(),
-                            SetUp {
-                                refresh_at: Some(now),
-                            },
-                        );
+                        self.pods
+                            .lock()
+                            .entry(uid.clone())
+                            .or_default()
+                            .insert(v.name.clone(), known.unwrap_or_default());
                         continue;
                     }
                     self.recorder.event(
@@ -298,6 +318,9 @@ impl VolumeManager {
     /// Unmounts the pod's tmpfs volumes and forgets the pod; its directory
     /// is removed with the pod.
     pub fn teardown(&self, uid: &str) -> std::io::Result<()> {
+        if let Some(source) = &self.source {
+            source.unregister_pod(uid);
+        }
         let dir = crate::paths::pod_dir(&self.root_dir, uid)?;
         if dir.exists() {
             mount::unmount_below(&dir)?;
@@ -308,16 +331,18 @@ impl VolumeManager {
         Ok(())
     }
 
-    /// Writes one volume; returns when it must be written again.
+    /// Writes one volume (`kept`: the tokens it had); returns the tokens
+    /// it has now.
     fn setup_volume(
         &self,
         pod: &Pod,
         volumes_dir: &Path,
         v: &Volume,
-    ) -> Result<Option<SystemTime>, String> {
+        kept: &[KeptToken],
+    ) -> Result<Vec<KeptToken>, String> {
         let (dir, read_only) = host_dir(volumes_dir, v)?;
         if v.host_path.is_some() {
-            return Ok(None);
+            return Ok(Vec::new());
         }
         // The pod's fsGroup owns what it may write or read (not hostPath).
         let fs_group = pod
@@ -370,9 +395,9 @@ impl VolumeManager {
             if fs_group.is_some_and(|g| std::os::unix::fs::MetadataExt::gid(&meta) != g) {
                 own(&dir)?;
             }
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        let (mut files, refresh_at) = self.payload(pod, v)?;
+        let (mut files, tokens) = self.payload(pod, v, kept)?;
         if fs_group.is_some() {
             // The modes the ownership pass gives, so that an unchanged
             // payload compares equal and is not written again.
@@ -399,7 +424,7 @@ impl VolumeManager {
                 files.len()
             );
         }
-        Ok(refresh_at)
+        Ok(tokens)
     }
 
     fn source(&self, what: &str) -> Result<&dyn ObjectSource, String> {
@@ -435,7 +460,8 @@ impl VolumeManager {
         &self,
         pod: &Pod,
         v: &Volume,
-    ) -> Result<(payload::Payload, Option<SystemTime>), String> {
+        kept: &[KeptToken],
+    ) -> Result<(payload::Payload, Vec<KeptToken>), String> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let mut out = payload::Payload::new();
         let default = |m: Option<i32>| {
@@ -450,7 +476,7 @@ impl VolumeManager {
             let (items, optional) = (s.items.as_deref(), s.optional.unwrap_or(false));
             let mode = default(s.default_mode);
             self.key_files(ns, Kind::Secret, name, items, optional, mode, &mut out)?;
-            return Ok((out, None));
+            return Ok((out, Vec::new()));
         }
         if let Some(c) = &v.config_map {
             let (items, optional) = (c.items.as_deref(), c.optional.unwrap_or(false));
@@ -464,7 +490,7 @@ impl VolumeManager {
                 mode,
                 &mut out,
             )?;
-            return Ok((out, None));
+            return Ok((out, Vec::new()));
         }
         if let Some(d) = &v.downward_api {
             payload::downward_files(
@@ -474,13 +500,14 @@ impl VolumeManager {
                 &self.allocatable,
                 &mut out,
             )?;
-            return Ok((out, None));
+            return Ok((out, Vec::new()));
         }
         let Some(p) = &v.projected else {
-            return Ok((out, None));
+            return Ok((out, Vec::new()));
         };
         let mode = default(p.default_mode);
-        let mut refresh_at: Option<SystemTime> = None;
+        let mut tokens = Vec::new();
+        let now = SystemTime::now();
         for (i, src) in p.sources.iter().flatten().enumerate() {
             let at = |e: String| format!("projected.sources[{i}]: {e}");
             if let Some(s) = &src.secret {
@@ -515,26 +542,31 @@ impl VolumeManager {
                         "serviceAccountToken.expirationSeconds: {seconds} is less than 600"
                     )));
                 }
-                let token = self
-                    .source("a service account token")?
-                    .service_account_token(
-                        pod,
-                        t.audience.as_deref().filter(|a| !a.is_empty()),
-                        seconds,
-                    )
-                    .map_err(at)?;
-                let due = refresh_time(&token, seconds);
-                refresh_at = Some(refresh_at.map_or(due, |r| r.min(due)));
+                let token = match kept.iter().find(|k| k.index == i && k.due > now) {
+                    Some(k) => k.clone(),
+                    None => {
+                        let token = self
+                            .source("a service account token")?
+                            .service_account_token(
+                                pod,
+                                t.audience.as_deref().filter(|a| !a.is_empty()),
+                                seconds,
+                            )
+                            .map_err(at)?;
+                        let due = refresh_time(&token, seconds);
+                        KeptToken {
+                            index: i,
+                            token,
+                            due,
+                        }
+                    }
+                };
+                let data = token.token.token.clone().into_bytes();
+                tokens.push(token);
                 if out.contains_key(&t.path) {
                     return Err(at(format!("two files at path {:?}", t.path)));
                 }
-                out.insert(
-                    t.path.clone(),
-                    payload::File {
-                        data: token.token.into_bytes(),
-                        mode,
-                    },
-                );
+                out.insert(t.path.clone(), payload::File { data, mode });
             } else {
                 return Err(at(
                     "no supported source (secret, configMap, downwardAPI, serviceAccountToken)"
@@ -542,7 +574,7 @@ impl VolumeManager {
                 ));
             }
         }
-        Ok((out, refresh_at))
+        Ok((out, tokens))
     }
 }
 
@@ -580,6 +612,8 @@ mod tests {
         tokens: AtomicU32,
         down: AtomicBool,
         ttl: i64,
+        /// Bumped to change the root CA configmap's content.
+        ca_version: AtomicU32,
     }
 
     impl ObjectSource for Objects {
@@ -593,8 +627,12 @@ mod tests {
             if self.down.load(Ordering::SeqCst) {
                 return Err("connection refused".into());
             }
+            let ca = match self.ca_version.load(Ordering::SeqCst) {
+                0 => "PEM".to_string(),
+                v => format!("PEM{v}"),
+            };
             Ok((name == "kube-root-ca.crt")
-                .then(|| [("ca.crt".to_string(), b"PEM".to_vec())].into()))
+                .then(|| [("ca.crt".to_string(), ca.into_bytes())].into()))
         }
         fn service_account_token(
             &self,
@@ -794,6 +832,59 @@ mod tests {
         // Not due yet: no new token at the next sync.
         r.vm.setup(&p).unwrap();
         assert_eq!(r.objects.tokens.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn objects_and_labels_that_change_are_written_again_at_the_next_sync() {
+        let r = rigged(3600);
+        let mut v = api_access(3600);
+        if let Some(p) = v.projected.as_mut() {
+            p.sources.as_mut().unwrap().push(VolumeProjection {
+                downward_api: Some(DownwardAPIProjection {
+                    items: Some(vec![DownwardAPIVolumeFile {
+                        path: "labels".into(),
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "metadata.labels".into(),
+                            api_version: None,
+                        }),
+                        ..Default::default()
+                    }]),
+                }),
+                ..Default::default()
+            });
+        }
+        let mut p = pod(vec![v]);
+        p.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
+        r.vm.setup(&p).unwrap();
+        let dir = volumes_dir(&r.root, "uid-1")
+            .unwrap()
+            .join(PROJECTED)
+            .join("kube-api-access-x");
+        assert_eq!(read(&dir, "ca.crt"), "PEM");
+        assert_eq!(read(&dir, "labels"), "tier=\"web\"");
+        let first = std::fs::read_link(dir.join(writer::DATA_LINK)).unwrap();
+
+        // The configmap changed: its file follows, in a new `..data`.
+        r.objects.ca_version.store(2, Ordering::SeqCst);
+        r.vm.setup(&p).unwrap();
+        assert_eq!(read(&dir, "ca.crt"), "PEM2");
+        let second = std::fs::read_link(dir.join(writer::DATA_LINK)).unwrap();
+        assert_ne!(first, second);
+        assert!(!dir.join(&first).exists(), "the old set is gone");
+        // The labels changed (a metadata-only update of the pod).
+        p.metadata.labels = Some([("tier".to_string(), "db".to_string())].into());
+        r.vm.setup(&p).unwrap();
+        assert_eq!(read(&dir, "labels"), "tier=\"db\"");
+        // The token, not due, was kept throughout.
+        assert_eq!(read(&dir, "token"), "jwt-1");
+        assert_eq!(r.objects.tokens.load(Ordering::SeqCst), 1);
+        // Nothing changed: nothing is written.
+        let third = std::fs::read_link(dir.join(writer::DATA_LINK)).unwrap();
+        r.vm.setup(&p).unwrap();
+        assert_eq!(
+            third,
+            std::fs::read_link(dir.join(writer::DATA_LINK)).unwrap()
+        );
     }
 
     #[test]

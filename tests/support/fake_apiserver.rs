@@ -1943,6 +1943,42 @@ impl FakeApiServer {
         })
     }
 
+    /// Replaces a Secret's data as the admin would with a PUT (a MODIFIED
+    /// event); `data` values are plain text. False if it does not exist.
+    pub fn update_secret(&self, ns: &str, name: &str, data: &[(&str, &str)]) -> bool {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let data: Map<String, Value> = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(b64.encode(v))))
+            .collect();
+        self.replace_data(Res::Secrets, ns, name, data)
+    }
+
+    /// Replaces a ConfigMap's data as the admin would with a PUT (a
+    /// MODIFIED event). False if it does not exist.
+    pub fn update_config_map(&self, ns: &str, name: &str, data: &[(&str, &str)]) -> bool {
+        let data: Map<String, Value> = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        self.replace_data(Res::ConfigMaps, ns, name, data)
+    }
+
+    fn replace_data(&self, res: Res, ns: &str, name: &str, data: Map<String, Value>) -> bool {
+        self.locked(|st| {
+            let key = (res, ns.to_string(), name.to_string());
+            let Some(old) = st.objects.get(&key).cloned() else {
+                return false;
+            };
+            let mut new = old.clone();
+            new["data"] = Value::Object(data);
+            if new != old {
+                st.write(key, EventType::Modified, new);
+            }
+            true
+        })
+    }
+
     /// TokenRequests answered so far.
     pub fn tokens_issued(&self) -> u64 {
         self.shared.state.lock().tokens_issued
@@ -2810,7 +2846,25 @@ fn dispatch(
         });
     };
     let verb = verb_of(req, &t);
-    if let Err(s) = authorize(st, &user, verb, &t) {
+    // As the apiserver's request info: a list or watch whose field
+    // selector requires one metadata.name is authorized as a request for
+    // that name (what lets a node watch a Secret it may read).
+    let by_name = match (verb, &t.name) {
+        ("list" | "watch", None) => req
+            .param("fieldSelector")
+            .unwrap_or("")
+            .split(',')
+            .find_map(|term| {
+                term.strip_prefix("metadata.name==")
+                    .or_else(|| term.strip_prefix("metadata.name="))
+            })
+            .map(|n| Target {
+                name: Some(n.to_string()),
+                ..t.clone()
+            }),
+        _ => None,
+    };
+    if let Err(s) = authorize(st, &user, verb, by_name.as_ref().unwrap_or(&t)) {
         return reply(Resp::status(&s));
     }
     let ctx = Ctx {
