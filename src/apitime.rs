@@ -1,7 +1,8 @@
 //! Times in the API's wire formats: `metav1.Time` (RFC 3339, whole seconds)
-//! and `metav1.MicroTime` (six fraction digits), always in UTC.
+//! and `metav1.MicroTime` (six fraction digits), always in UTC; and Go's
+//! duration syntax (`1m30s`) that flags and configuration use.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -33,6 +34,41 @@ pub fn micro_time(t: SystemTime) -> String {
 
 pub fn now() -> String {
     rfc3339(SystemTime::now())
+}
+
+/// Parses a Go-style duration: a sequence of number+unit (ns, us, ms, s, m, h).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("invalid duration {s:?} (want e.g. 20s, 1m30s, 500ms)");
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let n: f64 = rest[..num_end].parse().map_err(|_| bad())?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let mult = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += n * mult;
+        rest = &rest[unit_end..];
+    }
+    Ok(Duration::from_secs_f64(total))
 }
 
 #[cfg(test)]

@@ -575,7 +575,10 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                 remote.clone(),
                 remote.clone(),
                 image_gc.as_ref().map(|g| g.handle()),
-                pod_view.clone(),
+                {
+                    let view = pod_view.clone();
+                    Box::new(move || view.pods())
+                },
                 pressure.clone(),
                 eviction_tx,
             )

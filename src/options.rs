@@ -528,40 +528,7 @@ pass them, are accepted with a warning and ignored (list in README.md). A boolea
 flag alone means true; give another value as --flag=false.
 ";
 
-/// Parses a Go-style duration: a sequence of number+unit (ns, us, ms, s, m, h).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("invalid duration {s:?} (want e.g. 20s, 1m30s, 500ms)");
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let n: f64 = rest[..num_end].parse().map_err(|_| bad())?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let mult = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += n * mult;
-        rest = &rest[unit_end..];
-    }
-    Ok(Duration::from_secs_f64(total))
-}
+pub use crate::apitime::parse_duration;
 
 /// Parses `--manifest-url-header` values: `Name:value` pairs separated by
 /// commas (upstream's format), each split at its first colon.

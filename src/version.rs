@@ -1,6 +1,12 @@
 //! What `tinylet --version` prints: the crate version, the git commit the
 //! binary was built from, its target triple and whether it is linked
-//! statically. `build.rs` finds the commit and the target.
+//! statically. `build.rs` finds the commit and the target. Also the
+//! Kubernetes version tinylet speaks as.
+
+/// The version tinylet reports as `kubeletVersion` (and in its probes'
+/// User-Agent): the Kubernetes API level it implements (clients compare it
+/// like a kubelet's).
+pub const KUBELET_VERSION: &str = "v1.20.2";
 
 /// The short commit hash the binary was built from, with `-dirty` when the
 /// tree had uncommitted changes, or `unknown` outside a git checkout.

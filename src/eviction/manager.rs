@@ -34,7 +34,6 @@ use super::{
 };
 use crate::config::pod_uid;
 use crate::cri::{ImageService, RuntimeService};
-use crate::kubelet::PodView;
 use crate::node::machine;
 use crate::runtime::image_gc::ImageGcHandle;
 
@@ -70,12 +69,16 @@ pub struct EvictionManager {
     _thread: crate::thread::JoinOnDrop<()>,
 }
 
+/// The sync loop's desired pods as last published (its `PodView`), read
+/// through a function so that this module does not import the loop's.
+pub type Pods = Box<dyn Fn() -> Arc<Vec<Arc<Pod>>> + Send>;
+
 struct Manager {
     config: Config,
     runtime: Arc<dyn RuntimeService>,
     images: Arc<dyn ImageService>,
     image_gc: Option<ImageGcHandle>,
-    pods: Arc<PodView>,
+    pods: Pods,
     state: Arc<State>,
     evictions: Sender<Eviction>,
     tracker: Tracker,
@@ -88,7 +91,7 @@ impl EvictionManager {
         runtime: Arc<dyn RuntimeService>,
         images: Arc<dyn ImageService>,
         image_gc: Option<ImageGcHandle>,
-        pods: Arc<PodView>,
+        pods: Pods,
         state: Arc<State>,
         evictions: Sender<Eviction>,
     ) -> std::io::Result<EvictionManager> {
@@ -215,7 +218,7 @@ impl Manager {
             Instant::now(),
         );
         self.state.set(&step.conditions);
-        let pods = self.pods.pods();
+        let pods = (self.pods)();
         // Upstream's active pods: not being deleted, not finished.
         let active: Vec<&Arc<Pod>> = pods
             .iter()

@@ -248,7 +248,7 @@ pub fn thresholds(s: &Settings) -> Result<Vec<Threshold>, String> {
     let mut graces = BTreeMap::new();
     for (name, v) in &s.soft_grace_period {
         let signal = Signal::parse(name)?;
-        let d = crate::options::parse_duration(v)
+        let d = crate::apitime::parse_duration(v)
             .map_err(|e| format!("grace period of {name}: {e}"))?;
         graces.insert(signal, d);
     }

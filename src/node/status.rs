@@ -38,9 +38,7 @@ use crate::thread::{spawn_named, JoinOnDrop};
 const MAX_IMAGES: usize = 50;
 /// Names listed per image (upstream: 5).
 const MAX_NAMES_PER_IMAGE: usize = 5;
-/// The version tinylet reports as `kubeletVersion`: the Kubernetes API level
-/// it implements (clients compare it like a kubelet's).
-pub const KUBELET_VERSION: &str = "v1.20.2";
+pub use crate::version::KUBELET_VERSION;
 
 /// What the node reports and how often.
 #[derive(Debug, Clone)]
