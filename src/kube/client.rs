@@ -60,6 +60,10 @@ struct Payload {
     bytes: Vec<u8>,
 }
 
+/// The size of each connection's input and output buffer, and the
+/// largest response head taken.
+const CONNECTION_BUFFER: usize = 16 * 1024;
+
 impl Client {
     pub fn new(config: &KubeConfig, options: ClientOptions) -> Result<Client, String> {
         let agent_config = Self::agent_config(config, &options)?;
@@ -134,6 +138,14 @@ impl Client {
             .user_agent(options.user_agent.as_str())
             .accept("application/json")
             .timeout_connect(Some(options.timeout))
+            // ureq fills both buffers of every connection when it first
+            // uses it (128 KiB each by default): with a watch per Secret or
+            // ConfigMap a pod mounts, that was most of what each object
+            // cost. Bodies stream through in pieces either way, and an
+            // apiserver's response head is well under 1 KiB.
+            .input_buffer_size(CONNECTION_BUFFER)
+            .output_buffer_size(CONNECTION_BUFFER)
+            .max_response_header_size(CONNECTION_BUFFER)
             .build();
         Ok(agent_config)
     }
