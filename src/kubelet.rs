@@ -333,9 +333,9 @@ impl Kubelet {
     }
 
     /// Has housekeeping drop the resident pages of the executable's code
-    /// (`malloc::drop_code_pages`) once start-up is done (when every source
-    /// has been heard from, and a minute later) and after each burst of
-    /// work, once its memory went back. Off in tests of the loop, whose
+    /// (`malloc::drop_code_pages`) once start-up is done: when every source
+    /// has been heard from, and a minute later (after a burst of work,
+    /// `malloc::give_back` drops them too). Off in tests of the loop, whose
     /// process is the test harness.
     pub fn with_code_page_drops(mut self) -> Self {
         self.code_drop_at = Some(Instant::now());
@@ -904,10 +904,6 @@ impl Kubelet {
             // Pods went away lately: their memory can go too.
             self.trims_due -= 1;
             crate::malloc::give_back();
-            if self.trims_due == 0 && self.code_drops > 0 {
-                // And the code only the burst ran.
-                self.code_drop_at = Some(Instant::now());
-            }
         }
         if !(self.sources_ready)() {
             debug!("housekeeping: waiting for all sources");

@@ -125,7 +125,8 @@ fn with_tunables(current: &str) -> Option<String> {
 /// the top of a heap on its own, so after a burst of pods (each with a
 /// thread, decoded objects and statuses) most of the freed memory would
 /// otherwise stay resident. Costs a walk over the free lists: call it when
-/// work has ended, not on every turn.
+/// work has ended, not on every turn. The code only the burst ran goes
+/// too ([`drop_code_pages`]).
 pub fn give_back() {
     #[cfg(target_env = "gnu")]
     {
@@ -134,6 +135,7 @@ pub fn give_back() {
             libc::malloc_trim(0);
         }
     }
+    drop_code_pages();
 }
 
 /// Gives a map's spare room back once it holds far fewer entries than it

@@ -604,7 +604,10 @@ impl Lister {
                     }
                 }
             }
+            let before = self.cache.len();
             self.cache.retain(|f, _| seen.contains(f));
+            // Files went: what their reading took can go back too.
+            self.give_back_due |= self.cache.len() < before;
             crate::malloc::shrink_map(&mut self.cache);
             pods
         } else if md.is_file() {
