@@ -17,7 +17,7 @@ use crate::support::containerd::{
     holds_for, remove_manifest, wait_until, write_manifest, PrivateContainerd, Tinylet,
     BUSYBOX_IMAGE, POD_UID_LABEL,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth, MIRROR_ANNOTATION};
+use crate::support::fake_apiserver::{FakeApiServer, MIRROR_ANNOTATION};
 
 pub(crate) const NS: &str = "default";
 const CONFIG_HASH: &str = "kubernetes.io/config.hash";
@@ -50,11 +50,7 @@ pub(crate) fn api_pod(name: &str) -> Value {
 fn start_cluster_node() -> (FakeApiServer, PrivateContainerd, Tinylet) {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let kubelet = Tinylet::start_with(&ctd, NODE, &["--kubeconfig", &kubeconfig]);
     (fake, ctd, kubelet)

@@ -26,7 +26,7 @@ use crate::support::containerd::{
     holds_for, remove_manifest, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet,
     POD_UID_LABEL,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 
 /// Image GC off: on a build machine whose disk is over 85% full it would
 /// remove the test images, which cannot be pulled again.
@@ -236,11 +236,7 @@ fn root_dir_fault(fault: Fault) {
     let root = ctd.dir().join(format!("tinylet-{NODE}")).join("root");
     let tmpfs = Tmpfs::mount(&root, "16m");
     let checkpoints = root.join("checkpoints");
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubelet = Tinylet::start_with(
         &ctd,
         NODE,

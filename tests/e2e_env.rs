@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::e2e::{NODE, SETTLE};
 use crate::e2e_cluster::{api_pod, only_ids, NS};
 use crate::support::containerd::{wait_until, PrivateContainerd, Tinylet};
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 
 /// envFrom a ConfigMap and a Secret (with a prefix), key references, a
 /// `$(VAR)` of both, and the service variables, read back from the
@@ -16,11 +16,7 @@ use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
 fn a_container_sees_env_from_config_maps_secrets_and_services() {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let _kubelet = Tinylet::start_with(&ctd, NODE, &["--kubeconfig", &kubeconfig]);
 

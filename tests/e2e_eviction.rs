@@ -21,7 +21,7 @@ use crate::e2e_images::import_spare_image;
 use crate::support::containerd::{
     holds_for, wait_until, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 
 const MI: u64 = 1 << 20;
 /// The nodefs threshold the test gives (`nodefs.available<10Mi`).
@@ -101,11 +101,7 @@ fn disk_pressure_reclaims_images_then_logs_then_evicts_the_best_effort_pod() {
     let _tmpfs = Tmpfs::mount(&root, "48m");
     let logs = root.join("pod-logs");
     fs::create_dir_all(&logs).unwrap();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let mut kubelet = Tinylet::start_with(
         &ctd,
         NODE,

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
 use crate::support::containerd::{wait_until, PrivateContainerd, Tinylet, BUSYBOX_IMAGE};
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 use crate::support::registry::{oci_archives, Registry, PASSWORD, USER};
 
 const NS: &str = "default";
@@ -116,11 +116,7 @@ fn registry_pulls_follow_policy_secrets_and_back_off() {
 
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let _kubelet = Tinylet::start_with(&ctd, NODE, &["--kubeconfig", &kubeconfig]);
     wait_until(SETTLE, "node edge-1 is registered", || {

@@ -25,7 +25,7 @@ use crate::support::containerd::{
     remove_manifest, scaled, tail, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
     CONTAINER_NAME_LABEL, KIND_LABEL, POD_NAME_LABEL, POD_UID_LABEL,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth, MIRROR_ANNOTATION};
+use crate::support::fake_apiserver::{FakeApiServer, MIRROR_ANNOTATION};
 
 const NS: &str = "default";
 const KILL_ENV: &str = "TINYLET_KILL_POINT";
@@ -128,11 +128,7 @@ impl Rig {
         let api = FakeApiServer::start();
         let ctd = PrivateContainerd::start();
         ctd.ctr(&["images", "tag", BUSYBOX_IMAGE, IMAGE_V2]);
-        let kubeconfig = api.write_kubeconfig(
-            ctd.dir(),
-            &format!("system:node:{NODE}"),
-            KubeconfigAuth::token(),
-        );
+        let kubeconfig = api.node_kubeconfig(ctd.dir(), NODE);
         let checkpoints = ctd.dir().join("checkpoints");
         let t = Tinylet::start_with(
             &ctd,

@@ -17,7 +17,7 @@ use crate::support::containerd::{
     holds_for, remove_manifest, wait_until, write_manifest, PrivateContainerd, Tinylet,
     BUSYBOX_IMAGE,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 
 /// A directory of the test's that pods mount at `/work`.
 fn shared_dir(ctd: &PrivateContainerd) -> PathBuf {
@@ -386,11 +386,7 @@ fn wait_api(fake: &FakeApiServer, name: &str, what: &str, check: impl Fn(&Value)
 fn crash_loop_back_off_and_restart_policies_in_the_api_status() {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let mut kubelet = Tinylet::start_with(&ctd, NODE, &["--kubeconfig", &kubeconfig]);
     wait_until(SETTLE, "node edge-1 is registered", || {

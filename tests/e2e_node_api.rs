@@ -19,7 +19,7 @@ use crate::server::{free_port, make_ca_and_client};
 use crate::support::containerd::{
     wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 use crate::support::streams::{read_head, tls_config, Dial, Duplex, Spdy, SpdyExec, WebSocket};
 
 /// The pod `api`: one container per thing the tests look at.
@@ -782,11 +782,7 @@ fn webhook_authentication_and_authorization_on_a_joined_node() {
     fake.add_token("other-token", "other", &[]);
     fake.allow_access("read-logs", "log-readers", "get", "nodes/proxy");
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let port = free_port();
     let port_s = port.to_string();

@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
 use crate::e2e_cluster::{api_pod, only_ids, NS};
 use crate::support::containerd::{wait_until, PrivateContainerd, Tinylet};
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 
 /// The bound: a change reaches the mounted files within 60 s.
 const FOLLOW: Duration = Duration::from_secs(60);
@@ -19,11 +19,7 @@ const FOLLOW: Duration = Duration::from_secs(60);
 fn edited_objects_and_labels_reach_the_container_and_sub_path_keeps_the_old() {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let _kubelet = Tinylet::start_with(&ctd, NODE, &["--kubeconfig", &kubeconfig]);
 

@@ -23,7 +23,7 @@ use crate::e2e_cluster::{api_pod, only_ids, status_problem, str_at, wait_status_
 use crate::support::containerd::{
     holds_for, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet, POD_UID_LABEL,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth, RecordedRequest};
+use crate::support::fake_apiserver::{FakeApiServer, RecordedRequest};
 
 const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1";
 const NODE_STATUS_PATH: &str = "/api/v1/nodes/edge-1/status";
@@ -84,11 +84,7 @@ impl Cut {
 fn start_node(extra: &[&str]) -> (FakeApiServer, PrivateContainerd, Tinylet) {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let mut flags = vec!["--kubeconfig", kubeconfig.as_str()];
     flags.extend_from_slice(extra);

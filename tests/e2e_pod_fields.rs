@@ -17,7 +17,7 @@ use crate::server::{free_port, make_ca_and_client};
 use crate::support::containerd::{
     holds_for, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 use crate::support::streams::SpdyExec;
 
 fn condition<'a>(pod: &'a Value, type_: &str) -> Option<&'a Value> {
@@ -194,11 +194,7 @@ fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
     make_ca_and_client(certs.path(), "good");
     let ca = certs.path().join("good-ca.crt").display().to_string();
     let port = free_port();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let args = [
         "--kubeconfig",
         &kubeconfig.display().to_string(),

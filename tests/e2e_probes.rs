@@ -15,7 +15,7 @@ use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
 use crate::support::containerd::{
     holds_for, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 use tinylet::prober::run::{http_get, probe_agent, Found};
 use tinylet::prober::spec::HttpGet;
 
@@ -200,11 +200,7 @@ fn readiness(fake: &FakeApiServer, name: &str) -> Option<(bool, String, String)>
 fn readiness_follows_a_file_into_the_api_status_and_liveness_kills_are_events() {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let mut kubelet = Tinylet::start_with(&ctd, NODE, &["--kubeconfig", &kubeconfig]);
     wait_until(SETTLE, "node edge-1 is registered", || {

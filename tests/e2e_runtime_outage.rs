@@ -19,7 +19,7 @@ use crate::support::containerd::{
     cpu_time, holds_for, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet,
     CONTAINER_NAME_LABEL, POD_UID_LABEL,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 
 const NS: &str = "default";
 /// Image GC off: on a build machine whose disk is over 85% full it would
@@ -105,11 +105,7 @@ fn runtime_lines(lines: &[String]) -> Vec<&String> {
 fn containerd_outage_turns_the_node_not_ready_and_nothing_restarts_after_it() {
     let fake = FakeApiServer::start();
     let mut ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let kubelet = Tinylet::start_with(
         &ctd,

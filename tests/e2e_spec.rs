@@ -17,7 +17,7 @@ use crate::support::containerd::{
     remove_manifest, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
     POD_UID_LABEL,
 };
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::support::fake_apiserver::FakeApiServer;
 
 /// `GET /` over plain HTTP/1.0; the body, or why there is none.
 fn http_get(addr: &str) -> Result<String, String> {
@@ -320,11 +320,7 @@ fn api_pod(name: &str, script: &str, container_extra: Value) -> Value {
 fn termination_messages_and_config_errors_reach_the_api_status() {
     let fake = FakeApiServer::start();
     let ctd = PrivateContainerd::start();
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        KubeconfigAuth::token(),
-    );
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
     let _kubelet = Tinylet::start_with(
         &ctd,

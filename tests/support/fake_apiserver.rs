@@ -1796,6 +1796,12 @@ impl FakeApiServer {
         (read(format!("{stem}.crt")), read(format!("{stem}.key")))
     }
 
+    /// A node's kubeconfig (user `system:node:<node>`, a bearer token) in
+    /// `dir`, as the tests that run a connected node write it.
+    pub fn node_kubeconfig(&self, dir: &Path, node: &str) -> PathBuf {
+        self.write_kubeconfig(dir, &format!("system:node:{node}"), KubeconfigAuth::token())
+    }
+
     /// Writes `dir/kubeconfig` (and the files it names, relative to it) for
     /// `user`; a token or certificate is made for the user, in group
     /// system:nodes for `system:node:*` users and system:masters otherwise.
