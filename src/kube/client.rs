@@ -460,7 +460,7 @@ pub(crate) fn status_kind(
 ) -> ErrorKind {
     let status: Option<Value> = serde_json::from_slice(body).ok();
     if let Some(s) = status.filter(|s| s.get("kind").and_then(Value::as_str) == Some("Status")) {
-        return status_from_value(&s, code, header_retry);
+        return super::status_from_value(&s, code, header_retry);
     }
     let text = String::from_utf8_lossy(body);
     let text = text.trim();
@@ -479,28 +479,6 @@ pub(crate) fn status_kind(
         reason: String::new(),
         message,
         retry_after: header_retry,
-    }
-}
-
-/// The fields of a `Status` object; `code` is used when the object has none.
-pub(crate) fn status_from_value(s: &Value, code: u16, header_retry: Option<u64>) -> ErrorKind {
-    let text = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    let code = s
-        .get("code")
-        .and_then(Value::as_u64)
-        .and_then(|c| u16::try_from(c).ok())
-        .filter(|c| *c != 0)
-        .unwrap_or(code);
-    let retry_after = s
-        .get("details")
-        .and_then(|d| d.get("retryAfterSeconds"))
-        .and_then(Value::as_u64)
-        .or(header_retry);
-    ErrorKind::Status {
-        code,
-        reason: text("reason"),
-        message: text("message"),
-        retry_after,
     }
 }
 

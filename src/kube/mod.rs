@@ -72,6 +72,28 @@ pub enum PatchKind {
     Json,
 }
 
+/// The fields of a `Status` object; `code` is used when the object has none.
+pub(crate) fn status_from_value(s: &Value, code: u16, header_retry: Option<u64>) -> ErrorKind {
+    let text = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let code = s
+        .get("code")
+        .and_then(Value::as_u64)
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| *c != 0)
+        .unwrap_or(code);
+    let retry_after = s
+        .get("details")
+        .and_then(|d| d.get("retryAfterSeconds"))
+        .and_then(Value::as_u64)
+        .or(header_retry);
+    ErrorKind::Status {
+        code,
+        reason: text("reason"),
+        message: text("message"),
+        retry_after,
+    }
+}
+
 /// What went wrong with one request.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ErrorKind {

@@ -11,9 +11,8 @@ use std::io::{BufRead, BufReader, Read};
 
 use serde_json::Value;
 
-use super::client::status_from_value;
 use super::list::ValueScanner;
-use super::{ApiError, ErrorKind, WatchEvent};
+use super::{status_from_value, ApiError, ErrorKind, WatchEvent};
 
 /// The longest event we decode (a pod is a few KiB, a big ConfigMap 1 MiB):
 /// the per-object cap of lists (see [`super::list::MAX_OBJECT`]).
