@@ -23,14 +23,13 @@ use log::{debug, info, warn};
 
 use crate::admission::{admit, admit_update, static_name_conflict, NodeInfo, Rejection};
 use crate::config::checkpoint::Admissions;
-use crate::config::storage::is_mirror_pod;
 use crate::config::validation::{addressable, validate_api_pod};
-use crate::config::{PodOperation, PodUpdate, API_SOURCE};
+use crate::config::{PodOperation, PodUpdate};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::pleg::{PodCache, PodLifecycleEvent, PodLifecycleEventType};
+use crate::pod::{is_mirror_pod, is_static_pod, pod_full_name, pod_uid, API_SOURCE};
 use crate::pod_workers::{PodWork, PodWorkers, UpdateType, WorkQueue};
-use crate::runtime::labels::{pod_full_name, pod_uid};
-use crate::status::manager::{is_static_pod, MirrorPod, StatusReporter};
+use crate::status::manager::{MirrorPod, StatusReporter};
 
 /// The reason (status and event) of a pod refused for names that cannot
 /// become paths on this node; the event reason upstream gives a pod that

@@ -11,8 +11,7 @@ use log::{error, info, warn};
 
 use tinylet::admission::NodeInfo;
 use tinylet::config::{
-    load_checkpoints, ApiSource, FileSource, HttpSource, NotificationMode, PodConfig, API_SOURCE,
-    FILE_SOURCE, HTTP_SOURCE,
+    load_checkpoints, ApiSource, FileSource, HttpSource, NotificationMode, PodConfig,
 };
 use tinylet::cri::RemoteRuntime;
 use tinylet::events::{EventBroadcaster, EventRecorder, EventType, ObjectRef};
@@ -25,6 +24,7 @@ use tinylet::node::status::{NodeConfig, NodeStatusController};
 use tinylet::node::{initial_node_state, node_info};
 use tinylet::options::{parse_args, Command, Options, USAGE};
 use tinylet::pleg::{Pleg, PodCache, RunningPods, EVENTS_CAPACITY, RELIST_PERIOD};
+use tinylet::pod::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
 use tinylet::prober::{ProbeResults, Prober, DEFAULT_RUNNERS, UPDATES_CAPACITY};
 use tinylet::runtime::config::NodeSettings;

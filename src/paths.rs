@@ -257,7 +257,7 @@ pub fn remove_tree(dir: &Path) -> io::Result<()> {
     if !meta.is_dir() {
         return fs::remove_file(dir);
     }
-    let mounts = crate::volume::mount::mounts_below(dir)?;
+    let mounts = crate::mount::mounts_below(dir)?;
     if let Some(m) = mounts.first() {
         return Err(io::Error::other(format!(
             "{} is still mounted; not removing {}",
@@ -546,12 +546,12 @@ mod tests {
         let dir = tmp.path().join("pod");
         let mnt = dir.join("volumes/vol");
         fs::create_dir_all(&mnt).unwrap();
-        crate::volume::mount::ensure_tmpfs(&mnt, 0).unwrap();
+        crate::mount::ensure_tmpfs(&mnt, 0).unwrap();
         fs::write(mnt.join("secret"), "s").unwrap();
         let e = remove_tree(&dir).unwrap_err();
         assert!(e.to_string().contains("still mounted"), "{e}");
         assert_eq!(fs::read_to_string(mnt.join("secret")).unwrap(), "s");
-        crate::volume::mount::unmount_below(&dir).unwrap();
+        crate::mount::unmount_below(&dir).unwrap();
         remove_tree(&dir).unwrap();
         assert!(!dir.exists());
     }
@@ -569,11 +569,11 @@ mod tests {
         symlink(&outside, dir.join("link")).unwrap();
         let mnt = dir.join("mnt");
         fs::create_dir(&mnt).unwrap();
-        crate::volume::mount::ensure_tmpfs(&mnt, 0).unwrap();
+        crate::mount::ensure_tmpfs(&mnt, 0).unwrap();
         fs::write(mnt.join("m"), vec![2u8; 1 << 20]).unwrap();
 
         let u = disk_usage(&dir, 1000).unwrap();
-        crate::volume::mount::unmount_below(&dir).unwrap();
+        crate::mount::unmount_below(&dir).unwrap();
         // vol, a, a/b, a/b/f (a/f2 is the same inode) and link; the
         // mount point is another file system's.
         assert_eq!(u.inodes, 5, "{u:?}");

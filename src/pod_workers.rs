@@ -47,9 +47,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::events::EventRecorder;
 use crate::fieldpath::NodeAllocatable;
 use crate::pleg::{PodCache, Wait};
+use crate::pod::{pod_full_name, pod_name, pod_namespace, pod_uid};
 use crate::prober::ProberHandle;
-use crate::runtime::labels::{pod_full_name, pod_uid};
-use crate::runtime::labels::{pod_name, pod_namespace};
 use crate::runtime::PodStatus;
 use crate::runtime::{RuntimeManager, SyncError};
 use crate::status::generate::{generate_pod_status, StatusContext};
@@ -711,8 +710,8 @@ fn deleted_from_api(pod: &Pod) -> bool {
             .metadata
             .annotations
             .as_ref()
-            .and_then(|a| a.get(crate::config::CONFIG_SOURCE_ANNOTATION_KEY))
-            .is_some_and(|s| s == crate::config::API_SOURCE)
+            .and_then(|a| a.get(crate::pod::CONFIG_SOURCE_ANNOTATION_KEY))
+            .is_some_and(|s| s == crate::pod::API_SOURCE)
 }
 
 /// The time left before the pod's active deadline, from the start time it
@@ -841,8 +840,8 @@ fn terminate(
             .runtime
             .get_pod_status(
                 uid,
-                crate::runtime::labels::pod_name(pod),
-                crate::runtime::labels::pod_namespace(pod),
+                crate::pod::pod_name(pod),
+                crate::pod::pod_namespace(pod),
             )
             .and_then(|st| {
                 crate::fault::point("pod-kill", full_name);

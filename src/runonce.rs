@@ -33,7 +33,7 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
 
 use crate::config::{PodOperation, PodUpdate};
-use crate::runtime::labels::{pod_name, pod_namespace, pod_uid};
+use crate::pod::{pod_name, pod_namespace, pod_uid};
 use crate::status::manager::StatusReporter;
 use crate::thread::{spawn_named, JoinOnDrop};
 

@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::config::CONFIG_SOURCE_ANNOTATION_KEY;
 use crate::cri::{api, RemoteRuntime, RuntimeService};
 use crate::kube::{load_kubeconfig, Client, ClientOptions, KubeConfig};
 use crate::options::{StatusOptions, StatusOutput};
+use crate::pod::CONFIG_SOURCE_ANNOTATION_KEY;
 use crate::runtime::labels;
 
 /// How often `--watch` redraws.

@@ -657,7 +657,7 @@ fn modes_hold_whatever_the_umask() {
         .collect();
     assert!(wrong.is_empty(), "{wrong:#?}");
     assert!(
-        tinylet::volume::mount::is_mount_point(&vols.join("kubernetes.io~projected/info")).unwrap(),
+        tinylet::mount::is_mount_point(&vols.join("kubernetes.io~projected/info")).unwrap(),
         "the projected volume is a tmpfs"
     );
 }

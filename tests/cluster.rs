@@ -839,7 +839,7 @@ fn a_pod_with_the_default_service_account_token_volume_runs_with_the_token_on_tm
         FAKE_ROOT_CA
     );
     assert!(
-        tinylet::volume::mount::is_mount_point(&host).unwrap(),
+        tinylet::mount::is_mount_point(&host).unwrap(),
         "the secret lives on its own tmpfs"
     );
     let secret_path = format!("/api/v1/namespaces/default/secrets/{volume}");
@@ -856,7 +856,7 @@ fn a_pod_with_the_default_service_account_token_volume_runs_with_the_token_on_tm
         .wait("the pod is gone", || api.pod("default", "sa").is_none());
     c.agent
         .wait("its volumes are unmounted and removed", || !host.exists());
-    assert!(tinylet::volume::mount::mounts_below(&c.agent.root_dir())
+    assert!(tinylet::mount::mounts_below(&c.agent.root_dir())
         .unwrap()
         .is_empty());
 }
@@ -909,7 +909,7 @@ fn a_projected_service_account_token_is_requested_bound_to_the_pod() {
         host.ends_with("volumes/kubernetes.io~projected/kube-api-access-abcde"),
         "{host:?}"
     );
-    assert!(tinylet::volume::mount::is_mount_point(&host).unwrap());
+    assert!(tinylet::mount::is_mount_point(&host).unwrap());
     let token = fs::read_to_string(host.join("token")).unwrap();
     assert_eq!(token, "fake-token.default.default.projected.1");
     assert_eq!(

@@ -11,10 +11,8 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Receiver};
-use tinylet::config::{
-    HttpSource, PodOperation, PodUpdate, CONFIG_HASH_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY,
-    HTTP_SOURCE, MAX_MANIFEST_SIZE,
-};
+use tinylet::config::{HttpSource, PodOperation, PodUpdate, MAX_MANIFEST_SIZE};
+use tinylet::pod::{CONFIG_HASH_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY, HTTP_SOURCE};
 use tinylet::thread::{spawn_named, JoinOnDrop};
 
 const NODE: &str = "node1";

@@ -21,9 +21,9 @@ use super::checkpoint::{
     encode_checkpoint, load_checkpoints, remove_checkpoint, write_encoded, Admissions,
     MAX_POD_CHECKPOINT, MAX_TOTAL_CHECKPOINTS,
 };
-use super::storage::is_mirror_pod;
-use super::{pod_full_name, pod_uid, Pod, PodOperation, PodUpdate, API_SOURCE};
+use super::{Pod, PodOperation, PodUpdate};
 use crate::kube::{Client, ListWatch, Reflector};
+use crate::pod::{is_mirror_pod, pod_full_name, pod_uid, API_SOURCE};
 
 /// Handle of the source; dropping it stops the reflector.
 pub struct ApiSource {

@@ -28,8 +28,9 @@ use serde_json::Value;
 
 use super::decode::pod_from_json;
 use super::file::MAX_MANIFEST_SIZE;
-use super::{pod_full_name, pod_uid, Pod};
+use super::Pod;
 use crate::atomic_file::{write_file, Durability};
+use crate::pod::{pod_full_name, pod_uid};
 
 /// Pods annotated `node.kubernetes.io/bootstrap-checkpoint: "true"` are the
 /// ones checkpointed (by whoever writes checkpoints).

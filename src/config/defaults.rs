@@ -10,7 +10,8 @@ use md5::{Digest, Md5};
 use k8s_openapi::api::core::v1::{PodStatus, Toleration};
 
 use super::validation::{validate_pod, InvalidPod};
-use super::{Pod, CONFIG_HASH_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY, FILE_SOURCE};
+use super::Pod;
+use crate::pod::{CONFIG_HASH_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY, FILE_SOURCE};
 
 /// The namespace of a static pod that names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -115,7 +116,8 @@ pub fn apply_static_defaults(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{decode_pod, HTTP_SOURCE};
+    use crate::config::decode_pod;
+    use crate::pod::HTTP_SOURCE;
 
     const MANIFEST: &str = "apiVersion: v1
 kind: Pod
@@ -203,7 +205,7 @@ spec:
         assert_eq!(annotations[CONFIG_HASH_ANNOTATION_KEY], uid(&pod));
         assert_eq!(annotations[CONFIG_SOURCE_ANNOTATION_KEY], "file");
         assert_eq!(annotations["team"], "edge");
-        assert!(!annotations.contains_key(crate::config::CONFIG_FIRST_SEEN_ANNOTATION_KEY));
+        assert!(!annotations.contains_key(crate::pod::CONFIG_FIRST_SEEN_ANNOTATION_KEY));
         assert_eq!(
             pod.status.as_ref().unwrap().phase.as_deref(),
             Some("Pending")

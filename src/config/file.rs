@@ -37,7 +37,8 @@ use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 
 use super::decode::decode_pod;
 use super::defaults::apply_static_defaults;
-use super::{Pod, PodOperation, PodUpdate, FILE_SOURCE};
+use super::{Pod, PodOperation, PodUpdate};
+use crate::pod::FILE_SOURCE;
 use crate::thread::{spawn_named, spawn_with_stack, JoinOnDrop};
 
 /// How often the whole path is listed again (`--file-check-frequency`).

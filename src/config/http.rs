@@ -25,7 +25,8 @@ use crossbeam_channel::{bounded, select, Receiver, Sender};
 use super::decode::decode_pod_or_list;
 use super::defaults::apply_static_defaults;
 use super::file::MAX_MANIFEST_SIZE;
-use super::{Pod, PodOperation, PodUpdate, HTTP_SOURCE};
+use super::{Pod, PodOperation, PodUpdate};
+use crate::pod::HTTP_SOURCE;
 use crate::thread::{spawn_with_stack, JoinOnDrop};
 
 /// How often the URL is polled (`--http-check-frequency`).

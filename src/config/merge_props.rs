@@ -11,11 +11,11 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::storage::{is_mirror_pod, PodStorage};
-use super::{
-    pod_full_name, pod_uid, NotificationMode, Pod, PodOperation, PodUpdate, API_SOURCE,
-    CONFIG_FIRST_SEEN_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY,
-    FILE_SOURCE, HTTP_SOURCE,
+use super::storage::PodStorage;
+use super::{NotificationMode, Pod, PodOperation, PodUpdate};
+use crate::pod::{
+    is_mirror_pod, pod_full_name, pod_uid, API_SOURCE, CONFIG_FIRST_SEEN_ANNOTATION_KEY,
+    CONFIG_MIRROR_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY, FILE_SOURCE, HTTP_SOURCE,
 };
 
 const SOURCES: [&str; 3] = [API_SOURCE, FILE_SOURCE, HTTP_SOURCE];

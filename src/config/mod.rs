@@ -35,24 +35,6 @@ pub use pod_config::{
 };
 pub use validation::{FieldError, InvalidPod};
 
-/// Pods read from the static manifest path.
-pub const FILE_SOURCE: &str = "file";
-/// Pods polled from a manifest URL.
-pub const HTTP_SOURCE: &str = "http";
-/// Pods bound to this node in the API server.
-pub const API_SOURCE: &str = "api";
-/// Pseudo-source of a full re-send of the merged state ([`PodConfig::sync`]).
-pub const ALL_SOURCE: &str = "*";
-
-/// Which source a pod came from (`file`, `http`, `api`); set at merge time.
-pub const CONFIG_SOURCE_ANNOTATION_KEY: &str = "kubernetes.io/config.source";
-/// Set on the mirror pod that the API server holds for a static pod.
-pub const CONFIG_MIRROR_ANNOTATION_KEY: &str = "kubernetes.io/config.mirror";
-/// When the merge first saw the pod (RFC 3339 with nanoseconds).
-pub const CONFIG_FIRST_SEEN_ANNOTATION_KEY: &str = "kubernetes.io/config.seen";
-/// The static pod's generated UID (a hash of its source and content).
-pub const CONFIG_HASH_ANNOTATION_KEY: &str = "kubernetes.io/config.hash";
-
 /// What a [`PodUpdate`] means. Sources send SET, ADD, UPDATE, DELETE, REMOVE
 /// and RESTORE; the merged stream carries ADD, UPDATE, DELETE, REMOVE,
 /// RECONCILE, RESTORE, and SET in the snapshot notification modes.
@@ -119,18 +101,4 @@ pub enum NotificationMode {
     SnapshotAndUpdates,
     /// ADD, UPDATE, DELETE, REMOVE, RECONCILE and RESTORE (the node agent's mode).
     Incremental,
-}
-
-/// `namespace/name`, the key under which a pod must be unique in a source.
-pub fn pod_full_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
-/// The pod's UID, or "" when it has none.
-pub fn pod_uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or("")
 }

@@ -14,7 +14,8 @@ use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
 use parking_lot::{Mutex, RwLock};
 
 use super::storage::PodStorage;
-use super::{NotificationMode, Pod, PodEvent, PodOperation, PodUpdate, ALL_SOURCE};
+use super::{NotificationMode, Pod, PodEvent, PodOperation, PodUpdate};
+use crate::pod::ALL_SOURCE;
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// Capacity of the merged updates channel read by the sync loop.
@@ -275,7 +276,8 @@ fn listen(merger: Arc<Merger>, source: String, updates: Receiver<PodUpdate>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Pod, API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
+    use crate::config::Pod;
+    use crate::pod::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
     use std::time::Duration;
 
     const WAIT: Duration = Duration::from_secs(5);
@@ -579,7 +581,7 @@ mod tests {
                     std::thread::sleep(std::time::Duration::from_micros(200));
                 }
                 for p in u.pods {
-                    let uid = crate::config::pod_uid(&p).to_string();
+                    let uid = crate::pod::pod_uid(&p).to_string();
                     let known = state.contains_key(&uid);
                     match u.op {
                         PodOperation::Add if !known => {
@@ -604,7 +606,7 @@ mod tests {
         let merged: BTreeMap<String, Pod> = config
             .merged_state()
             .into_iter()
-            .map(|p| (crate::config::pod_uid(&p).to_string(), p))
+            .map(|p| (crate::pod::pod_uid(&p).to_string(), p))
             .collect();
         // Stop the listeners first, so that senders blocked on them return.
         drop(config);

@@ -41,9 +41,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{
-    pod_full_name, pod_uid, NotificationMode, Pod, PodEvent, PodOperation, PodUpdate,
-    CONFIG_FIRST_SEEN_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY,
+use super::{NotificationMode, Pod, PodEvent, PodOperation, PodUpdate};
+use crate::pod::{
+    is_mirror_pod, pod_full_name, pod_uid, CONFIG_FIRST_SEEN_ANNOTATION_KEY,
+    CONFIG_MIRROR_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY,
 };
 
 /// Annotations the node itself manages; a source changing them is not a
@@ -72,8 +73,8 @@ type Names = HashMap<String, (String, String)>;
 /// API pods, so that an API pod never holds a local (static) pod back nor
 /// waits for one; the sync loop settles such a conflict.
 fn name_key(source: &str, full_name: &str) -> String {
-    if source == super::API_SOURCE {
-        format!("{}\0{full_name}", super::API_SOURCE)
+    if source == crate::pod::API_SOURCE {
+        format!("{}\0{full_name}", crate::pod::API_SOURCE)
     } else {
         full_name.to_string()
     }
@@ -130,14 +131,6 @@ pub fn now_rfc3339() -> String {
         Ok(ts) => ts.to_string(),
         Err(_) => Timestamp::UNIX_EPOCH.to_string(),
     }
-}
-
-/// True for the API server's copy of a static pod.
-pub fn is_mirror_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(CONFIG_MIRROR_ANNOTATION_KEY))
 }
 
 fn set_annotation(pod: &mut Pod, key: &str, value: String) {
@@ -631,7 +624,7 @@ fn check_and_update(existing: &mut Pod, incoming: Pod) -> Difference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
+    use crate::pod::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
     use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
     use PodOperation::*;

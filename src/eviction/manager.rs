@@ -28,13 +28,15 @@ use crossbeam_channel::{Receiver, Sender};
 use k8s_openapi::api::core::v1::Pod;
 use log::{debug, info, warn};
 
+use crate::pod::is_critical;
+
 use super::{
-    eviction_message, has_local_storage_limits, is_critical, local_storage_violation, rank,
-    Observation, Observations, PodUsage, Signal, State, Threshold, Tracker,
+    eviction_message, has_local_storage_limits, local_storage_violation, rank, Observation,
+    Observations, PodUsage, Signal, State, Threshold, Tracker,
 };
-use crate::config::pod_uid;
 use crate::cri::{ImageService, RuntimeService};
 use crate::node::machine;
+use crate::pod::pod_uid;
 use crate::runtime::image_gc::ImageGcHandle;
 
 /// How long the manager waits for an evicted pod to be gone.
@@ -352,13 +354,13 @@ impl Manager {
         if is_critical(pod) {
             warn!(
                 "eviction manager: cannot evict a critical pod {}",
-                crate::config::pod_full_name(pod)
+                crate::pod::pod_full_name(pod)
             );
             return false;
         }
         info!(
             "eviction manager: evicting pod {}: {message}",
-            crate::config::pod_full_name(pod)
+            crate::pod::pod_full_name(pod)
         );
         // The sync loop takes one at a time; it never blocks for long.
         self.evictions

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::node::machine::{format_binary_si, format_decimal_si, parse_quantity};
+use crate::pod::is_critical;
+use crate::stats::PodUsage;
 
 /// The reason of an evicted pod and of a pod refused under pressure.
 pub const REASON: &str = "Evicted";
@@ -34,10 +36,6 @@ pub const DEFAULT_HARD: &str =
     "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%";
 /// `--eviction-pressure-transition-period`'s default.
 pub const DEFAULT_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
-/// The priority from which a pod is critical (upstream's
-/// `SystemCriticalPriority`, the value of `system-cluster-critical`).
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
-
 /// An eviction signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Signal {
@@ -425,18 +423,6 @@ impl State {
     }
 }
 
-/// A static or mirror pod, or one at a system-critical priority: never
-/// evicted (upstream `IsCriticalPod`).
-pub fn is_critical(pod: &Pod) -> bool {
-    crate::status::manager::is_static_pod(pod)
-        || crate::config::storage::is_mirror_pod(pod)
-        || pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.priority)
-            .is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
-}
-
 /// The eviction admission check (upstream's eviction `Admit`): under
 /// memory pressure only BestEffort pods are refused (unless they tolerate
 /// the memory-pressure taint), under any other pressure every pod; critical
@@ -446,7 +432,7 @@ pub fn admit(pod: &Pod, conditions: &[Condition]) -> Result<(), String> {
         return Ok(());
     }
     if conditions == [Condition::Memory] {
-        let best_effort = crate::status::generate::qos_class(pod) == "BestEffort";
+        let best_effort = crate::pod::qos_class(pod) == "BestEffort";
         let tolerates = pod
             .spec
             .as_ref()
@@ -470,66 +456,6 @@ pub fn admit(pod: &Pod, conditions: &[Condition]) -> Result<(), String> {
     }
     let names: Vec<&str> = conditions.iter().map(|c| c.type_name()).collect();
     Err(format!("The node had condition: [{}]. ", names.join(" ")))
-}
-
-/// What a pod uses, from the statistics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodUsage {
-    pub containers: Vec<ContainerUsage>,
-    pub volumes: Vec<VolumeUsage>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ContainerUsage {
-    pub name: String,
-    pub memory_working_set: Option<u64>,
-    /// Writable layer.
-    pub rootfs_bytes: Option<u64>,
-    pub rootfs_inodes: Option<u64>,
-    pub logs_bytes: Option<u64>,
-    pub logs_inodes: Option<u64>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct VolumeUsage {
-    pub name: String,
-    /// A disk-backed emptyDir or another volume counted as local
-    /// ephemeral storage.
-    pub ephemeral: bool,
-    pub bytes: u64,
-    pub inodes: u64,
-}
-
-impl PodUsage {
-    /// Bytes (or inodes) on the node's filesystem: writable layers, logs
-    /// and local ephemeral volumes, as upstream's disk ranking measures.
-    pub fn disk(&self, inodes: bool) -> u64 {
-        let containers: u64 = self
-            .containers
-            .iter()
-            .map(|c| {
-                if inodes {
-                    c.rootfs_inodes.unwrap_or(0) + c.logs_inodes.unwrap_or(0)
-                } else {
-                    c.rootfs_bytes.unwrap_or(0) + c.logs_bytes.unwrap_or(0)
-                }
-            })
-            .sum();
-        let volumes: u64 = self
-            .volumes
-            .iter()
-            .filter(|v| v.ephemeral)
-            .map(|v| if inodes { v.inodes } else { v.bytes })
-            .sum();
-        containers + volumes
-    }
-
-    fn memory(&self) -> u64 {
-        self.containers
-            .iter()
-            .map(|c| c.memory_working_set.unwrap_or(0))
-            .sum()
-    }
 }
 
 /// One container's resource by name from its limits or requests, in base

@@ -1,6 +1,7 @@
 //! Unit tests of the eviction thresholds, signals, ranking, admission and messages.
 
 use super::*;
+use crate::stats::{ContainerUsage, VolumeUsage};
 
 fn settings(hard: &str, soft: &str, grace: &str, reclaim: &str) -> Settings {
     Settings {

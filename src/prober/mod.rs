@@ -39,7 +39,7 @@ use log::{debug, warn};
 use parking_lot::Mutex;
 
 use crate::events::EventRecorder;
-use crate::runtime::labels::{pod_full_name, pod_uid};
+use crate::pod::{pod_full_name, pod_uid};
 use crate::runtime::{ContainerState, PodStatus, RuntimeManager};
 use crate::thread::{spawn_named, JoinOnDrop};
 

@@ -17,7 +17,7 @@ use super::spec::{Action, HttpGet};
 use super::worker::{Job, Outcome};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::httpget::{same_host_redirect, MAX_REDIRECTS};
-use crate::runtime::labels::pod_full_name;
+use crate::pod::pod_full_name;
 use crate::runtime::RuntimeManager;
 
 /// Upstream reads at most this much of a probe's output or response body.

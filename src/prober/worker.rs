@@ -211,7 +211,7 @@ pub fn has_probes(pod: &Pod) -> bool {
 }
 
 fn pod_uid(pod: &Pod) -> &str {
-    crate::runtime::labels::pod_uid(pod)
+    crate::pod::pod_uid(pod)
 }
 
 /// A fraction in [0, 1) that spreads first ticks, stable per probe.

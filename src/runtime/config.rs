@@ -10,10 +10,11 @@ use k8s_openapi::api::core::v1::{
 use protobuf::{EnumOrUnknown, MessageField};
 
 use super::expansion::expand;
-use super::labels::{self, pod_name, pod_namespace, pod_uid};
+use super::labels;
 use super::qos::{self, CgroupDriver};
 use crate::cri::api;
 use crate::fieldpath::{self, NodeAllocatable};
+use crate::pod::{pod_name, pod_namespace, pod_uid};
 
 /// Node-wide settings that shape every pod's CRI configs (from flags).
 #[derive(Debug, Clone, PartialEq)]

@@ -17,9 +17,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use log::debug;
 
-use super::labels::{pod_name, pod_namespace, pod_uid};
 use crate::cri::RuntimeService;
 use crate::httpget::{same_host_redirect, MAX_REDIRECTS};
+use crate::pod::{pod_name, pod_namespace, pod_uid};
 
 /// The `User-Agent` of hook requests (upstream: `kube-lifecycle/<version>`).
 const USER_AGENT: &str = concat!("kube-lifecycle/", env!("CARGO_PKG_VERSION"));

@@ -23,9 +23,9 @@ use log::{info, warn};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::labels::{pod_full_name, pod_namespace, pod_uid};
 use crate::cri::{api, CriError, ImageService};
 use crate::events::{EventRecorder, EventType, ObjectRef};
+use crate::pod::{pod_full_name, pod_namespace, pod_uid};
 use crate::volume::{Keys, ObjectSource};
 
 /// Upstream's image pull back-off: 10 s doubling up to 5 min, per pod and image.

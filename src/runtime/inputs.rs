@@ -10,11 +10,11 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use log::warn;
 
 use super::config::{self, ContainerInputs, EnvObjectKind, EnvObjects, ImageUser};
-use super::labels::{pod_full_name, pod_namespace, pod_uid};
 use super::{PodStatus, RuntimeManager};
 use crate::atomic_file::{write_file, Durability};
 use crate::cri::api;
 use crate::events::{EventType, ObjectRef};
+use crate::pod::{pod_full_name, pod_namespace, pod_uid};
 
 impl RuntimeManager {
     /// Logs and reports what the pod's DNS settings had to give up (no
@@ -84,7 +84,7 @@ impl RuntimeManager {
             .unwrap_or(true);
         match services.env(pod_namespace(pod), links) {
             Some(env) => Ok(env),
-            None if crate::status::manager::is_static_pod(pod) => Ok(Vec::new()),
+            None if crate::pod::is_static_pod(pod) => Ok(Vec::new()),
             // Restored during an outage: started without the variables
             // (a deviation; see `Services::restored`).
             None if services.is_restored(pod_uid(pod)) => Ok(Vec::new()),

@@ -10,6 +10,8 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use md5::{Digest, Md5};
 
+use crate::pod::{pod_name, pod_namespace, pod_uid};
+
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const POD_UID: &str = "io.kubernetes.pod.uid";
@@ -146,23 +148,6 @@ pub fn parse_restart_count(annotations: &HashMap<String, String>) -> u32 {
         .get(CONTAINER_RESTART_COUNT)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0)
-}
-
-pub fn pod_name(pod: &Pod) -> &str {
-    pod.metadata.name.as_deref().unwrap_or("")
-}
-
-pub fn pod_namespace(pod: &Pod) -> &str {
-    pod.metadata.namespace.as_deref().unwrap_or("default")
-}
-
-pub fn pod_uid(pod: &Pod) -> &str {
-    pod.metadata.uid.as_deref().unwrap_or("")
-}
-
-/// `namespace/name`, how logs and errors name a pod.
-pub fn pod_full_name(pod: &Pod) -> String {
-    format!("{}/{}", pod_namespace(pod), pod_name(pod))
 }
 
 #[cfg(test)]

@@ -50,11 +50,11 @@ use protobuf::EnumOrUnknown;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
+use crate::pod::{pod_full_name, pod_uid};
 use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
 use images::ImageManager;
 pub use images::{default_pull_policy, ImageOptions};
-use labels::{pod_full_name, pod_uid};
 
 /// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
 const MIN_GRACE_PERIOD_SECS: i64 = 2;
@@ -216,7 +216,7 @@ fn create_log_dir(dir: &Path) -> std::io::Result<()> {
 /// symlink and crosses no mount point (`paths::remove_tree`).
 fn remove_dir(dir: &Path) -> std::io::Result<()> {
     if dir.exists() {
-        crate::volume::mount::unmount_below(dir)?;
+        crate::mount::unmount_below(dir)?;
     }
     crate::paths::remove_tree(dir)
 }
@@ -1538,8 +1538,8 @@ mod tests {
             self.rm
                 .get_pod_status(
                     pod_uid(pod),
-                    labels::pod_name(pod),
-                    labels::pod_namespace(pod),
+                    crate::pod::pod_name(pod),
+                    crate::pod::pod_namespace(pod),
                 )
                 .unwrap()
         }
@@ -1666,9 +1666,7 @@ mod tests {
             .exit_container(&r.fake.container_id("plain").unwrap(), 0);
         r.rm.remove_pod("u1", &r.status(&pod)).unwrap();
         assert!(!config::pod_dir(&root, "u1").unwrap().exists());
-        assert!(crate::volume::mount::mounts_below(&root)
-            .unwrap()
-            .is_empty());
+        assert!(crate::mount::mounts_below(&root).unwrap().is_empty());
         assert!(outside.path().join("secret").exists());
     }
 
@@ -1698,7 +1696,7 @@ mod tests {
             outside.path().join("d/keep").exists(),
             "deleted through the mount"
         );
-        assert!(crate::volume::mount::mounts_below(r.rm.root_dir())
+        assert!(crate::mount::mounts_below(r.rm.root_dir())
             .unwrap()
             .is_empty());
     }

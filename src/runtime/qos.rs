@@ -10,7 +10,7 @@ use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::status::qos_class;
+use crate::pod::qos_class;
 
 /// How cgroups are named and managed (`--cgroup-driver`); it must match the
 /// runtime's.

@@ -31,7 +31,10 @@ use crate::cri::{api, ImageService, RuntimeService};
 use crate::metrics::process::{boot_time, clock_ticks};
 use crate::metrics::registry::{header, sample_at};
 use crate::node::machine::{fs_stats, FsStats};
+
+mod usage;
 use crate::runtime::labels;
+pub use usage::{ContainerUsage, PodUsage, VolumeUsage};
 
 /// What the statistics need to know about the node.
 pub struct NodeFacts<'a> {
@@ -505,19 +508,19 @@ pub fn pod_usage(
     runtime: &dyn RuntimeService,
     root_dir: &Path,
     logs_dir: &Path,
-) -> Result<HashMap<String, crate::eviction::PodUsage>, String> {
+) -> Result<HashMap<String, PodUsage>, String> {
     let (pods, rows) = collect(runtime)?;
     let mut out = HashMap::with_capacity(pods.len());
     for p in &pods {
         let log_dir = pod_log_dir(logs_dir, p);
-        let mut u = crate::eviction::PodUsage::default();
+        let mut u = PodUsage::default();
         for c in rows.iter().filter(|c| c.pod_uid == p.uid) {
             let logs = log_dir
                 .as_ref()
                 .and_then(|d| crate::paths::join(d, &c.name).ok())
                 .and_then(|d| crate::paths::disk_usage(&d, WALK_LIMIT).ok());
             let w = c.stats.as_ref().and_then(|s| s.writable_layer.as_ref());
-            u.containers.push(crate::eviction::ContainerUsage {
+            u.containers.push(ContainerUsage {
                 name: c.name.clone(),
                 memory_working_set: c.stats.as_ref().and_then(memory_of).map(|m| m.1),
                 rootfs_bytes: w.and_then(|w| w.used_bytes.as_ref()).map(|v| v.value),
@@ -528,7 +531,7 @@ pub fn pod_usage(
         }
         u.volumes = pod_volumes(root_dir, &p.uid, "")
             .into_iter()
-            .map(|v| crate::eviction::VolumeUsage {
+            .map(|v| VolumeUsage {
                 name: v.name,
                 ephemeral: v.ephemeral,
                 bytes: v.used,

@@ -250,14 +250,14 @@ fn summary_measures_volumes_and_logs_and_sums_ephemeral_storage() {
     std::fs::write(data.join("f"), vec![1u8; 8192]).unwrap();
     let tok = vols.join("kubernetes.io~secret/tok");
     std::fs::create_dir_all(&tok).unwrap();
-    crate::volume::mount::ensure_tmpfs(&tok, 0).unwrap();
+    crate::mount::ensure_tmpfs(&tok, 0).unwrap();
     std::fs::write(tok.join("token"), vec![2u8; 8192]).unwrap();
     let app_logs = dir.path().join("logs/ns1_web_uid-volumes-1/app");
     std::fs::create_dir_all(&app_logs).unwrap();
     std::fs::write(app_logs.join("0.log"), vec![b'x'; 4096]).unwrap();
 
     let text = summary_with_proc(&fake, None, dir.path(), &proc_root);
-    crate::volume::mount::unmount_below(dir.path()).unwrap();
+    crate::mount::unmount_below(dir.path()).unwrap();
     let v: Value = serde_json::from_str(&text.unwrap()).unwrap();
     let pod = &v["pods"][0];
     let names: Vec<&str> = pod["volume"]

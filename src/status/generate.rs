@@ -144,7 +144,7 @@ pub fn generate_pod_status(
     let qos = old
         .and_then(|o| o.qos_class.clone())
         .filter(|q| !q.is_empty())
-        .unwrap_or_else(|| qos_class(pod).to_string());
+        .unwrap_or_else(|| crate::pod::qos_class(pod).to_string());
 
     ApiPodStatus {
         phase: Some(phase.to_string()),
@@ -759,96 +759,6 @@ fn sort_pod_ips(ips: &[String], host_ip: Option<&str>) -> Vec<String> {
         out.extend(ips.iter().find(|ip| family(ip) == Some(want_v6)).cloned());
     }
     out
-}
-
-/// The pod's QoS class (upstream `GetPodQOS`): only cpu and memory count,
-/// init containers count like the others, and an unset request takes the
-/// limit, as API defaulting does. A quantity that does not parse is
-/// ignored (the apiserver would have refused it).
-pub fn qos_class(pod: &Pod) -> &'static str {
-    let Some(spec) = pod.spec.as_ref() else {
-        return "BestEffort";
-    };
-    let mut requests: BTreeMap<&str, i128> = BTreeMap::new();
-    let mut limits: BTreeMap<&str, i128> = BTreeMap::new();
-    let mut guaranteed = true;
-    let inits = spec.init_containers.as_deref().unwrap_or(&[]);
-    for c in spec.containers.iter().chain(inits) {
-        let res = c.resources.as_ref();
-        let lim = res.and_then(|r| r.limits.as_ref());
-        let req = res.and_then(|r| r.requests.as_ref());
-        for name in ["cpu", "memory"] {
-            let limit = lim.and_then(|m| m.get(name));
-            let request = req.and_then(|m| m.get(name)).or(limit);
-            let positive = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
-                q.and_then(|q| quantity_nanos(&q.0)).filter(|v| *v > 0)
-            };
-            if let Some(v) = positive(request) {
-                *requests.entry(name).or_default() += v;
-            }
-            match positive(limit) {
-                Some(v) => *limits.entry(name).or_default() += v,
-                None => guaranteed = false,
-            }
-        }
-    }
-    if requests.is_empty() && limits.is_empty() {
-        "BestEffort"
-    } else if guaranteed && requests == limits {
-        "Guaranteed"
-    } else {
-        "Burstable"
-    }
-}
-
-/// A Kubernetes quantity in billionths, exactly ("100m" → 100_000_000,
-/// "1Ki" → 1024e9, "1e3" → 1e12), rounded up below one billionth.
-fn quantity_nanos(q: &str) -> Option<i128> {
-    let q = q.trim();
-    let (negative, q) = match q.as_bytes().first() {
-        Some(b'-') => (true, &q[1..]),
-        Some(b'+') => (false, &q[1..]),
-        _ => (false, q),
-    };
-    let num_len = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(q.len());
-    let (num, suffix) = q.split_at(num_len);
-    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-    if (int.is_empty() && frac.is_empty()) || int.len() + frac.len() > 30 {
-        return None;
-    }
-    let digits: i128 = format!("{int}{frac}").parse().ok()?;
-    let (pow2, pow10): (u32, i32) = match suffix {
-        "" => (0, 0),
-        "n" => (0, -9),
-        "u" => (0, -6),
-        "m" => (0, -3),
-        "k" => (0, 3),
-        "M" => (0, 6),
-        "G" => (0, 9),
-        "T" => (0, 12),
-        "P" => (0, 15),
-        "E" => (0, 18),
-        "Ki" => (10, 0),
-        "Mi" => (20, 0),
-        "Gi" => (30, 0),
-        "Ti" => (40, 0),
-        "Pi" => (50, 0),
-        "Ei" => (60, 0),
-        s if s.starts_with(['e', 'E']) => (0, s[1..].parse().ok()?),
-        _ => return None,
-    };
-    let value = digits.checked_mul(1i128.checked_shl(pow2)?)?;
-    // Billionths: shift the decimal point by 9 and the suffix, less the fraction.
-    let exp = pow10 + 9 - i32::try_from(frac.len()).ok()?;
-    let value = if exp >= 0 {
-        value.checked_mul(10i128.checked_pow(u32::try_from(exp).ok()?)?)?
-    } else {
-        let div = 10i128.checked_pow(u32::try_from(-exp).ok()?)?;
-        (value + div - 1) / div
-    };
-    Some(if negative { -value } else { value })
 }
 
 /// The status fields the kubelet writes; a patch leaves the others alone.
@@ -2033,111 +1943,6 @@ mod tests {
 
     // ---- QoS ----
 
-    fn qos_pod(containers: Value, inits: Value) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": "q"},
-            "spec": {"containers": containers, "initContainers": inits}
-        }))
-        .unwrap()
-    }
-
-    fn res(requests: Value, limits: Value) -> Value {
-        json!({"name": "c", "resources": {"requests": requests, "limits": limits}})
-    }
-
-    #[test]
-    fn qos_classes() {
-        let none = json!({"name": "c"});
-        let both = json!({"cpu": "1", "memory": "1Gi"});
-        let cases = [
-            ("no resources", json!([none]), json!([]), "BestEffort"),
-            (
-                "zero quantities",
-                json!([res(json!({"cpu": "0"}), json!({"memory": "0"}))]),
-                json!([]),
-                "BestEffort",
-            ),
-            (
-                "other resources only",
-                json!([res(
-                    json!({"ephemeral-storage": "1Gi"}),
-                    json!({"ephemeral-storage": "1Gi"})
-                )]),
-                json!([]),
-                "BestEffort",
-            ),
-            (
-                "requests only",
-                json!([res(json!({"cpu": "100m"}), json!({}))]),
-                json!([]),
-                "Burstable",
-            ),
-            (
-                "limits only: requests default to them",
-                json!([res(json!({}), both.clone())]),
-                json!([]),
-                "Guaranteed",
-            ),
-            (
-                "equal in other units",
-                json!([res(
-                    json!({"cpu": "1000m", "memory": "1073741824"}),
-                    both.clone()
-                )]),
-                json!([]),
-                "Guaranteed",
-            ),
-            (
-                "request below limit",
-                json!([res(json!({"cpu": "500m", "memory": "1Gi"}), both.clone())]),
-                json!([]),
-                "Burstable",
-            ),
-            (
-                "cpu limit only",
-                json!([res(json!({}), json!({"cpu": "1"}))]),
-                json!([]),
-                "Burstable",
-            ),
-            (
-                "one container without limits",
-                json!([res(json!({}), both.clone()), none.clone()]),
-                json!([]),
-                "Burstable",
-            ),
-            (
-                "two guaranteed containers",
-                json!([
-                    res(json!({}), both.clone()),
-                    res(both.clone(), json!({"cpu": "1", "memory": "1Gi"}))
-                ]),
-                json!([]),
-                "Guaranteed",
-            ),
-            (
-                "init container without limits",
-                json!([res(json!({}), both.clone())]),
-                json!([none.clone()]),
-                "Burstable",
-            ),
-            (
-                "guaranteed init container",
-                json!([res(json!({}), both.clone())]),
-                json!([res(json!({}), json!({"cpu": "200m", "memory": "64Mi"}))]),
-                "Guaranteed",
-            ),
-            (
-                "only an init container asks",
-                json!([none.clone()]),
-                json!([res(json!({"memory": "64Mi"}), json!({}))]),
-                "Burstable",
-            ),
-        ];
-        for (what, containers, inits, want) in cases {
-            assert_eq!(qos_class(&qos_pod(containers, inits)), want, "{what}");
-        }
-    }
-
     #[test]
     fn qos_from_old_status_wins() {
         let p = pod("Always", &[], &["app"]);
@@ -2147,33 +1952,6 @@ mod tests {
         };
         let s = gen_with(&p, &rt(vec![]), Some(&old), &[]);
         assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
-    }
-
-    #[test]
-    fn quantities() {
-        let cases = [
-            ("1", Some(1_000_000_000)),
-            ("100m", Some(100_000_000)),
-            ("0.1", Some(100_000_000)),
-            (".5", Some(500_000_000)),
-            ("1Ki", Some(1024 * 1_000_000_000)),
-            ("1Gi", Some((1i128 << 30) * 1_000_000_000)),
-            ("1k", Some(1_000_000_000_000)),
-            ("1e3", Some(1_000_000_000_000)),
-            ("1E3", Some(1_000_000_000_000)),
-            ("2E", Some(2_000_000_000_000_000_000_000_000_000)),
-            ("5n", Some(5)),
-            ("1.5n", Some(2)),
-            ("250u", Some(250_000)),
-            ("-1", Some(-1_000_000_000)),
-            ("", None),
-            ("abc", None),
-            ("1Xi", None),
-            ("1e", None),
-        ];
-        for (q, want) in cases {
-            assert_eq!(quantity_nanos(q), want, "{q:?}");
-        }
     }
 
     // ---- patch ----

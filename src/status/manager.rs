@@ -26,12 +26,11 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use super::generate::{keep_foreign_conditions, status_equal, status_patch};
-use crate::config::{
-    pod_full_name, CONFIG_HASH_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY,
-    CONFIG_SOURCE_ANNOTATION_KEY,
-};
 use crate::kube::{ApiError, Client, PatchKind};
 use crate::node::NodeState;
+use crate::pod::{
+    is_static_pod, pod_full_name, CONFIG_HASH_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY,
+};
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// A mirror pod as the API server holds it.
@@ -57,15 +56,6 @@ impl MirrorPod {
             deleting: pod.metadata.deletion_timestamp.is_some(),
         })
     }
-}
-
-/// A static pod: from a source other than the API server.
-pub fn is_static_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION_KEY))
-        .is_some_and(|s| s != crate::config::API_SOURCE)
 }
 
 struct Entry {

@@ -8,6 +8,4 @@
 pub mod generate;
 pub mod manager;
 
-pub use generate::{
-    generate_pod_status, pod_phase, qos_class, status_equal, status_patch, StatusContext,
-};
+pub use generate::{generate_pod_status, pod_phase, status_equal, status_patch, StatusContext};

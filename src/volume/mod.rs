@@ -35,7 +35,6 @@ use crate::fieldpath::NodeAllocatable;
 
 mod api;
 pub use api::ApiObjects;
-pub mod mount;
 pub mod objects;
 pub use objects::{ApiWatcher, ObjectManager, Strategy};
 mod ownership;
@@ -158,7 +157,8 @@ pub fn remove_orphaned_pod_dirs(
         }
         crate::fault::point("orphan-dir", uid);
         let dir = entry.path();
-        let removed = mount::unmount_below(&dir).and_then(|()| crate::paths::remove_tree(&dir));
+        let removed =
+            crate::mount::unmount_below(&dir).and_then(|()| crate::paths::remove_tree(&dir));
         match removed {
             Ok(()) => info!(
                 "housekeeping: removed the directory of pod {uid}, which no source has and nothing runs"
@@ -244,7 +244,7 @@ impl VolumeManager {
     /// first volume that cannot be made ready for the first time is
     /// returned, with a FailedMount event; refresh failures are logged.
     pub fn setup(&self, pod: &Pod) -> Result<(), VolumeError> {
-        let uid = crate::config::pod_uid(pod).to_string();
+        let uid = crate::pod::pod_uid(pod).to_string();
         let dir = volumes_dir(&self.root_dir, &uid).map_err(|e| VolumeError {
             volume: String::new(),
             message: e.to_string(),
@@ -291,7 +291,7 @@ impl VolumeManager {
                         // at the next sync.
                         warn!(
                             "pod {}: refreshing volume {:?} failed, its files stay as they were: {}",
-                            crate::config::pod_full_name(pod),
+                            crate::pod::pod_full_name(pod),
                             v.name,
                             err.message
                         );
@@ -323,7 +323,7 @@ impl VolumeManager {
         }
         let dir = crate::paths::pod_dir(&self.root_dir, uid)?;
         if dir.exists() {
-            mount::unmount_below(&dir)?;
+            crate::mount::unmount_below(&dir)?;
         }
         let mut pods = self.pods.lock();
         pods.remove(uid);
@@ -361,7 +361,7 @@ impl VolumeManager {
         // The pod's directories, private to root (upstream's 0750), then
         // the volume's own.
         let (plugin, _) = plugin(v)?;
-        let uid = crate::config::pod_uid(pod);
+        let uid = crate::pod::pod_uid(pod);
         crate::paths::ensure_pod_dirs(&self.root_dir, uid, &["volumes", plugin])
             .map_err(|e| format!("create the volume's directory: {e}"))?;
         if let Some(ed) = &v.empty_dir {
@@ -376,7 +376,7 @@ impl VolumeManager {
                     })
                     .transpose()?
                     .unwrap_or(0);
-                mount::ensure_tmpfs(&dir, size.max(0) as u64)
+                crate::mount::ensure_tmpfs(&dir, size.max(0) as u64)
                     .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
             }
             // World-writable as upstream, so that any runAsUser can write.
@@ -410,7 +410,7 @@ impl VolumeManager {
         // upstream's are wider still (0777, or 1777 for a tmpfs).
         create_dir(&dir, 0o755)?;
         if v.secret.is_some() || v.projected.is_some() {
-            mount::ensure_tmpfs(&dir, 0)
+            crate::mount::ensure_tmpfs(&dir, 0)
                 .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
         }
         let changed = writer::write_payload(&dir, &files)
@@ -419,7 +419,7 @@ impl VolumeManager {
             own(&dir)?;
             info!(
                 "pod {}: volume {:?} written ({} files)",
-                crate::config::pod_full_name(pod),
+                crate::pod::pod_full_name(pod),
                 v.name,
                 files.len()
             );
@@ -729,7 +729,7 @@ mod tests {
 
     impl Drop for Rig {
         fn drop(&mut self) {
-            let _ = mount::unmount_below(&self.root);
+            let _ = crate::mount::unmount_below(&self.root);
         }
     }
 
@@ -773,13 +773,13 @@ mod tests {
             .join("sa");
         assert_eq!(read(&dir, "token"), "s3cr3t");
         assert!(
-            mount::is_mount_point(&dir).unwrap(),
+            crate::mount::is_mount_point(&dir).unwrap(),
             "secrets live on tmpfs"
         );
 
         r.vm.teardown("uid-1").unwrap();
-        assert!(!mount::is_mount_point(&dir).unwrap());
-        assert!(mount::mounts_below(&r.root).unwrap().is_empty());
+        assert!(!crate::mount::is_mount_point(&dir).unwrap());
+        assert!(crate::mount::mounts_below(&r.root).unwrap().is_empty());
     }
 
     #[test]
@@ -794,7 +794,7 @@ mod tests {
         let failed = remove_orphaned_pod_dirs(&r.root, |uid| uid == "kept");
         assert!(failed.is_empty(), "{failed:?}");
         assert!(!r.root.join("pods").join("uid-1").exists());
-        assert!(mount::mounts_below(&r.root).unwrap().is_empty());
+        assert!(crate::mount::mounts_below(&r.root).unwrap().is_empty());
         assert!(kept.join("volumes").is_dir());
         assert!(
             r.root.join("pods").join("a-file").exists(),
@@ -828,7 +828,7 @@ mod tests {
         assert_eq!(read(&dir, "token"), "jwt-1");
         assert_eq!(read(&dir, "ca.crt"), "PEM");
         assert_eq!(read(&dir, "namespace"), "default");
-        assert!(mount::is_mount_point(&dir).unwrap());
+        assert!(crate::mount::is_mount_point(&dir).unwrap());
         // Not due yet: no new token at the next sync.
         r.vm.setup(&p).unwrap();
         assert_eq!(r.objects.tokens.load(Ordering::SeqCst), 1);

@@ -322,7 +322,7 @@ impl ObjectManager {
     /// Registers the objects `pod` references; objects no other pod
     /// references any more are dropped (their watches stop).
     pub fn register(&self, pod: &Pod) {
-        let uid = crate::config::pod_uid(pod).to_string();
+        let uid = crate::pod::pod_uid(pod).to_string();
         let wanted = references(pod);
         let mut dropped = Vec::new();
         let mut added = Vec::new();

@@ -13,7 +13,7 @@
 //! `..data` symlinks; for those the symlinks that stay inside the volume
 //! are resolved first, and the resolved path gets the same walk.
 //!
-//! The mounts are undone with the pod's volumes (`mount::unmount_below` on
+//! The mounts are undone with the pod's volumes (`crate::mount::unmount_below` on
 //! the pod's directory) and by housekeeping's sweep of orphaned pod
 //! directories.
 
@@ -351,7 +351,7 @@ mod tests {
 
     impl Drop for Scratch {
         fn drop(&mut self) {
-            let _ = crate::volume::mount::unmount_below(self.0.path());
+            let _ = crate::mount::unmount_below(self.0.path());
         }
     }
 
@@ -482,10 +482,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(got.join("f")).unwrap(), "one");
         // Reused as it is.
         prepare(&sp, &target).unwrap();
-        assert_eq!(
-            crate::volume::mount::mounts_below(&target).unwrap().len(),
-            1
-        );
+        assert_eq!(crate::mount::mounts_below(&target).unwrap().len(), 1);
         // The directory was replaced: mounted again, and a file now.
         std::fs::rename(root.join("d"), root.join("old")).unwrap();
         std::fs::write(root.join("d"), "two").unwrap();
@@ -495,9 +492,7 @@ mod tests {
         std::fs::remove_file(root.join("d")).unwrap();
         symlink(t.outside(), root.join("d")).unwrap();
         assert!(prepare(&sp, &target).is_err());
-        crate::volume::mount::unmount_below(t.path()).unwrap();
-        assert!(crate::volume::mount::mounts_below(t.path())
-            .unwrap()
-            .is_empty());
+        crate::mount::unmount_below(t.path()).unwrap();
+        assert!(crate::mount::mounts_below(t.path()).unwrap().is_empty());
     }
 }

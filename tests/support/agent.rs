@@ -210,7 +210,7 @@ impl Drop for Agent {
         self.kill();
         // Volumes it mounted (tmpfs for secrets) outlive the process, as
         // they must for its containers; the test's temp dir must not.
-        if let Err(e) = tinylet::volume::mount::unmount_below(self.dir.path()) {
+        if let Err(e) = tinylet::mount::unmount_below(self.dir.path()) {
             eprintln!("unmounting below {}: {e}", self.dir.path().display());
         }
         if std::thread::panicking() {

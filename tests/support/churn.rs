@@ -366,7 +366,7 @@ fn expected(dir: &Path, slot: &Slot, node: &str) -> (String, String) {
         &mut pod,
         &path.to_string_lossy(),
         node,
-        tinylet::config::FILE_SOURCE,
+        tinylet::pod::FILE_SOURCE,
     )
     .unwrap_or_else(|e| panic!("{}: {e:?}", slot.name));
     let uid = pod.metadata.uid.clone().unwrap_or_default();

@@ -1174,7 +1174,7 @@ impl Drop for Tinylet {
         self.sigkill();
         // Volumes it mounted (tmpfs for secrets) outlive the process, as
         // they must for its containers; the test's temp dirs must not.
-        if let Err(e) = tinylet::volume::mount::unmount_below(&self.root_dir()) {
+        if let Err(e) = tinylet::mount::unmount_below(&self.root_dir()) {
             eprintln!("unmounting below {}: {e}", self.root_dir().display());
         }
         if std::thread::panicking() && !LOG_SHOWN.with(|s| s.get()) {
