@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::config::decode::parse_object;
+use crate::node::taint::{parse_taints, Taint};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
@@ -171,14 +172,6 @@ impl Options {
             .clone()
             .unwrap_or_else(|| self.root_dir.join("pki"))
     }
-}
-
-/// A node taint: `key[=value]:Effect`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Taint {
-    pub key: String,
-    pub value: String,
-    pub effect: String,
 }
 
 impl Default for Options {
@@ -1269,32 +1262,6 @@ pub fn parse_node_labels(v: &str) -> Result<Vec<(String, String)>, String> {
         }
     }
     Ok(pairs)
-}
-
-/// Parses `--register-with-taints`: `key=value:Effect` or `key:Effect`, with
-/// Effect one of NoSchedule, PreferNoSchedule, NoExecute.
-pub fn parse_taints(v: &str) -> Result<Vec<Taint>, String> {
-    let mut out = Vec::new();
-    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let Some((kv, effect)) = item.rsplit_once(':') else {
-            return Err(format!("taint {item:?}: want key=value:Effect"));
-        };
-        if !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect) {
-            return Err(format!(
-                "taint {item:?}: effect {effect:?} is not NoSchedule, PreferNoSchedule or NoExecute"
-            ));
-        }
-        let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
-        if key.is_empty() {
-            return Err(format!("taint {item:?}: empty key"));
-        }
-        out.push(Taint {
-            key: key.to_string(),
-            value: value.to_string(),
-            effect: effect.to_string(),
-        });
-    }
-    Ok(out)
 }
 
 /// The `apiVersion` and `kind` of a kubelet configuration file.
