@@ -91,10 +91,11 @@ fn no_async_runtime_in_the_dependency_tree() {
 /// of its match arms (`"staticPodPath" =>`, `"a" | "b" =>`).
 fn config_fields_read() -> std::collections::BTreeSet<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(root.join("src/options.rs")).expect("src/options.rs");
+    let text = std::fs::read_to_string(root.join("src/options/config_file.rs"))
+        .expect("src/options/config_file.rs");
     let start = text
         .find("pub fn apply_config_file(")
-        .expect("apply_config_file in src/options.rs");
+        .expect("apply_config_file in src/options/config_file.rs");
     let body = &text[start..];
     let body = &body[..body.find("\n}\n").expect("end of apply_config_file")];
     let mut fields = std::collections::BTreeSet::new();

@@ -16,5 +16,6 @@ pub mod lease;
 pub mod machine;
 pub mod state;
 pub mod status;
+pub mod taint;
 
 pub use state::{initial_node_state, node_info, NodeState};

@@ -26,12 +26,12 @@ use serde_json::{json, Map, Value};
 
 use super::lease::sleep;
 use super::machine::{self, MachineInfo};
+use super::taint::Taint;
 use super::NodeState;
 use crate::apitime::rfc3339;
 use crate::cri::{ImageService, RuntimeService};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::kube::{ApiError, Client, PatchKind};
-use crate::options::Taint;
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// Images listed in the node status, largest first (upstream: 50).

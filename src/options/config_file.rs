@@ -1,0 +1,978 @@
+//! The subset of the kubelet's configuration file (`--config`, a
+//! KubeletConfiguration v1beta1 in YAML or JSON) that tinylet understands:
+//! `apply_config_file` sets the fields it knows and records the others.
+//! `tests/tidy.rs` reads its match arms to check that the packaged
+//! configuration file names every field read here.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{log_max_files, log_max_size, parse_duration, AuthorizationMode, Options};
+use crate::config::decode::parse_object;
+use crate::node::taint::parse_taints;
+
+/// The `apiVersion` and `kind` of a kubelet configuration file.
+pub const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+
+pub const CONFIG_KIND: &str = "KubeletConfiguration";
+
+/// Largest configuration file read.
+const CONFIG_FILE_MAX: u64 = 1024 * 1024;
+
+/// Applies the fields tinylet knows from a KubeletConfiguration file (YAML
+/// or JSON) to `o`; the others are recorded in `o.ignored_config_fields`.
+/// Errors name the file and the field.
+pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
+    let file = path.display();
+    let md = std::fs::metadata(path).map_err(|e| format!("--config {file}: {e}"))?;
+    if md.len() > CONFIG_FILE_MAX {
+        return Err(format!(
+            "--config {file}: {} bytes, over the limit of {CONFIG_FILE_MAX}",
+            md.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| format!("--config {file}: {e}"))?;
+    let doc = parse_object(&bytes).map_err(|e| format!("--config {file}: {e}"))?;
+    let Value::Object(fields) = doc else {
+        return Err(format!("--config {file}: not an object"));
+    };
+    let err = |field: &str, msg: String| format!("--config {file}: {field}: {msg}");
+    for (field, want) in [("apiVersion", CONFIG_API_VERSION), ("kind", CONFIG_KIND)] {
+        match fields.get(field) {
+            Some(Value::String(v)) if v == want => {}
+            Some(other) => return Err(err(field, format!("expected {want:?}, found {other}"))),
+            None => return Err(err(field, format!("Required value ({want:?})"))),
+        }
+    }
+    let string = |field: &str, v: &Value| -> Result<String, String> {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| err(field, format!("expected a string, found {v}")))
+    };
+    let unsigned = |field: &str, v: &Value| -> Result<u32, String> {
+        v.as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| err(field, format!("expected a non-negative integer, found {v}")))
+    };
+    let percent = |field: &str, v: &Value| -> Result<u8, String> {
+        v.as_u64()
+            .filter(|n| *n <= 100)
+            .map(|n| n as u8)
+            .ok_or_else(|| {
+                err(
+                    field,
+                    format!("expected a percentage from 0 to 100, found {v}"),
+                )
+            })
+    };
+    let duration = |field: &str, v: &Value| -> Result<Duration, String> {
+        let s = string(field, v)?;
+        parse_duration(&s).map_err(|e| err(field, e))
+    };
+    for (field, v) in &fields {
+        match field.as_str() {
+            "apiVersion" | "kind" => {}
+            "staticPodPath" => {
+                let s = string(field, v)?;
+                o.pod_manifest_path = (!s.is_empty()).then(|| PathBuf::from(s));
+            }
+            "staticPodURL" => {
+                let s = string(field, v)?;
+                o.manifest_url = (!s.is_empty()).then_some(s);
+            }
+            "staticPodURLHeader" => {
+                let Value::Object(map) = v else {
+                    return Err(err(field, format!("expected a map of lists, found {v}")));
+                };
+                o.manifest_url_headers.clear();
+                for (name, values) in map {
+                    let at = format!("{field}.{name}");
+                    let Value::Array(values) = values else {
+                        return Err(err(
+                            &at,
+                            format!("expected a list of strings, found {values}"),
+                        ));
+                    };
+                    for (i, value) in values.iter().enumerate() {
+                        let at = format!("{at}[{i}]");
+                        let value = string(&at, value)?;
+                        crate::config::http::check_header(name, &value).map_err(|e| err(&at, e))?;
+                        o.manifest_url_headers.push((name.clone(), value));
+                    }
+                }
+            }
+            "fileCheckFrequency" => o.file_check_frequency = duration(field, v)?,
+            "httpCheckFrequency" => o.http_check_frequency = duration(field, v)?,
+            "syncFrequency" => o.sync_frequency = duration(field, v)?,
+            "runtimeRequestTimeout" => o.runtime_request_timeout = duration(field, v)?,
+            "containerRuntimeEndpoint" => o.container_runtime_endpoint = string(field, v)?,
+            "podLogsDir" => o.pod_logs_dir = PathBuf::from(string(field, v)?),
+            "containerLogMaxSize" => {
+                o.container_log_max_size =
+                    log_max_size(&string(field, v)?).map_err(|e| err(field, e))?
+            }
+            "containerLogMaxFiles" => {
+                let n = v.as_u64().ok_or_else(|| {
+                    err(field, format!("expected a non-negative integer, found {v}"))
+                })?;
+                o.container_log_max_files = log_max_files(n).map_err(|e| err(field, e))?;
+            }
+            "kubeAPIQPS" => {
+                o.kube_api_qps = v
+                    .as_f64()
+                    .filter(|q| *q >= 0.0)
+                    .ok_or_else(|| err(field, format!("expected a number >= 0, found {v}")))?
+                    as f32;
+            }
+            "kubeAPIBurst" => o.kube_api_burst = unsigned(field, v)?,
+            "serializeImagePulls" => {
+                o.serialize_image_pulls = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "registryPullQPS" => {
+                o.registry_qps = v
+                    .as_f64()
+                    .filter(|q| *q >= 0.0)
+                    .ok_or_else(|| err(field, format!("expected a number >= 0, found {v}")))?
+                    as f32;
+            }
+            "registryBurst" => o.registry_burst = unsigned(field, v)?,
+            "maxPods" => o.max_pods = unsigned(field, v)?,
+            "evictionHard"
+            | "evictionSoft"
+            | "evictionSoftGracePeriod"
+            | "evictionMinimumReclaim" => {
+                let Value::Object(map) = v else {
+                    return Err(err(field, format!("expected a map of strings, found {v}")));
+                };
+                let mut out = std::collections::BTreeMap::new();
+                for (k, val) in map {
+                    out.insert(k.clone(), string(&format!("{field}.{k}"), val)?);
+                }
+                let e = &mut o.eviction;
+                let map = match field.as_str() {
+                    "evictionHard" => &mut e.hard,
+                    "evictionSoft" => &mut e.soft,
+                    "evictionSoftGracePeriod" => &mut e.soft_grace_period,
+                    "evictionMinimumReclaim" => &mut e.minimum_reclaim,
+                    _ => continue,
+                };
+                *map = out;
+            }
+            "evictionPressureTransitionPeriod" => {
+                o.eviction.pressure_transition_period = duration(field, v)?
+            }
+            "evictionMaxPodGracePeriod" => {
+                o.eviction.max_pod_grace_period = v
+                    .as_i64()
+                    .ok_or_else(|| err(field, format!("expected an integer, found {v}")))?
+            }
+            "imageGCHighThresholdPercent" => o.image_gc.high_threshold = percent(field, v)?,
+            "imageGCLowThresholdPercent" => o.image_gc.low_threshold = percent(field, v)?,
+            "imageMinimumGCAge" => o.image_gc.min_age = duration(field, v)?,
+            "nodeLeaseDurationSeconds" => o.node_lease_duration_seconds = unsigned(field, v)?,
+            "nodeStatusUpdateFrequency" => o.node_status_update_frequency = duration(field, v)?,
+            "nodeStatusReportFrequency" => o.node_status_report_frequency = duration(field, v)?,
+            "clusterDNS" => {
+                let Value::Array(items) = v else {
+                    return Err(err(
+                        field,
+                        format!("expected a list of IP addresses, found {v}"),
+                    ));
+                };
+                o.cluster_dns.clear();
+                for (i, item) in items.iter().enumerate() {
+                    let at = format!("{field}[{i}]");
+                    let s = string(&at, item)?;
+                    o.cluster_dns.push(
+                        s.parse()
+                            .map_err(|_| err(&at, format!("{s:?} is not an IP address")))?,
+                    );
+                }
+            }
+            "clusterDomain" => {
+                o.cluster_domain = string(field, v)?.trim_end_matches('.').to_string()
+            }
+            "resolvConf" => o.resolv_conf = PathBuf::from(string(field, v)?),
+            "cgroupsPerQOS" => {
+                o.cgroups_per_qos = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "configMapAndSecretChangeDetectionStrategy" => {
+                o.change_detection = crate::volume::Strategy::parse(&string(field, v)?)
+                    .map_err(|e| err(field, e))?;
+            }
+            "cgroupDriver" => {
+                o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&string(field, v)?)
+                    .map_err(|e| err(field, e))?;
+            }
+            // Not a KubeletConfiguration field: tinylet's own, like its flag.
+            "allowPrivileged" => {
+                o.allow_privileged = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "allowedUnsafeSysctls" => {
+                let Value::Array(items) = v else {
+                    return Err(err(
+                        field,
+                        format!("expected a list of sysctl names or patterns, found {v}"),
+                    ));
+                };
+                o.allowed_unsafe_sysctls.clear();
+                for (i, item) in items.iter().enumerate() {
+                    o.allowed_unsafe_sysctls
+                        .push(string(&format!("{field}[{i}]"), item)?);
+                }
+            }
+            "registerNode" => {
+                o.register_node = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "kubeReserved" | "systemReserved" => {
+                let Value::Object(map) = v else {
+                    return Err(err(
+                        field,
+                        format!("expected a map of quantities, found {v}"),
+                    ));
+                };
+                let mut pairs = Vec::new();
+                for (name, q) in map {
+                    pairs.push((name.clone(), string(&format!("{field}.{name}"), q)?));
+                }
+                if field == "kubeReserved" {
+                    o.kube_reserved = pairs;
+                } else {
+                    o.system_reserved = pairs;
+                }
+            }
+            "registerWithTaints" => {
+                let Value::Array(items) = v else {
+                    return Err(err(field, format!("expected a list of taints, found {v}")));
+                };
+                o.register_with_taints.clear();
+                for (i, t) in items.iter().enumerate() {
+                    let at = format!("{field}[{i}]");
+                    let get = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
+                    let text = if get("value").is_empty() {
+                        format!("{}:{}", get("key"), get("effect"))
+                    } else {
+                        format!("{}={}:{}", get("key"), get("value"), get("effect"))
+                    };
+                    let mut parsed = parse_taints(&text).map_err(|e| err(&at, e))?;
+                    if parsed.len() != 1 {
+                        return Err(err(&at, "expected one taint with key and effect".into()));
+                    }
+                    o.register_with_taints.append(&mut parsed);
+                }
+            }
+            "address" | "healthzBindAddress" => {
+                let text = string(field, v)?;
+                let ip = text
+                    .parse()
+                    .map_err(|_| err(field, format!("{text:?} is not an IP address")))?;
+                if field == "address" {
+                    o.address = ip;
+                } else {
+                    o.healthz_bind_address = ip;
+                }
+            }
+            "port" | "readOnlyPort" | "healthzPort" => {
+                let port = v
+                    .as_u64()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .ok_or_else(|| {
+                        err(field, format!("expected a port from 0 to 65535, found {v}"))
+                    })?;
+                match field.as_str() {
+                    "port" => {
+                        o.port = port;
+                        o.port_given = true;
+                    }
+                    "readOnlyPort" => o.read_only_port = port,
+                    _ => {
+                        o.healthz_port = port;
+                        o.healthz_given = true;
+                    }
+                }
+            }
+            "tlsCertFile" | "tlsPrivateKeyFile" => {
+                let s = string(field, v)?;
+                let path = (!s.is_empty()).then(|| PathBuf::from(s));
+                if field == "tlsCertFile" {
+                    o.tls_cert_file = path;
+                } else {
+                    o.tls_private_key_file = path;
+                }
+            }
+            "enableServer" => {
+                o.enable_server = Some(
+                    v.as_bool()
+                        .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?,
+                );
+            }
+            "authentication" | "authorization" => {
+                let Value::Object(section) = v else {
+                    return Err(err(field, format!("expected an object, found {v}")));
+                };
+                for (key, sub) in section {
+                    let at = format!("{field}.{key}");
+                    match (field.as_str(), key.as_str()) {
+                        ("authorization", "mode") => {
+                            o.auth.mode = Some(
+                                AuthorizationMode::parse(&string(&at, sub)?)
+                                    .map_err(|e| err(&at, e))?,
+                            );
+                        }
+                        ("authentication", "x509") => {
+                            let ca = sub.get("clientCAFile").unwrap_or(&Value::Null);
+                            if !ca.is_null() {
+                                let s = string(&format!("{at}.clientCAFile"), ca)?;
+                                o.client_ca_file = (!s.is_empty()).then(|| PathBuf::from(s));
+                            }
+                        }
+                        ("authentication", "anonymous" | "webhook")
+                        | ("authorization", "webhook") => {
+                            let Value::Object(inner) = sub else {
+                                return Err(err(&at, format!("expected an object, found {sub}")));
+                            };
+                            for (name, x) in inner {
+                                let at = format!("{at}.{name}");
+                                let flag = |x: &Value| {
+                                    x.as_bool().ok_or_else(|| {
+                                        err(&at, format!("expected true or false, found {x}"))
+                                    })
+                                };
+                                match (field.as_str(), key.as_str(), name.as_str()) {
+                                    ("authentication", "anonymous", "enabled") => {
+                                        o.auth.anonymous = flag(x)?
+                                    }
+                                    ("authentication", "webhook", "enabled") => {
+                                        o.auth.token_webhook = flag(x)?
+                                    }
+                                    ("authentication", "webhook", "cacheTTL") => {
+                                        o.auth.token_cache_ttl = duration(&at, x)?
+                                    }
+                                    ("authorization", "webhook", "cacheAuthorizedTTL") => {
+                                        o.auth.authorized_ttl = duration(&at, x)?
+                                    }
+                                    ("authorization", "webhook", "cacheUnauthorizedTTL") => {
+                                        o.auth.unauthorized_ttl = duration(&at, x)?
+                                    }
+                                    _ => o.ignored_config_fields.push(at),
+                                }
+                            }
+                        }
+                        _ => o.ignored_config_fields.push(at),
+                    }
+                }
+            }
+            _ => o.ignored_config_fields.push(field.clone()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::tests::{config_file, headers, parse, run};
+    use crate::options::Command;
+
+    const CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: /etc/kubernetes/manifests
+staticPodURL: http://cfg.local/pods
+staticPodURLHeader:
+  Authorization: [\"Bearer t\"]
+  X-Multi: [a, b]
+fileCheckFrequency: 7s
+httpCheckFrequency: 1m
+syncFrequency: 30s
+containerRuntimeEndpoint: unix:///run/crio/crio.sock
+podLogsDir: /srv/logs
+runtimeRequestTimeout: 15s
+kubeAPIQPS: 7
+kubeAPIBurst: 14
+maxPods: 50
+nodeStatusUpdateFrequency: 20s
+kubeReserved: {cpu: 200m}
+registerWithTaints: [{key: k, value: v, effect: NoSchedule}]
+authentication: {anonymous: {enabled: false}}
+cgroupDriver: systemd
+configMapAndSecretChangeDetectionStrategy: Cache
+";
+
+    #[test]
+    fn eviction_flags_and_config_fields() {
+        let o = run(&[]);
+        assert_eq!(o.eviction, crate::eviction::Settings::default());
+        assert_eq!(o.eviction.hard.len(), 4);
+        // The first use replaces the default map, later ones add to it.
+        let o = run(&[
+            "--eviction-hard",
+            "memory.available<1Gi",
+            "--eviction-hard=nodefs.available<5%",
+            "--eviction-soft",
+            "memory.available<2Gi",
+            "--eviction-soft-grace-period",
+            "memory.available=1m",
+            "--eviction-minimum-reclaim",
+            "nodefs.available=1Gi",
+            "--eviction-pressure-transition-period",
+            "30s",
+            "--eviction-max-pod-grace-period",
+            "20",
+        ]);
+        let e = &o.eviction;
+        assert_eq!(
+            e.hard
+                .iter()
+                .map(|(k, v)| format!("{k}<{v}"))
+                .collect::<Vec<_>>(),
+            ["memory.available<1Gi", "nodefs.available<5%"]
+        );
+        assert_eq!(e.soft["memory.available"], "2Gi");
+        assert_eq!(e.soft_grace_period["memory.available"], "1m");
+        assert_eq!(e.minimum_reclaim["nodefs.available"], "1Gi");
+        assert_eq!(e.pressure_transition_period, Duration::from_secs(30));
+        assert_eq!(e.max_pod_grace_period, 20);
+        assert!(!o.ignored_flags.iter().any(|f| f.starts_with("eviction")));
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(
+            &dir,
+            "k.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             evictionHard: {imagefs.available: 20%}\n\
+             evictionSoft: {nodefs.available: 30%}\n\
+             evictionSoftGracePeriod: {nodefs.available: 2m}\n\
+             evictionPressureTransitionPeriod: 1m\nevictionMaxPodGracePeriod: 5\n",
+        );
+        let o = run(&["--config", &file]);
+        assert_eq!(o.eviction.hard.len(), 1);
+        assert_eq!(o.eviction.hard["imagefs.available"], "20%");
+        assert_eq!(o.eviction.soft["nodefs.available"], "30%");
+        assert_eq!(
+            o.eviction.pressure_transition_period,
+            Duration::from_secs(60)
+        );
+        assert_eq!(o.eviction.max_pod_grace_period, 5);
+
+        for (args, want) in [
+            (
+                &["--eviction-hard", "memory.free<1Gi"][..],
+                "unsupported eviction signal memory.free",
+            ),
+            (
+                &["--eviction-soft", "memory.available<1Gi"][..],
+                "grace period must be specified",
+            ),
+            (
+                &["--eviction-hard", "memory.available=1Gi"][..],
+                "flag --eviction-hard: malformed pair",
+            ),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_change_detection_strategy_defaults_to_watch_and_refuses_others() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(run(&[]).change_detection, crate::volume::Strategy::Watch);
+        let file = config_file(&dir, "get.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nconfigMapAndSecretChangeDetectionStrategy: Get\n");
+        assert_eq!(
+            run(&["--config", &file]).change_detection,
+            crate::volume::Strategy::Get
+        );
+        let file = config_file(&dir, "bad.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nconfigMapAndSecretChangeDetectionStrategy: Poll\n");
+        let e = parse(&["--config", &file]).unwrap_err();
+        assert!(
+            e.contains("configMapAndSecretChangeDetectionStrategy") && e.contains("Poll"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn config_file_fields_and_flag_precedence() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(&dir, "kubelet.yaml", CONFIG);
+        let o = run(&["--config", &file]);
+        assert_eq!(o.config_file, Some(PathBuf::from(&file)));
+        assert_eq!(
+            o.pod_manifest_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(o.manifest_url.as_deref(), Some("http://cfg.local/pods"));
+        assert_eq!(
+            o.manifest_url_headers,
+            headers(&[
+                ("Authorization", "Bearer t"),
+                ("X-Multi", "a"),
+                ("X-Multi", "b")
+            ])
+        );
+        assert_eq!(o.file_check_frequency, Duration::from_secs(7));
+        assert_eq!(o.http_check_frequency, Duration::from_secs(60));
+        assert_eq!(o.sync_frequency, Duration::from_secs(30));
+        assert_eq!(o.container_runtime_endpoint, "unix:///run/crio/crio.sock");
+        assert_eq!(o.pod_logs_dir, PathBuf::from("/srv/logs"));
+        assert_eq!(o.runtime_request_timeout, Duration::from_secs(15));
+        // `authentication` is read (its x509 client CA) by the node API.
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
+        assert!(!o.auth.anonymous);
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
+        assert_eq!(o.change_detection, crate::volume::Strategy::Cache);
+        assert_eq!(
+            (o.kube_api_qps, o.kube_api_burst, o.max_pods),
+            (7.0, 14, 50)
+        );
+        assert_eq!(o.node_status_update_frequency, Duration::from_secs(20));
+        assert_eq!(o.kube_reserved, headers(&[("cpu", "200m")]));
+        assert_eq!(o.register_with_taints.len(), 1);
+
+        // Flags win, wherever --config stands; header flags replace the
+        // file's headers as a whole.
+        let o = run(&[
+            "--pod-manifest-path",
+            "/m",
+            "--file-check-frequency=2s",
+            "--manifest-url-header",
+            "X-Flag:1",
+            "--config",
+            &file,
+        ]);
+        assert_eq!(o.pod_manifest_path, Some(PathBuf::from("/m")));
+        assert_eq!(o.file_check_frequency, Duration::from_secs(2));
+        assert_eq!(o.manifest_url_headers, headers(&[("X-Flag", "1")]));
+        assert_eq!(o.http_check_frequency, Duration::from_secs(60));
+
+        // JSON works too.
+        let json = config_file(
+            &dir,
+            "kubelet.json",
+            r#"{"apiVersion":"kubelet.config.k8s.io/v1beta1","kind":"KubeletConfiguration","staticPodPath":"/j"}"#,
+        );
+        assert_eq!(
+            run(&["--config", &json]).pod_manifest_path,
+            Some(PathBuf::from("/j"))
+        );
+    }
+
+    #[test]
+    fn config_file_errors_name_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let cases = [
+            (
+                "dur.yaml",
+                format!("{head}fileCheckFrequency: soon\n"),
+                "fileCheckFrequency: invalid duration",
+            ),
+            (
+                "zero.yaml",
+                format!("{head}httpCheckFrequency: 0s\n"),
+                "httpCheckFrequency in --config",
+            ),
+            (
+                "type.yaml",
+                format!("{head}staticPodPath: 3\n"),
+                "staticPodPath: expected a string",
+            ),
+            (
+                "hdr.yaml",
+                format!("{head}staticPodURLHeader: {{A: b}}\n"),
+                "staticPodURLHeader.A: expected a list",
+            ),
+            (
+                "hdrval.yaml",
+                format!("{head}staticPodURLHeader: {{A: [1]}}\n"),
+                "staticPodURLHeader.A[0]: expected a string",
+            ),
+            (
+                "hdrname.yaml",
+                format!("{head}staticPodURLHeader: {{\"B C\": [x]}}\n"),
+                "staticPodURLHeader.B C[0]: header name",
+            ),
+            (
+                "kind.yaml",
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n".to_string(),
+                "kind: expected \"KubeletConfiguration\"",
+            ),
+            (
+                "nokind.yaml",
+                "apiVersion: kubelet.config.k8s.io/v1beta1\n".to_string(),
+                "kind: Required value",
+            ),
+            (
+                "api.yaml",
+                "apiVersion: v1\nkind: KubeletConfiguration\n".to_string(),
+                "apiVersion: expected",
+            ),
+            ("syntax.yaml", "kind: [\n".to_string(), "invalid YAML"),
+            ("list.yaml", "- a\n".to_string(), "must be an object"),
+        ];
+        for (name, text, want) in cases {
+            let file = config_file(&dir, name, &text);
+            let err = parse(&["--config", &file]).unwrap_err();
+            assert!(
+                err.starts_with("--config ") || err.starts_with("flag --"),
+                "{name}: {err}"
+            );
+            assert!(err.contains(&file), "{name}: {err}");
+            assert!(err.contains(want), "{name}: {err}");
+        }
+        let missing = dir.path().join("absent.yaml").display().to_string();
+        let err = parse(&["--config", &missing]).unwrap_err();
+        assert!(
+            err.contains(&missing) && err.contains("No such file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn container_spec_flags_and_fields() {
+        let Ok(Command::Run(o)) = parse(&[]) else {
+            panic!("parse failed");
+        };
+        assert!(o.cluster_dns.is_empty());
+        assert_eq!(o.resolv_conf, PathBuf::from("/etc/resolv.conf"));
+        assert!(o.allow_privileged);
+        let Ok(Command::Run(o)) = parse(&[
+            "--cluster-dns=10.96.0.10,fd00::a",
+            "--cluster-domain",
+            "cluster.local.",
+            "--resolv-conf=",
+            "--allow-privileged=false",
+        ]) else {
+            panic!("parse failed");
+        };
+        assert_eq!(
+            o.cluster_dns,
+            vec![
+                "10.96.0.10".parse::<std::net::IpAddr>().unwrap(),
+                "fd00::a".parse().unwrap()
+            ]
+        );
+        assert_eq!(o.cluster_domain, "cluster.local");
+        assert_eq!(o.resolv_conf, PathBuf::new());
+        assert!(!o.allow_privileged);
+        assert!(o.cgroups_per_qos);
+        let Ok(Command::Run(o)) = parse(&["--cgroups-per-qos=false", "--cgroup-driver", "systemd"])
+        else {
+            panic!("parse failed");
+        };
+        assert!(!o.cgroups_per_qos);
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
+        assert!(parse(&["--cgroup-driver", "cgroupsfs"]).is_err());
+        let e = parse(&["--cluster-dns", "10.96.0.x"]).unwrap_err();
+        assert!(
+            e.contains("--cluster-dns") && e.contains("10.96.0.x"),
+            "{e}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("k.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             clusterDNS: [10.0.0.10]\nclusterDomain: corp.local\nresolvConf: /run/resolv.conf\n\
+             allowPrivileged: false\ncgroupsPerQOS: false\ncgroupDriver: systemd\n",
+        )
+        .unwrap();
+        let mut o = Options::default();
+        apply_config_file(&mut o, &file).unwrap();
+        assert_eq!(
+            o.cluster_dns,
+            vec!["10.0.0.10".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(o.cluster_domain, "corp.local");
+        assert_eq!(o.resolv_conf, PathBuf::from("/run/resolv.conf"));
+        assert!(!o.allow_privileged);
+        assert!(!o.cgroups_per_qos);
+        assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS: [nope]\n",
+        )
+        .unwrap();
+        let e = apply_config_file(&mut o, &file).unwrap_err();
+        assert!(e.contains("clusterDNS[0]"), "{e}");
+    }
+
+    #[test]
+    fn image_pull_flags_and_config_fields() {
+        let d = run(&[]);
+        assert_eq!(
+            (d.serialize_image_pulls, d.registry_qps, d.registry_burst),
+            (true, 5.0, 10)
+        );
+        let o = run(&[
+            "--serialize-image-pulls=false",
+            "--registry-qps",
+            "0",
+            "--registry-burst=3",
+        ]);
+        assert_eq!(
+            (o.serialize_image_pulls, o.registry_qps, o.registry_burst),
+            (false, 0.0, 3)
+        );
+        for (args, want) in [
+            (&["--registry-qps", "-2"][..], "--registry-qps"),
+            (&["--registry-burst", "x"][..], "--registry-burst"),
+            (
+                &["--serialize-image-pulls", "maybe"][..],
+                "--serialize-image-pulls",
+            ),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(
+            &dir,
+            "kubelet.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             serializeImagePulls: false\nregistryPullQPS: 2\nregistryBurst: 4\n",
+        );
+        let o = run(&["--config", &file]);
+        assert_eq!(
+            (o.serialize_image_pulls, o.registry_qps, o.registry_burst),
+            (false, 2.0, 4)
+        );
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
+        // Flags win over the file.
+        let o = run(&["--config", &file, "--registry-qps", "9"]);
+        assert_eq!((o.registry_qps, o.registry_burst), (9.0, 4));
+        let bad = config_file(
+            &dir,
+            "bad.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             registryPullQPS: -1\n",
+        );
+        let e = parse(&["--config", &bad]).unwrap_err();
+        assert!(e.contains("registryPullQPS"), "{e}");
+    }
+
+    #[test]
+    fn container_log_flags_and_config_fields() {
+        let d = run(&[]);
+        assert_eq!(
+            (d.container_log_max_size, d.container_log_max_files),
+            (10 << 20, 5)
+        );
+        let o = run(&[
+            "--container-log-max-size",
+            "1Ki",
+            "--container-log-max-files=2",
+        ]);
+        assert_eq!(
+            (o.container_log_max_size, o.container_log_max_files),
+            (1024, 2)
+        );
+        assert!(o.ignored_flags.is_empty(), "{:?}", o.ignored_flags);
+        for (args, want) in [
+            (
+                &["--container-log-max-size", "ten"][..],
+                "--container-log-max-size",
+            ),
+            (
+                &["--container-log-max-size", "-1Mi"][..],
+                "--container-log-max-size",
+            ),
+            (
+                &["--container-log-max-files", "1"][..],
+                "--container-log-max-files",
+            ),
+            (
+                &["--container-log-max-files", "x"][..],
+                "--container-log-max-files",
+            ),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(
+            &dir,
+            "kubelet.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             containerLogMaxSize: 5Mi\ncontainerLogMaxFiles: 3\n",
+        );
+        let o = run(&["--config", &file]);
+        assert_eq!(
+            (o.container_log_max_size, o.container_log_max_files),
+            (5 << 20, 3)
+        );
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
+        let o = run(&["--config", &file, "--container-log-max-files", "7"]);
+        assert_eq!(o.container_log_max_files, 7);
+        for (text, field) in [
+            ("containerLogMaxFiles: 1", "containerLogMaxFiles"),
+            ("containerLogMaxSize: 10", "containerLogMaxSize"),
+            ("containerLogMaxSize: lots", "containerLogMaxSize"),
+        ] {
+            let bad = config_file(
+                &dir,
+                "bad.yaml",
+                &format!(
+                    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{text}\n"
+                ),
+            );
+            let e = parse(&["--config", &bad]).unwrap_err();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn auth_flags_and_config_sections() {
+        use crate::options::{AuthConfig, AuthorizationMode};
+        // Standalone: nothing asked, nothing allowed; anonymous off.
+        let o = run(&[]);
+        assert_eq!(o.auth, AuthConfig::default());
+        assert_eq!(o.auth.mode, None);
+        assert!(!o.auth.anonymous && !o.auth.token_webhook);
+        assert_eq!(
+            (
+                o.auth.token_cache_ttl,
+                o.auth.authorized_ttl,
+                o.auth.unauthorized_ttl
+            ),
+            (
+                Duration::from_secs(120),
+                Duration::from_secs(300),
+                Duration::from_secs(30)
+            )
+        );
+        // A cluster node authorizes by webhook unless told otherwise.
+        let o = run(&["--kubeconfig", "/k"]);
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::Webhook));
+        let o = run(&[
+            "--kubeconfig",
+            "/k",
+            "--anonymous-auth",
+            "--authentication-token-webhook=true",
+            "--authentication-token-webhook-cache-ttl=10s",
+            "--authorization-mode",
+            "AlwaysAllow",
+            "--authorization-webhook-cache-authorized-ttl",
+            "1m",
+            "--authorization-webhook-cache-unauthorized-ttl=0s",
+        ]);
+        assert!(o.auth.anonymous && o.auth.token_webhook);
+        assert_eq!(o.auth.token_cache_ttl, Duration::from_secs(10));
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::AlwaysAllow));
+        assert_eq!(o.auth.authorized_ttl, Duration::from_secs(60));
+        assert_eq!(o.auth.unauthorized_ttl, Duration::ZERO);
+        assert!(o.ignored_flags.is_empty(), "{:?}", o.ignored_flags);
+        assert_eq!(
+            run(&["--authorization-mode=AlwaysAllow"]).auth.mode,
+            Some(AuthorizationMode::AlwaysAllow)
+        );
+
+        // The webhooks need the apiserver.
+        let e = parse(&["--authorization-mode=Webhook"]).unwrap_err();
+        assert!(
+            e.contains("--authorization-mode=Webhook") && e.contains("--kubeconfig"),
+            "{e}"
+        );
+        let e = parse(&["--authentication-token-webhook"]).unwrap_err();
+        assert!(
+            e.contains("--authentication-token-webhook") && e.contains("--kubeconfig"),
+            "{e}"
+        );
+        let e = parse(&["--authorization-mode=RBAC"]).unwrap_err();
+        assert!(
+            e.contains("flag --authorization-mode") && e.contains("RBAC"),
+            "{e}"
+        );
+        assert!(parse(&["--anonymous-auth=maybe"]).is_err());
+
+        // The configuration file's sections, as upstream names them; flags win.
+        let dir = tempfile::tempdir().unwrap();
+        let file = config_file(
+            &dir,
+            "auth.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: true, cacheTTL: 45s}
+  x509: {clientCAFile: /etc/kubernetes/pki/ca.crt}
+authorization:
+  mode: Webhook
+  webhook: {cacheAuthorizedTTL: 7m, cacheUnauthorizedTTL: 5s}
+",
+        );
+        let o = run(&["--config", &file, "--kubeconfig", "/k"]);
+        assert!(o.auth.anonymous && o.auth.token_webhook);
+        assert_eq!(o.auth.token_cache_ttl, Duration::from_secs(45));
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::Webhook));
+        assert_eq!(o.auth.authorized_ttl, Duration::from_secs(420));
+        assert_eq!(o.auth.unauthorized_ttl, Duration::from_secs(5));
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
+        assert_eq!(
+            o.client_ca_file.as_deref(),
+            Some(Path::new("/etc/kubernetes/pki/ca.crt"))
+        );
+        let o = run(&[
+            "--config",
+            &file,
+            "--kubeconfig=/k",
+            "--anonymous-auth=false",
+            "--authorization-mode=AlwaysAllow",
+        ]);
+        assert!(!o.auth.anonymous);
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::AlwaysAllow));
+        // Without a kubeconfig the file's webhooks are refused, naming it.
+        let e = parse(&["--config", &file]).unwrap_err();
+        assert!(e.contains("authorization.mode") && e.contains(&file), "{e}");
+
+        for (text, field) in [
+            ("authentication: yes", "authentication"),
+            (
+                "authentication: {anonymous: {enabled: 1}}",
+                "authentication.anonymous.enabled",
+            ),
+            (
+                "authentication: {webhook: {cacheTTL: soon}}",
+                "authentication.webhook.cacheTTL",
+            ),
+            ("authorization: {mode: Node}", "authorization.mode"),
+            ("authorization: {webhook: []}", "authorization.webhook"),
+        ] {
+            let file = config_file(
+                &dir,
+                "bad.yaml",
+                &format!(
+                    "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{text}\n"
+                ),
+            );
+            let e = parse(&["--config", &file]).unwrap_err();
+            assert!(e.contains(&file) && e.contains(field), "{text}: {e}");
+        }
+    }
+}

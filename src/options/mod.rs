@@ -1,0 +1,448 @@
+//! The kubelet's options: `Options`, what `main` and the rest of the crate
+//! read, with upstream's defaults; the node API's authentication and
+//! authorization settings; and the `Command` the command line asks for.
+//!
+//! `flags` parses the command line (`parse_args`), named like the upstream
+//! kubelet's flags, on top of the subset of the kubelet's configuration
+//! file (`--config`) that `config_file` reads: flags given on the command
+//! line override the file, as upstream. `ignored` lists the upstream flags
+//! tinylet accepts and ignores; `status_cmd` parses the flags of
+//! `tinylet status`. Durations use Go's syntax (`20s`, `1m30s`, `500ms`).
+
+mod config_file;
+mod flags;
+mod ignored;
+mod status_cmd;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::node::taint::Taint;
+
+pub use crate::apitime::parse_duration;
+pub use config_file::{apply_config_file, CONFIG_API_VERSION, CONFIG_KIND};
+pub use flags::{parse_args, parse_header_pairs, parse_ips, parse_node_labels, parse_pairs, USAGE};
+pub use ignored::{IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS};
+pub use status_cmd::{parse_status_args, StatusOptions, StatusOutput, STATUS_USAGE};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub container_runtime_endpoint: String,
+    pub pod_manifest_path: Option<PathBuf>,
+    pub hostname_override: Option<String>,
+    pub root_dir: PathBuf,
+    pub pod_logs_dir: PathBuf,
+    pub file_check_frequency: Duration,
+    /// Where pods are polled from (`--manifest-url`).
+    pub manifest_url: Option<String>,
+    /// Headers sent with every manifest URL request, in order.
+    pub manifest_url_headers: Vec<(String, String)>,
+    pub http_check_frequency: Duration,
+    /// Checkpointed API pods restored at start (`--bootstrap-checkpoint-path`).
+    pub bootstrap_checkpoint_path: Option<PathBuf>,
+    /// The configuration file read (`--config`).
+    pub config_file: Option<PathBuf>,
+    /// Fields of the configuration file that tinylet does not use.
+    pub ignored_config_fields: Vec<String>,
+    /// Upstream kubelet flags given on the command line that tinylet accepts
+    /// and does not use, each once, in the order first given.
+    pub ignored_flags: Vec<String>,
+    pub sync_frequency: Duration,
+    pub runtime_request_timeout: Duration,
+    pub verbosity: u8,
+    /// The kubeconfig of the API server (`--kubeconfig`); none: standalone.
+    pub kubeconfig: Option<PathBuf>,
+    pub kube_api_qps: f32,
+    pub kube_api_burst: u32,
+    /// Register the node with the API server (`--register-node`).
+    pub register_node: bool,
+    pub node_status_update_frequency: Duration,
+    pub node_status_report_frequency: Duration,
+    pub node_lease_duration_seconds: u32,
+    pub max_pods: u32,
+    /// `--kube-reserved` / `--system-reserved`: resource name to quantity.
+    pub kube_reserved: Vec<(String, String)>,
+    pub system_reserved: Vec<(String, String)>,
+    /// The node's InternalIP (`--node-ip`); default: the default route's.
+    pub node_ip: Option<std::net::IpAddr>,
+    /// Labels added at registration (`--node-labels`).
+    pub node_labels: Vec<(String, String)>,
+    /// Taints added at registration (`--register-with-taints`).
+    pub register_with_taints: Vec<Taint>,
+    /// Image garbage collection: `--image-gc-high-threshold`,
+    /// `--image-gc-low-threshold`, `--minimum-image-ttl-duration`.
+    pub image_gc: crate::runtime::image_gc::Policy,
+    /// Dead instances kept per container
+    /// (`--maximum-dead-containers-per-container`).
+    pub max_dead_per_container: u32,
+    /// Nameservers of dnsPolicy ClusterFirst pods (`--cluster-dns`).
+    pub cluster_dns: Vec<std::net::IpAddr>,
+    /// The cluster's DNS domain (`--cluster-domain`).
+    pub cluster_domain: String,
+    /// The resolver configuration of dnsPolicy Default pods (`--resolv-conf`);
+    /// empty: none.
+    pub resolv_conf: PathBuf,
+    /// Whether privileged containers and host namespaces are allowed
+    /// (`--allow-privileged`).
+    pub allow_privileged: bool,
+    /// How Secrets and ConfigMaps that pods use are kept current (the
+    /// configuration file's `configMapAndSecretChangeDetectionStrategy`,
+    /// which has no flag).
+    pub change_detection: crate::volume::Strategy,
+    /// Unsafe sysctls (names, or prefixes ending in `*`) pods may set on
+    /// top of the safe set (`--allowed-unsafe-sysctls`).
+    pub allowed_unsafe_sysctls: Vec<String>,
+    /// Pods in cgroups by QoS class under `kubepods` (`--cgroups-per-qos`).
+    pub cgroups_per_qos: bool,
+    /// `cgroupfs` or `systemd`, as the runtime uses (`--cgroup-driver`).
+    pub cgroup_driver: crate::runtime::qos::CgroupDriver,
+    /// One image pull at a time (`--serialize-image-pulls`).
+    pub serialize_image_pulls: bool,
+    /// Image pulls per second, 0: unlimited (`--registry-qps`).
+    pub registry_qps: f32,
+    /// Image pulls in a burst (`--registry-burst`).
+    pub registry_burst: u32,
+    /// The node API's address and port (`--address`, `--port`).
+    pub address: std::net::IpAddr,
+    pub port: u16,
+    /// The plain read-only port (`--read-only-port`); 0: off.
+    pub read_only_port: u16,
+    /// The plain healthz listener (`--healthz-bind-address`,
+    /// `--healthz-port`); port 0: off.
+    pub healthz_bind_address: std::net::IpAddr,
+    pub healthz_port: u16,
+    /// The node API's serving certificate and key (PEM); without them a
+    /// self-signed pair under `cert_dir` (default `<root-dir>/pki`).
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub cert_dir: Option<PathBuf>,
+    /// CA bundle that client certificates are verified against
+    /// (`--client-ca-file`, `authentication.x509.clientCAFile`).
+    pub client_ca_file: Option<PathBuf>,
+    /// `--enable-server` as given; `None`: not given.
+    pub enable_server: Option<bool>,
+    /// Whether `--port` (`--healthz-port`) was given, in the flags or the
+    /// file: a standalone node listens only where it is asked to (an
+    /// address alone opens nothing).
+    pub port_given: bool,
+    pub healthz_given: bool,
+    /// Who may call the node's API: `--anonymous-auth`, the token webhook,
+    /// `--authorization-mode` and the cache TTLs (the configuration file's
+    /// `authentication` and `authorization`). `node_name` is left empty:
+    /// the caller sets it. `mode` is Webhook with a kubeconfig unless given.
+    pub auth: AuthConfig,
+    /// Run the file and URL sources' pods once and exit (`--runonce`).
+    pub runonce: bool,
+    /// How long `--runonce` waits for its pods (`--runonce-timeout`).
+    pub runonce_timeout: Duration,
+    /// A container's live log is rotated from this size on, in bytes
+    /// (`--container-log-max-size`).
+    pub container_log_max_size: u64,
+    /// Log files kept per container, the live one included, at least 2
+    /// (`--container-log-max-files`).
+    pub container_log_max_files: usize,
+    /// The eviction thresholds and their settings (`--eviction-*`).
+    pub eviction: crate::eviction::Settings,
+}
+
+/// Where the node's API listens; `None`: that listener is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listeners {
+    pub main: Option<std::net::SocketAddr>,
+    pub read_only: Option<std::net::SocketAddr>,
+    pub healthz: Option<std::net::SocketAddr>,
+}
+
+impl Options {
+    /// The listeners to open. A cluster node (`--kubeconfig`) opens the
+    /// main port and the healthz port by default, as the apiserver and
+    /// kubeadm need them; a standalone node opens each only when its flag
+    /// (or `--enable-server`) is given, so nothing listens unasked.
+    /// `--enable-server=false` closes the main and read-only ports, as
+    /// upstream; a port of 0 closes its listener.
+    pub fn listeners(&self) -> Listeners {
+        use std::net::SocketAddr;
+        let cluster = self.kubeconfig.is_some();
+        let server = self.enable_server.unwrap_or(cluster || self.port_given);
+        let main = (server && self.port != 0).then(|| SocketAddr::new(self.address, self.port));
+        let read_only = (self.enable_server != Some(false) && self.read_only_port != 0)
+            .then(|| SocketAddr::new(self.address, self.read_only_port));
+        let healthz = (self.healthz_port != 0
+            && (cluster || self.healthz_given || self.enable_server == Some(true)))
+        .then(|| SocketAddr::new(self.healthz_bind_address, self.healthz_port));
+        Listeners {
+            main,
+            read_only,
+            healthz,
+        }
+    }
+
+    /// The serving certificate's directory (`--cert-dir`).
+    pub fn cert_dir(&self) -> PathBuf {
+        self.cert_dir
+            .clone()
+            .unwrap_or_else(|| self.root_dir.join("pki"))
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            container_runtime_endpoint: "unix:///run/containerd/containerd.sock".into(),
+            pod_manifest_path: None,
+            hostname_override: None,
+            root_dir: PathBuf::from("/var/lib/tinylet"),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            file_check_frequency: Duration::from_secs(20),
+            manifest_url: None,
+            manifest_url_headers: Vec::new(),
+            http_check_frequency: Duration::from_secs(20),
+            bootstrap_checkpoint_path: None,
+            config_file: None,
+            ignored_config_fields: Vec::new(),
+            ignored_flags: Vec::new(),
+            sync_frequency: Duration::from_secs(60),
+            runtime_request_timeout: Duration::from_secs(120),
+            verbosity: 0,
+            kubeconfig: None,
+            kube_api_qps: 50.0,
+            kube_api_burst: 100,
+            register_node: true,
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(5 * 60),
+            node_lease_duration_seconds: 40,
+            max_pods: 110,
+            kube_reserved: Vec::new(),
+            system_reserved: Vec::new(),
+            node_ip: None,
+            node_labels: Vec::new(),
+            register_with_taints: Vec::new(),
+            image_gc: crate::runtime::image_gc::Policy::default(),
+            max_dead_per_container: 1,
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            allow_privileged: true,
+            change_detection: crate::volume::Strategy::Watch,
+            allowed_unsafe_sysctls: Vec::new(),
+            cgroups_per_qos: true,
+            cgroup_driver: crate::runtime::qos::CgroupDriver::Cgroupfs,
+            serialize_image_pulls: true,
+            registry_qps: 5.0,
+            registry_burst: 10,
+            address: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            port: 10250,
+            read_only_port: 0,
+            healthz_bind_address: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            healthz_port: 10248,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            cert_dir: None,
+            client_ca_file: None,
+            enable_server: None,
+            port_given: false,
+            healthz_given: false,
+            auth: AuthConfig::default(),
+            runonce: false,
+            runonce_timeout: Duration::from_secs(5 * 60),
+            container_log_max_size: crate::logs::rotate::DEFAULT_MAX_SIZE,
+            container_log_max_files: crate::logs::rotate::DEFAULT_MAX_FILES,
+            eviction: crate::eviction::Settings::default(),
+        }
+    }
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+pub enum Command {
+    Run(Box<Options>),
+    /// `tinylet status ...`: what the local node runs.
+    Status(Box<StatusOptions>),
+    /// `tinylet status --help`.
+    StatusHelp,
+    Help,
+    Version,
+}
+
+// Value checks that the flags and the configuration file share.
+
+/// `--container-log-max-size` / `containerLogMaxSize`: a quantity of bytes.
+fn log_max_size(v: &str) -> Result<u64, String> {
+    crate::quantity::parse_bytes(v)
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| format!("invalid quantity {v:?} (want e.g. 10Mi)"))
+}
+
+/// `--container-log-max-files` / `containerLogMaxFiles`: upstream refuses
+/// fewer than 2 (the live file and one rotated).
+fn log_max_files(n: u64) -> Result<usize, String> {
+    if n < 2 {
+        return Err(format!("{n} must be greater than 1"));
+    }
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// `--authorization-mode`: the two modes the kubelet accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    AlwaysAllow,
+    Webhook,
+}
+
+impl AuthorizationMode {
+    pub fn parse(s: &str) -> Result<AuthorizationMode, String> {
+        match s {
+            "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
+            "Webhook" => Ok(AuthorizationMode::Webhook),
+            _ => Err(format!(
+                "unknown authorization mode {s:?} (want AlwaysAllow or Webhook)"
+            )),
+        }
+    }
+}
+
+/// The node API's authentication and authorization settings, resolved
+/// from the flags and the configuration file (`server::auth` uses them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthConfig {
+    /// The Node every request is authorized against.
+    pub node_name: String,
+    /// `--anonymous-auth` (tinylet's default: false).
+    pub anonymous: bool,
+    /// `--authentication-token-webhook`.
+    pub token_webhook: bool,
+    /// `--authentication-token-webhook-cache-ttl`, for accepted and
+    /// refused tokens alike; zero: no cache.
+    pub token_cache_ttl: Duration,
+    /// `--authorization-mode`; none (standalone without the flag): every
+    /// request is refused.
+    pub mode: Option<AuthorizationMode>,
+    /// `--authorization-webhook-cache-authorized-ttl`.
+    pub authorized_ttl: Duration,
+    /// `--authorization-webhook-cache-unauthorized-ttl`.
+    pub unauthorized_ttl: Duration,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            node_name: String::new(),
+            anonymous: false,
+            token_webhook: false,
+            token_cache_ttl: Duration::from_secs(2 * 60),
+            mode: None,
+            authorized_ttl: Duration::from_secs(5 * 60),
+            unauthorized_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The helpers below are shared by the tests of the submodules.
+
+    pub(super) fn parse(args: &[&str]) -> Result<Command, String> {
+        parse_args(args.iter().map(|s| s.to_string()))
+    }
+
+    pub(super) fn run(args: &[&str]) -> Options {
+        match parse(args) {
+            Ok(Command::Run(o)) => *o,
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    pub(super) fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    pub(super) fn config_file(dir: &tempfile::TempDir, name: &str, text: &str) -> String {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20s"), Ok(Duration::from_secs(20)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("20").is_err());
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("5parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    /// Nothing listens unasked on a standalone node; a cluster node serves
+    /// the main and healthz ports by default; the file's fields are read.
+    #[test]
+    fn node_api_listeners_follow_the_mode_and_the_flags() {
+        use std::net::SocketAddr;
+        let addr = |s: &str| Some(s.parse::<SocketAddr>().unwrap());
+        let l = run(&[]).listeners();
+        assert_eq!((l.main, l.read_only, l.healthz), (None, None, None));
+        let l = run(&["--kubeconfig", "/k"]).listeners();
+        assert_eq!(l.main, addr("0.0.0.0:10250"));
+        assert_eq!(l.healthz, addr("127.0.0.1:10248"));
+        assert_eq!(l.read_only, None);
+        let l = run(&[
+            "--kubeconfig",
+            "/k",
+            "--enable-server=false",
+            "--healthz-port",
+            "0",
+        ])
+        .listeners();
+        assert_eq!((l.main, l.healthz), (None, None));
+        let l = run(&["--port", "11250", "--read-only-port", "10255"]).listeners();
+        assert_eq!(l.main, addr("0.0.0.0:11250"));
+        assert_eq!(l.read_only, addr("0.0.0.0:10255"));
+        assert_eq!(l.healthz, None);
+        let l = run(&[
+            "--healthz-bind-address",
+            "127.0.0.2",
+            "--address",
+            "127.0.0.1",
+        ])
+        .listeners();
+        assert_eq!((l.main, l.healthz), (None, None));
+        let l = run(&["--healthz-bind-address", "127.0.0.2", "--healthz-port", "1"]).listeners();
+        assert_eq!((l.main, l.healthz), (None, addr("127.0.0.2:1")));
+        let l = run(&["--enable-server"]).listeners();
+        assert_eq!((l.main.is_some(), l.healthz.is_some()), (true, true));
+        assert!(parse(&["--tls-cert-file", "/c"])
+            .unwrap_err()
+            .contains("--tls-private-key-file"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = config_file(
+            &dir,
+            "k.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             address: 127.0.0.1\nport: 12250\nreadOnlyPort: 12255\nhealthzPort: 12248\n\
+             healthzBindAddress: 127.0.0.1\ntlsCertFile: /c.crt\ntlsPrivateKeyFile: /c.key\n\
+             authentication:\n  x509:\n    clientCAFile: /ca.crt\n",
+        );
+        let o = run(&["--config", &path]);
+        let l = o.listeners();
+        assert_eq!(l.main, addr("127.0.0.1:12250"));
+        assert_eq!(l.read_only, addr("127.0.0.1:12255"));
+        assert_eq!(l.healthz, addr("127.0.0.1:12248"));
+        assert_eq!(o.client_ca_file, Some(PathBuf::from("/ca.crt")));
+        assert_eq!(o.tls_cert_file, Some(PathBuf::from("/c.crt")));
+        let bad = config_file(
+            &dir,
+            "bad.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nport: 70000\n",
+        );
+        let e = parse(&["--config", &bad]).unwrap_err();
+        assert!(e.contains("port") && e.contains("bad.yaml"), "{e}");
+    }
+}
