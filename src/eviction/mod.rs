@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::node::machine::{format_binary_si, format_decimal_si, parse_quantity};
+use crate::quantity::{format_binary_si, format_decimal_si, parse_quantity};
 
 /// The reason of an evicted pod and of a pod refused under pressure.
 pub const REASON: &str = "Evicted";

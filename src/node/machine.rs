@@ -1,7 +1,7 @@
 //! Facts about this machine that go into the Node object, in the kubelet's
 //! wire formats: node info (ids, kernel, OS image, architecture), capacity
 //! and allocatable, addresses, and the memory/disk/PID pressure signals,
-//! plus Kubernetes quantity parsing and canonical formatting.
+//! printed as the kubelet prints quantities (`crate::quantity`).
 //!
 //! Everything here is a plain function. Readers of /proc, /sys and /etc
 //! have a variant taking a root directory or the file's text, so tests run
@@ -24,6 +24,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use crate::quantity::{format_binary_si, format_decimal_si, parse_quantity, QuantityError};
+
 /// An error from this module: bad flag values, bad quantities, or a host
 /// whose addresses cannot be determined. The message names the input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +38,12 @@ impl fmt::Display for MachineError {
 }
 
 impl std::error::Error for MachineError {}
+
+impl From<QuantityError> for MachineError {
+    fn from(e: QuantityError) -> Self {
+        MachineError(e.to_string())
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Machine info
@@ -314,173 +322,6 @@ pub fn fs_stats(path: &Path) -> std::io::Result<FsStats> {
 // ---------------------------------------------------------------------------
 // Quantities
 // ---------------------------------------------------------------------------
-
-/// A Kubernetes resource quantity, held exactly: `digits × 10^exp`.
-///
-/// Accepted forms (the apimachinery grammar): an optional sign, a decimal
-/// number ("1", "1.5", ".5", "5."), and one suffix: none; decimal SI `m`
-/// `k` `M` `G` `T` `P` `E`; binary SI `Ki` `Mi` `Gi` `Ti` `Pi` `Ei`; or a
-/// decimal exponent `e<int>` / `E<int>` ("1e3"). No whitespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quantity {
-    pub digits: i128,
-    pub exp: i32,
-}
-
-impl Quantity {
-    /// The value rounded away from zero to an integer, as apimachinery's
-    /// `Value()`; saturates at the i128 range.
-    pub fn value(&self) -> i128 {
-        self.scaled_away_from_zero(0)
-    }
-
-    /// The value in thousandths, rounded away from zero (`MilliValue()`).
-    pub fn milli_value(&self) -> i128 {
-        self.scaled_away_from_zero(3)
-    }
-
-    pub fn is_negative(&self) -> bool {
-        self.digits < 0
-    }
-
-    fn scaled_away_from_zero(&self, shift: i32) -> i128 {
-        if self.digits == 0 {
-            return 0;
-        }
-        let e = self.exp.saturating_add(shift);
-        let saturated = if self.digits > 0 {
-            i128::MAX
-        } else {
-            i128::MIN
-        };
-        if e >= 0 {
-            return pow10(e)
-                .and_then(|p| self.digits.checked_mul(p))
-                .unwrap_or(saturated);
-        }
-        match pow10(-e) {
-            Some(p) => {
-                let (q, r) = (self.digits / p, self.digits % p);
-                q + r.signum()
-            }
-            // |digits| < 10^39 <= p: a nonzero fraction of one.
-            None => self.digits.signum(),
-        }
-    }
-}
-
-fn pow10(e: i32) -> Option<i128> {
-    u32::try_from(e).ok().and_then(|e| 10i128.checked_pow(e))
-}
-
-/// Parses a Kubernetes quantity ("100m", "1.5Gi", "1e3", "-2"). The error
-/// names the quantity and what is wrong with it.
-pub fn parse_quantity(q: &str) -> Result<Quantity, MachineError> {
-    let err = |why: &str| MachineError(format!("quantity {q:?}: {why}"));
-    let b = q.as_bytes();
-    let mut i = 0;
-    let negative = match b.first() {
-        None => return Err(err("empty")),
-        Some(b'-') => true,
-        Some(_) => false,
-    };
-    if matches!(b.first(), Some(b'-' | b'+')) {
-        i = 1;
-    }
-    let (mut digits, mut exp, mut n_digits, mut dot) = (0i128, 0i32, 0usize, false);
-    while let Some(&c) = b.get(i) {
-        match c {
-            b'0'..=b'9' => {
-                digits = digits
-                    .checked_mul(10)
-                    .and_then(|d| d.checked_add(i128::from(c - b'0')))
-                    .ok_or_else(|| err("too many digits"))?;
-                n_digits += 1;
-                if dot {
-                    exp -= 1;
-                }
-            }
-            b'.' if !dot => dot = true,
-            _ => break,
-        }
-        i += 1;
-    }
-    if n_digits == 0 {
-        return Err(err("expected a number"));
-    }
-    let (exp_add, binary_pow) = match &q[i..] {
-        "" => (0, 0),
-        "m" => (-3, 0),
-        "k" => (3, 0),
-        "M" => (6, 0),
-        "G" => (9, 0),
-        "T" => (12, 0),
-        "P" => (15, 0),
-        "E" => (18, 0),
-        "Ki" => (0, 1),
-        "Mi" => (0, 2),
-        "Gi" => (0, 3),
-        "Ti" => (0, 4),
-        "Pi" => (0, 5),
-        "Ei" => (0, 6),
-        s if s.starts_with(['e', 'E']) => {
-            let e = &s[1..];
-            let unsigned = e.strip_prefix(['+', '-']).unwrap_or(e);
-            if unsigned.is_empty() || !unsigned.bytes().all(|c| c.is_ascii_digit()) {
-                return Err(err("bad exponent"));
-            }
-            let e: i32 = e.parse().map_err(|_| err("exponent out of range"))?;
-            if e.unsigned_abs() > 1000 {
-                return Err(err("exponent out of range"));
-            }
-            (e, 0)
-        }
-        s => return Err(err(&format!("unknown suffix {s:?}"))),
-    };
-    for _ in 0..binary_pow {
-        digits = digits.checked_mul(1024).ok_or_else(|| err("too large"))?;
-    }
-    Ok(Quantity {
-        digits: if negative { -digits } else { digits },
-        exp: exp + exp_add,
-    })
-}
-
-/// Canonical decimal-SI text of a value given in thousandths, as
-/// apimachinery prints a DecimalSI quantity: "100m", "2", "110", "1k".
-pub fn format_decimal_si(milli: i128) -> String {
-    if milli % 1000 != 0 {
-        return format!("{milli}m");
-    }
-    const SUFFIXES: [&str; 7] = ["", "k", "M", "G", "T", "P", "E"];
-    let (mut v, mut i) = (milli / 1000, 0);
-    while v != 0 && i < SUFFIXES.len() - 1 && v % 1000 == 0 {
-        v /= 1000;
-        i += 1;
-    }
-    format!("{v}{}", SUFFIXES[i])
-}
-
-/// Canonical binary-SI text of a value given in thousandths, as
-/// apimachinery prints a BinarySI quantity: the largest power-of-1024
-/// suffix that keeps it an integer ("24684092Ki", "243497856212", "2Mi");
-/// fractions and values under 1024 in magnitude are printed decimal.
-pub fn format_binary_si(milli: i128) -> String {
-    if milli % 1000 != 0 {
-        return format_decimal_si(milli);
-    }
-    let v = milli / 1000;
-    if v > -1024 && v < 1024 {
-        return format_decimal_si(milli);
-    }
-    const SUFFIXES: [&str; 7] = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
-    let (mut v, mut i) = (v, 0);
-    while i < SUFFIXES.len() - 1 && v % 1024 == 0 {
-        v /= 1024;
-        i += 1;
-    }
-    format!("{v}{}", SUFFIXES[i])
-}
 
 /// Whether the kubelet prints this resource binary (bytes) or decimal.
 fn is_binary_resource(name: &str) -> bool {
@@ -1200,91 +1041,6 @@ mod tests {
         assert!(s.inodes_free <= s.inodes);
         let e = fs_stats(Path::new("/no/such/dir")).unwrap_err();
         assert!(e.to_string().contains("/no/such/dir"), "{e}");
-    }
-
-    #[test]
-    fn quantities_parse() {
-        let ok: &[(&str, i128, i128)] = &[
-            // (text, value rounded up, milli value)
-            ("0", 0, 0),
-            ("1", 1, 1000),
-            ("100m", 1, 100),
-            ("1500m", 2, 1500),
-            ("0.25", 1, 250),
-            (".5", 1, 500),
-            ("5.", 5, 5000),
-            ("+2", 2, 2000),
-            ("-2", -2, -2000),
-            ("-1.5", -2, -1500),
-            ("1k", 1000, 1_000_000),
-            ("1M", 1_000_000, 1_000_000_000),
-            ("1G", 1_000_000_000, 1_000_000_000_000),
-            ("2T", 2_000_000_000_000, 2_000_000_000_000_000),
-            ("1P", 10i128.pow(15), 10i128.pow(18)),
-            ("1E", 10i128.pow(18), 10i128.pow(21)),
-            ("1Ki", 1024, 1_024_000),
-            ("100Mi", 100 << 20, (100 << 20) * 1000),
-            ("1.5Gi", 3 << 29, (3 << 29) * 1000),
-            ("1Ti", 1 << 40, (1 << 40) * 1000),
-            ("1Pi", 1 << 50, (1 << 50) * 1000),
-            ("1Ei", 1 << 60, (1 << 60) * 1000),
-            ("1e3", 1000, 1_000_000),
-            ("1E3", 1000, 1_000_000),
-            ("12e-1", 2, 1200),
-            ("1e+2", 100, 100_000),
-            ("1e-3", 1, 1),
-            ("1e-4", 1, 1),
-            ("1m", 1, 1),
-        ];
-        for &(text, value, milli) in ok {
-            let q = parse_quantity(text).unwrap_or_else(|e| panic!("{text}: {e}"));
-            assert_eq!((q.value(), q.milli_value()), (value, milli), "{text}");
-        }
-        let bad = [
-            ("", "empty"),
-            ("lots", "expected a number"),
-            ("Mi", "expected a number"),
-            ("-", "expected a number"),
-            (".", "expected a number"),
-            ("1 Gi", "unknown suffix \" Gi\""),
-            ("1Gi ", "unknown suffix \"Gi \""),
-            ("1.2.3", "unknown suffix \".3\""),
-            ("1KB", "unknown suffix \"KB\""),
-            ("1ki", "unknown suffix \"ki\""),
-            ("1e", "bad exponent"),
-            ("1e1.5", "bad exponent"),
-            ("1e99999", "exponent out of range"),
-            (
-                "1000000000000000000000000000000000000000",
-                "too many digits",
-            ),
-            ("100000000000000000000000000Ei", "too large"),
-        ];
-        for (text, why) in bad {
-            let e = parse_quantity(text).unwrap_err().to_string();
-            assert_eq!(e, format!("quantity {text:?}: {why}"));
-        }
-        // Huge exponents saturate instead of wrapping.
-        assert_eq!(parse_quantity("1e200").unwrap().value(), i128::MAX);
-        assert_eq!(parse_quantity("-1e200").unwrap().value(), i128::MIN);
-    }
-
-    #[test]
-    fn quantities_format_like_apimachinery() {
-        assert_eq!(format_decimal_si(2000), "2");
-        assert_eq!(format_decimal_si(1900), "1900m");
-        assert_eq!(format_decimal_si(110_000), "110");
-        assert_eq!(format_decimal_si(0), "0");
-        assert_eq!(format_decimal_si(1_000_000), "1k");
-        assert_eq!(format_decimal_si(1_500_000), "1500");
-        assert_eq!(format_binary_si(24684092 * 1024 * 1000), "24684092Ki");
-        assert_eq!(format_binary_si(243497856212 * 1000), "243497856212");
-        assert_eq!(format_binary_si((2 << 20) * 1000), "2Mi");
-        assert_eq!(format_binary_si((1 << 30) * 1000), "1Gi");
-        assert_eq!(format_binary_si(0), "0");
-        assert_eq!(format_binary_si(512_000), "512");
-        assert_eq!(format_binary_si(1_000_000), "1k");
-        assert_eq!(format_binary_si(1500), "1500m");
     }
 
     #[test]
