@@ -25,7 +25,8 @@ use log::{debug, info, warn};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::generate::{keep_foreign_conditions, status_equal, status_patch};
+use super::generate::keep_foreign_conditions;
+use super::patch::{status_equal, status_patch};
 use crate::config::{
     pod_full_name, CONFIG_HASH_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY,
     CONFIG_SOURCE_ANNOTATION_KEY,
