@@ -27,7 +27,7 @@ pub fn parse_bytes(q: &str) -> Option<i64> {
 /// Parses a Kubernetes quantity exactly (decimal arithmetic, no floats) and
 /// returns `ceil(value * 10^scale)`, saturating at `i64::MAX`.
 ///
-/// The grammar is the API's (see [`Parts`]), after trimming surrounding
+/// The grammar is the API's (see `Parts`), after trimming surrounding
 /// whitespace as the API's JSON decoding does. Negative quantities give
 /// `None`: nothing here has a use for them.
 pub fn parse_quantity_scaled(q: &str, scale: i32) -> Option<i64> {
