@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::node::machine::{format_binary_si, format_decimal_si, parse_quantity};
 use crate::pod::is_critical;
+use crate::quantity::{format_binary_si, format_decimal_si, parse_quantity};
 use crate::stats::PodUsage;
 
 /// The reason of an evicted pod and of a pod refused under pressure.

@@ -25,7 +25,8 @@ use log::{debug, info, warn};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::generate::{keep_foreign_conditions, status_equal, status_patch};
+use super::generate::keep_foreign_conditions;
+use super::patch::{status_equal, status_patch};
 use crate::kube::{ApiError, Client, PatchKind};
 use crate::node::NodeState;
 use crate::pod::{

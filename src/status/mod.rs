@@ -1,5 +1,6 @@
 //! Pod status: generating the API status of a pod from its spec and the
-//! runtime's view of it (`generate`), and reporting it to the apiserver.
+//! runtime's view of it (`generate`), the patch that takes the apiserver's
+//! copy to it (`patch`), and reporting it to the apiserver (`manager`).
 //!
 //! Generation is pure (no I/O, no threads): the reporter feeds it the
 //! runtime's state and the last status the apiserver holds, and sends the
@@ -7,5 +8,7 @@
 
 pub mod generate;
 pub mod manager;
+pub mod patch;
 
-pub use generate::{generate_pod_status, pod_phase, status_equal, status_patch, StatusContext};
+pub use generate::{generate_pod_status, pod_phase, StatusContext};
+pub use patch::{status_equal, status_patch};
