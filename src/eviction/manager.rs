@@ -34,8 +34,8 @@ use super::{
 };
 use crate::config::pod_uid;
 use crate::cri::{ImageService, RuntimeService};
+use crate::images::gc::ImageGcHandle;
 use crate::node::machine;
-use crate::runtime::image_gc::ImageGcHandle;
 
 /// How long the manager waits for an evicted pod to be gone.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);

@@ -27,8 +27,6 @@ pub mod config;
 pub mod expansion;
 mod hooks;
 pub use hooks::resolve_port;
-pub mod image_gc;
-pub mod images;
 mod inputs;
 pub mod labels;
 pub mod qos;
@@ -50,10 +48,10 @@ use protobuf::EnumOrUnknown;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
+use crate::images::ImageManager;
+pub use crate::images::{default_pull_policy, ImageOptions};
 use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
-use images::ImageManager;
-pub use images::{default_pull_policy, ImageOptions};
 use labels::{pod_full_name, pod_uid};
 
 /// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
