@@ -1,11 +1,136 @@
-//! The redirect rule the kubelet applies to its own HTTP GETs (httpGet
-//! probes and lifecycle hooks): a redirect is followed only to the host
-//! name of the original URL, at most `MAX_REDIRECTS` times; one to another
-//! host ends the request. Shared so that probes and hooks cannot drift
-//! apart.
+//! The kubelet's own HTTP GET client, shared by httpGet probes and
+//! lifecycle hooks so that they cannot drift apart: the agent (no
+//! certificate verification, as upstream; no kept connections), one request
+//! with the handler's headers and a timeout, the redirect rule (a redirect
+//! is followed only to the host name of the original URL, at most
+//! `MAX_REDIRECTS` times; one to another host ends the request), and the
+//! limit on the body read. What counts as success is the caller's.
+
+use std::io::Read;
+use std::time::Duration;
 
 /// Redirects to the same host followed (Go's client stops after 10).
 pub const MAX_REDIRECTS: usize = 10;
+
+/// Upstream reads at most this much of a response body.
+pub const MAX_BODY: u64 = 10 * 1024;
+
+/// Whether the agent takes a proxy from the environment (`HTTP_PROXY` and
+/// the like) or always connects directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proxy {
+    Direct,
+    FromEnv,
+}
+
+/// An agent for httpGet requests sending `user_agent`: HTTPS without
+/// certificate verification, redirects left to [`get`], every status an
+/// answer, no kept connections, `Accept: */*` unless the request sets one.
+pub fn agent(user_agent: &str, proxy: Proxy) -> ureq::Agent {
+    let tls = ureq::tls::TlsConfig::builder()
+        .disable_verification(true)
+        .build();
+    let config = ureq::Agent::config_builder()
+        .tls_config(tls)
+        .max_redirects(0)
+        .http_status_as_error(false)
+        .max_idle_connections(0)
+        .max_idle_connections_per_host(0)
+        .user_agent(user_agent)
+        .accept("*/*");
+    match proxy {
+        Proxy::Direct => config.proxy(None),
+        Proxy::FromEnv => config,
+    }
+    .build()
+    .into()
+}
+
+/// The answer an httpGet ends with.
+#[derive(Debug)]
+pub struct Response {
+    /// The URL that answered (after the redirects followed).
+    pub url: String,
+    pub status: u16,
+    /// The first [`MAX_BODY`] bytes of the body, or why it could not be read.
+    pub body: std::io::Result<Vec<u8>>,
+    /// The location of a redirect to another host, not followed: this
+    /// response is then the redirect itself.
+    pub refused_redirect: Option<String>,
+}
+
+/// Why an httpGet got no answer.
+#[derive(Debug)]
+pub enum Failure {
+    /// The request to `url` failed.
+    Request { url: String, error: ureq::Error },
+    /// More than [`MAX_REDIRECTS`] redirects to the same host: `Get "<url>":
+    /// stopped after 10 redirects`, as Go's client says it.
+    TooManyRedirects(String),
+}
+
+/// GETs `url` with `headers` (in order; they win over the agent's
+/// User-Agent and Accept), each request bounded by `timeout`, following
+/// redirects to the same host.
+pub fn get(
+    agent: &ureq::Agent,
+    url: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<Response, Failure> {
+    let first = url.to_string();
+    let mut url = first.clone();
+    for hop in 0..=MAX_REDIRECTS {
+        let mut req = agent
+            .get(&url)
+            .config()
+            .timeout_global(Some(timeout))
+            .build();
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        let mut resp = match req.call() {
+            Ok(r) => r,
+            Err(error) => return Err(Failure::Request { url, error }),
+        };
+        let status = resp.status().as_u16();
+        let mut refused_redirect = None;
+        if (300..400).contains(&status) {
+            let location = resp
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            if let Some(loc) = location {
+                if let Some(next) = same_host_redirect(&first, &url, &loc) {
+                    if hop == MAX_REDIRECTS {
+                        return Err(Failure::TooManyRedirects(format!(
+                            "Get {next:?}: stopped after {MAX_REDIRECTS} redirects"
+                        )));
+                    }
+                    url = next;
+                    continue;
+                }
+                refused_redirect = Some(loc);
+            }
+        }
+        let mut body = Vec::new();
+        let read = resp
+            .body_mut()
+            .as_reader()
+            .take(MAX_BODY)
+            .read_to_end(&mut body);
+        return Ok(Response {
+            url,
+            status,
+            body: read.map(|_| body),
+            refused_redirect,
+        });
+    }
+    Err(Failure::TooManyRedirects(format!(
+        "Get {url:?}: stopped after {MAX_REDIRECTS} redirects"
+    )))
+}
 
 /// The host name of an absolute URL, without port or brackets.
 fn url_hostname(url: &str) -> &str {
