@@ -187,4 +187,73 @@ mod tests {
         assert_eq!(resolve_location(base, "//x.test/c"), "http://x.test/c");
         assert_eq!(resolve_location(base, "https://y/z"), "https://y/z");
     }
+
+    /// A server answering one request per answer; returns each request's
+    /// first line and headers (lower-cased).
+    fn server(answers: Vec<String>) -> (u16, crate::thread::JoinOnDrop<Vec<Vec<String>>>) {
+        use std::io::{BufRead, BufReader, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let t = crate::thread::spawn_named("test-httpget", move || {
+            let mut seen = Vec::new();
+            for answer in answers {
+                let (mut s, _) = l.accept().unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut request = Vec::new();
+                loop {
+                    let mut line = String::new();
+                    r.read_line(&mut line).unwrap();
+                    if line == "\r\n" || line.is_empty() {
+                        break;
+                    }
+                    request.push(line.trim_end().to_ascii_lowercase());
+                }
+                seen.push(request);
+                // A client that stops reading may close first: ignore it.
+                let _ = s.write_all(answer.as_bytes());
+            }
+            seen
+        })
+        .unwrap();
+        (port, t)
+    }
+
+    #[test]
+    fn get_follows_same_host_redirects_sends_headers_and_bounds_the_body() {
+        let big = "x".repeat(20 * 1024);
+        let (port, server) = server(vec![
+            "HTTP/1.1 302 Found\r\nLocation: /next\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into(),
+            format!(
+                "HTTP/1.1 302 Found\r\nLocation: http://elsewhere.test/x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{big}",
+                big.len()
+            ),
+        ]);
+        let agent = agent("test-agent/1", Proxy::Direct);
+        let url = format!("http://127.0.0.1:{port}/first");
+        let resp = get(
+            &agent,
+            &url,
+            &[("Accept", "text/plain"), ("X-Custom", "1")],
+            Duration::from_secs(30),
+        )
+        .unwrap();
+        assert_eq!(resp.url, format!("http://127.0.0.1:{port}/next"));
+        assert_eq!(resp.status, 302);
+        assert_eq!(
+            resp.refused_redirect.as_deref(),
+            Some("http://elsewhere.test/x")
+        );
+        assert_eq!(resp.body.unwrap().len() as u64, MAX_BODY);
+        let seen = server.join().unwrap();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0][0], "get /first http/1.1");
+        assert_eq!(seen[1][0], "get /next http/1.1");
+        for request in &seen {
+            let has = |h: &str| request.iter().filter(|l| *l == h).count();
+            assert_eq!(has("accept: text/plain"), 1, "{request:?}");
+            assert_eq!(has("accept: */*"), 0, "{request:?}");
+            assert_eq!(has("user-agent: test-agent/1"), 1, "{request:?}");
+            assert_eq!(has("x-custom: 1"), 1, "{request:?}");
+        }
+    }
 }
