@@ -19,6 +19,7 @@ use tinylet::events::{EventBroadcaster, EventRecorder, EventType, ObjectRef};
 use tinylet::eviction::Signal;
 use tinylet::fieldpath::NodeAllocatable;
 use tinylet::images::gc::{self as image_gc, ImageGc};
+use tinylet::images::ImageOptions;
 use tinylet::kube::{load_kubeconfig, Client, ClientOptions};
 use tinylet::kubelet::{Inputs, Kubelet, PodView};
 use tinylet::node::lease::LeaseController;
@@ -29,7 +30,7 @@ use tinylet::pleg::{Pleg, PodCache, RunningPods, EVENTS_CAPACITY, RELIST_PERIOD}
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
 use tinylet::prober::{ProbeResults, Prober, DEFAULT_RUNNERS, UPDATES_CAPACITY};
 use tinylet::runtime::config::NodeSettings;
-use tinylet::runtime::{ImageOptions, RuntimeManager};
+use tinylet::runtime::RuntimeManager;
 use tinylet::server::routes::State;
 use tinylet::status::manager::{StatusManager, StatusReporter};
 use tinylet::thread::spawn_named;

@@ -48,8 +48,7 @@ use protobuf::EnumOrUnknown;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
-use crate::images::ImageManager;
-pub use crate::images::{default_pull_policy, ImageOptions};
+use crate::images::{ImageManager, ImageOptions};
 use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
 use labels::{pod_full_name, pod_uid};
