@@ -1,10 +1,10 @@
 //! Running one probe (upstream `prober.go` and `pkg/probe`): exec through
 //! the runtime manager (CRI ExecSync with the probe's timeout), httpGet with
-//! the ureq agent tinylet already carries (HTTPS without verification, no
-//! proxy, no kept connections, same-host redirects followed up to 10 as Go's
-//! client does for the kubelet), tcpSocket with a plain connect. An errored
-//! run is tried up to three times; failures become `Unhealthy` events with
-//! upstream's wording.
+//! the kubelet's one httpGet client (`crate::httpget`: HTTPS without
+//! verification, no proxy, no kept connections, same-host redirects followed
+//! up to 10 as Go's client does for the kubelet), tcpSocket with a plain
+//! connect. An errored run is tried up to three times; failures become
+//! `Unhealthy` events with upstream's wording.
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
