@@ -17,6 +17,8 @@ pub mod fault;
 pub mod fieldpath;
 pub mod health;
 pub mod httpget;
+pub mod image_reference;
+pub mod images;
 pub mod kube;
 pub mod kubelet;
 pub mod logs;

@@ -10,6 +10,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use super::Pod;
+use crate::image_reference::parse_reference;
 use k8s_openapi::api::core::v1::SeccompProfile;
 
 /// One problem with one field.
@@ -112,9 +113,6 @@ fn is_label(s: &str) -> bool {
     }
 }
 
-/// Longest image name (without tag and digest) a registry accepts.
-const IMAGE_NAME_MAX: usize = 255;
-
 /// Why `image` is not a valid image reference (`[host[:port]/]path[:tag][@digest]`,
 /// the grammar of container registries), if it is not.
 pub fn image_reference_error(image: &str) -> Option<String> {
@@ -128,163 +126,7 @@ fn image_reference_problem(image: &str) -> Option<String> {
     if let Some(c) = image.chars().find(|c| c.is_whitespace() || c.is_control()) {
         return Some(format!("contains {c:?}"));
     }
-    let (name_tag, digest) = match image.split_once('@') {
-        Some((n, d)) => (n, Some(d)),
-        None => (image, None),
-    };
-    if let Some(digest) = digest {
-        if let Some(why) = digest_problem(digest) {
-            return Some(why);
-        }
-    }
-    let last_slash = name_tag.rfind('/').map_or(0, |i| i + 1);
-    let (name, tag) = match name_tag[last_slash..].rfind(':') {
-        Some(i) => (
-            &name_tag[..last_slash + i],
-            Some(&name_tag[last_slash + i + 1..]),
-        ),
-        None => (name_tag, None),
-    };
-    if let Some(tag) = tag {
-        let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-        let ok = tag.len() <= 128
-            && tag.chars().next().is_some_and(word)
-            && tag.chars().all(|c| word(c) || c == '.' || c == '-');
-        if !ok {
-            return Some(format!(
-                "tag {tag:?} must be 1-128 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
-            ));
-        }
-    }
-    if name.is_empty() {
-        return Some("the name is empty".into());
-    }
-    if name.len() > IMAGE_NAME_MAX {
-        return Some(format!(
-            "the name is longer than {IMAGE_NAME_MAX} characters"
-        ));
-    }
-    let mut components: Vec<&str> = name.split('/').collect();
-    if components.len() > 1 && looks_like_registry(components[0]) {
-        if let Some(why) = registry_problem(components[0]) {
-            return Some(why);
-        }
-        components.remove(0);
-    }
-    for component in components {
-        if !is_path_component(component) {
-            return Some(format!(
-                "path component {component:?} must be lower case letters and digits, \
-                 separated by '.', '_', '__' or dashes"
-            ));
-        }
-    }
-    None
-}
-
-/// How registries tell a host from a path: it has a dot or a port, is
-/// `localhost`, or has upper case letters (a path never does).
-fn looks_like_registry(first: &str) -> bool {
-    first.contains('.')
-        || first.contains(':')
-        || first == "localhost"
-        || first.chars().any(|c| c.is_ascii_uppercase())
-}
-
-fn registry_problem(registry: &str) -> Option<String> {
-    let bad = || {
-        Some(format!(
-            "registry host {registry:?} is not a host name with an optional port"
-        ))
-    };
-    let (host, port) = if let Some(rest) = registry.strip_prefix('[') {
-        let Some((v6, after)) = rest.split_once(']') else {
-            return bad();
-        };
-        if v6.is_empty()
-            || !v6
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-        {
-            return bad();
-        }
-        match after {
-            "" => return None,
-            _ => match after.strip_prefix(':') {
-                Some(port) => ("", Some(port)),
-                None => return bad(),
-            },
-        }
-    } else {
-        match registry.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (registry, None),
-        }
-    };
-    if let Some(port) = port {
-        if port.is_empty() || !port.chars().all(|c| c.is_ascii_digit()) {
-            return bad();
-        }
-    }
-    if registry.starts_with('[') {
-        return None;
-    }
-    let label_ok = |l: &str| {
-        let b = l.as_bytes();
-        !b.is_empty()
-            && b.first().is_some_and(u8::is_ascii_alphanumeric)
-            && b.last().is_some_and(u8::is_ascii_alphanumeric)
-            && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
-    };
-    if host.split('.').all(label_ok) {
-        None
-    } else {
-        bad()
-    }
-}
-
-/// `[a-z0-9]+` runs joined by `.`, `_`, `__` or any number of `-`.
-fn is_path_component(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    if !b.first().is_some_and(|c| alnum(*c)) || !b.last().is_some_and(|c| alnum(*c)) {
-        return false;
-    }
-    let mut i = 0;
-    while i < b.len() {
-        if alnum(b[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < b.len() && !alnum(b[i]) {
-            i += 1;
-        }
-        match &s[start..i] {
-            "." | "_" | "__" => {}
-            sep if sep.bytes().all(|c| c == b'-') => {}
-            _ => return false,
-        }
-    }
-    true
-}
-
-fn digest_problem(digest: &str) -> Option<String> {
-    let bad = |why: &str| Some(format!("digest {digest:?} {why}"));
-    let Some((algorithm, hex)) = digest.split_once(':') else {
-        return bad("must be ALGORITHM:HEX");
-    };
-    let component_ok = |c: &str| {
-        c.chars().next().is_some_and(|f| f.is_ascii_alphabetic())
-            && c.chars().all(|ch| ch.is_ascii_alphanumeric())
-    };
-    if !algorithm.split(['+', '.', '-', '_']).all(component_ok) {
-        return bad("has an invalid algorithm");
-    }
-    if hex.len() < 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
-        return bad("must have at least 32 hex digits");
-    }
-    None
+    parse_reference(image).err().map(|e| e.to_string())
 }
 
 /// The most containers (and, apart, init containers) a pod from a local

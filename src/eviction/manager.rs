@@ -35,9 +35,9 @@ use super::{
     Observations, PodUsage, Signal, State, Threshold, Tracker,
 };
 use crate::cri::{ImageService, RuntimeService};
+use crate::images::gc::ImageGcHandle;
 use crate::node::machine;
 use crate::pod::pod_uid;
-use crate::runtime::image_gc::ImageGcHandle;
 
 /// How long the manager waits for an evicted pod to be gone.
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);

@@ -71,7 +71,7 @@ pub struct Options {
     pub register_with_taints: Vec<Taint>,
     /// Image garbage collection: `--image-gc-high-threshold`,
     /// `--image-gc-low-threshold`, `--minimum-image-ttl-duration`.
-    pub image_gc: crate::runtime::image_gc::Policy,
+    pub image_gc: crate::images::gc::Policy,
     /// Dead instances kept per container
     /// (`--maximum-dead-containers-per-container`).
     pub max_dead_per_container: u32,
@@ -217,7 +217,7 @@ impl Default for Options {
             node_ip: None,
             node_labels: Vec::new(),
             register_with_taints: Vec::new(),
-            image_gc: crate::runtime::image_gc::Policy::default(),
+            image_gc: crate::images::gc::Policy::default(),
             max_dead_per_container: 1,
             cluster_dns: Vec::new(),
             cluster_domain: String::new(),

@@ -1,12 +1,11 @@
 //! Running one probe (upstream `prober.go` and `pkg/probe`): exec through
 //! the runtime manager (CRI ExecSync with the probe's timeout), httpGet with
-//! the ureq agent tinylet already carries (HTTPS without verification, no
-//! proxy, no kept connections, same-host redirects followed up to 10 as Go's
-//! client does for the kubelet), tcpSocket with a plain connect. An errored
-//! run is tried up to three times; failures become `Unhealthy` events with
-//! upstream's wording.
+//! the kubelet's one httpGet client (`crate::httpget`: HTTPS without
+//! verification, no proxy, no kept connections, same-host redirects followed
+//! up to 10 as Go's client does for the kubelet), tcpSocket with a plain
+//! connect. An errored run is tried up to three times; failures become
+//! `Unhealthy` events with upstream's wording.
 
-use std::io::Read;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +15,7 @@ use log::debug;
 use super::spec::{Action, HttpGet};
 use super::worker::{Job, Outcome};
 use crate::events::{EventRecorder, EventType, ObjectRef};
-use crate::httpget::{same_host_redirect, MAX_REDIRECTS};
+use crate::httpget::{self, Failure, Proxy};
 use crate::pod::pod_full_name;
 use crate::runtime::RuntimeManager;
 
@@ -46,24 +45,11 @@ pub fn user_agent() -> String {
     format!("kube-probe/{major}.{minor}")
 }
 
-/// The HTTP client of httpGet probes: no certificate verification, no
-/// proxy, no kept connections, redirects left to [`http_get`], upstream's
-/// User-Agent and `Accept: */*` unless the probe sets its own.
+/// The HTTP client of httpGet probes: the kubelet's httpGet agent with no
+/// proxy, upstream's User-Agent and `Accept: */*` unless the probe sets its
+/// own.
 pub fn probe_agent() -> ureq::Agent {
-    let tls = ureq::tls::TlsConfig::builder()
-        .disable_verification(true)
-        .build();
-    ureq::Agent::config_builder()
-        .tls_config(tls)
-        .proxy(None)
-        .max_redirects(0)
-        .http_status_as_error(false)
-        .max_idle_connections(0)
-        .max_idle_connections_per_host(0)
-        .user_agent(user_agent())
-        .accept("*/*")
-        .build()
-        .into()
+    httpget::agent(&user_agent(), Proxy::Direct)
 }
 
 /// What a probe runner thread holds.
@@ -199,62 +185,28 @@ pub fn probe_url(h: &HttpGet, host: &str) -> String {
 /// An HTTP GET probe: 200-399 passes; redirects to the same host are
 /// followed, one to another host ends the probe with a warning.
 pub fn http_get(agent: &ureq::Agent, h: &HttpGet, host: &str, timeout: Duration) -> Found {
-    let first = probe_url(h, host);
-    let mut url = first.clone();
-    for hop in 0..=MAX_REDIRECTS {
-        let mut req = agent
-            .get(&url)
-            .config()
-            .timeout_global(Some(timeout))
-            .build();
-        // The probe's own headers win over the agent's User-Agent and Accept.
-        for (name, value) in &h.headers {
-            req = req.header(name.as_str(), value.as_str());
+    // The probe's own headers win over the agent's User-Agent and Accept.
+    let headers: Vec<(&str, &str)> = h
+        .headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    let resp = match httpget::get(agent, &probe_url(h, host), &headers, timeout) {
+        Ok(r) => r,
+        Err(Failure::Request { url, error }) => {
+            return Found::Failure(format!("Get {url:?}: {}", go_error(&error, &url)))
         }
-        let mut resp = match req.call() {
-            Ok(r) => r,
-            Err(e) => return Found::Failure(format!("Get {url:?}: {}", go_error(&e, &url))),
-        };
-        let status = resp.status().as_u16();
-        if (300..400).contains(&status) {
-            let location = resp
-                .headers()
-                .get("location")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
-            if let Some(loc) = location {
-                if let Some(next) = same_host_redirect(&first, &url, &loc) {
-                    if hop == MAX_REDIRECTS {
-                        return Found::Failure(format!(
-                            "Get {next:?}: stopped after {MAX_REDIRECTS} redirects"
-                        ));
-                    }
-                    url = next;
-                    continue;
-                }
-            }
-        }
-        let mut body = Vec::new();
-        let read = resp
-            .body_mut()
-            .as_reader()
-            .take(MAX_OUTPUT)
-            .read_to_end(&mut body);
-        if let Err(e) = read {
-            return Found::Error(format!("reading the response of {url}: {e}"));
-        }
-        let body = String::from_utf8_lossy(&body).into_owned();
-        return match status {
-            200..=299 => Found::Success(body),
-            300..=399 => {
-                Found::Warning(format!("Probe terminated redirects, Response body: {body}"))
-            }
-            _ => Found::Failure(format!("HTTP probe failed with statuscode: {status}")),
-        };
+        Err(Failure::TooManyRedirects(message)) => return Found::Failure(message),
+    };
+    let body = match resp.body {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(e) => return Found::Error(format!("reading the response of {}: {e}", resp.url)),
+    };
+    match resp.status {
+        200..=299 => Found::Success(body),
+        300..=399 => Found::Warning(format!("Probe terminated redirects, Response body: {body}")),
+        status => Found::Failure(format!("HTTP probe failed with statuscode: {status}")),
     }
-    Found::Failure(format!(
-        "Get {url:?}: stopped after {MAX_REDIRECTS} redirects"
-    ))
 }
 
 /// A client error in the words Go's client uses, where there is a match.

@@ -2,8 +2,9 @@
 //! postStart or preStop handler (exec through CRI ExecSync, httpGet, sleep)
 //! and saying, in upstream's words, why it failed.
 //!
-//! The HTTP GET here is deliberately small and private: one blocking request,
-//! TLS without verification as upstream does for hooks, redirects checked
+//! The HTTP GET is the kubelet's one httpGet client (`crate::httpget`): one
+//! blocking request, TLS without verification as upstream does for hooks,
+//! the proxy from the environment, redirects checked
 //! as for probes (same host only, up to 10: upstream's hooks use the
 //! probes' redirect check since v1.26 with ConsistentHTTPGetHandlers, GA in
 //! v1.28; before, they followed any redirect), the response status not
@@ -18,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use log::debug;
 
 use crate::cri::RuntimeService;
-use crate::httpget::{same_host_redirect, MAX_REDIRECTS};
+use crate::httpget::{self, Failure, Proxy};
 use crate::pod::{pod_name, pod_namespace, pod_uid};
 
 /// The `User-Agent` of hook requests (upstream: `kube-lifecycle/<version>`).
@@ -152,60 +153,26 @@ fn http_get(
     timeout: Duration,
 ) -> Result<(), String> {
     let url = hook_url(get, c, pod_ip)?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .max_redirects(0)
-        .http_status_as_error(false)
-        .user_agent(USER_AGENT)
-        .tls_config(
-            ureq::tls::TlsConfig::builder()
-                .disable_verification(true)
-                .build(),
-        )
-        .build()
-        .into();
-    let first = url.clone();
-    let mut url = url;
-    for hop in 0..=MAX_REDIRECTS {
-        let mut req = agent.get(&url).header("Accept", "*/*");
-        for h in get.http_headers.iter().flatten() {
-            req = req.header(h.name.as_str(), h.value.as_str());
-        }
-        let resp = req.call().map_err(|e| format!("Get {url:?}: {e}"))?;
-        let next = if resp.status().is_redirection() {
-            resp.headers()
-                .get("location")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        } else {
-            None
-        };
-        // Read (a bounded part of) the body so the connection ends cleanly.
-        let mut body = resp.into_body();
-        let _ = body.with_config().limit(10 * 1024).read_to_vec();
-        let Some(location) = next else {
-            return Ok(());
-        };
-        match same_host_redirect(&first, &url, &location) {
-            Some(next) if hop == MAX_REDIRECTS => {
-                return Err(format!(
-                    "Get {next:?}: stopped after {MAX_REDIRECTS} redirects"
-                ));
+    let agent = httpget::agent(USER_AGENT, Proxy::FromEnv);
+    let mut headers = vec![("Accept", "*/*")];
+    headers.extend(
+        get.http_headers
+            .iter()
+            .flatten()
+            .map(|h| (h.name.as_str(), h.value.as_str())),
+    );
+    // The status is not looked at: only a transport error fails a hook. A
+    // redirect to another host is the answer, as upstream.
+    match httpget::get(&agent, &url, &headers, timeout) {
+        Ok(resp) => {
+            if let Some(location) = resp.refused_redirect {
+                debug!("lifecycle hook {url}: redirect to another host ({location}) not followed");
             }
-            Some(next) => url = next,
-            None => {
-                // As upstream: the redirect response is the answer, and a
-                // hook does not look at the status.
-                debug!(
-                    "lifecycle hook {first}: redirect to another host ({location}) not followed"
-                );
-                return Ok(());
-            }
+            Ok(())
         }
+        Err(Failure::Request { url, error }) => Err(format!("Get {url:?}: {error}")),
+        Err(Failure::TooManyRedirects(message)) => Err(message),
     }
-    Err(format!(
-        "Get {url:?}: stopped after {MAX_REDIRECTS} redirects"
-    ))
 }
 
 #[cfg(test)]

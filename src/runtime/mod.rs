@@ -27,8 +27,6 @@ pub mod config;
 pub mod expansion;
 mod hooks;
 pub use hooks::resolve_port;
-pub mod image_gc;
-pub mod images;
 mod inputs;
 pub mod labels;
 pub mod qos;
@@ -50,11 +48,10 @@ use protobuf::EnumOrUnknown;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
+use crate::images::{ImageManager, ImageOptions};
 use crate::pod::{pod_full_name, pod_uid};
 use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
-use images::ImageManager;
-pub use images::{default_pull_policy, ImageOptions};
 
 /// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
 const MIN_GRACE_PERIOD_SECS: i64 = 2;

@@ -16,11 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tinylet::config::Pod;
+use tinylet::images::keyring::{urls_match, Keyring, DOCKER_CFG_KEY, DOCKER_CONFIG_JSON_KEY};
 use tinylet::kube::{
     decode_object, load_kubeconfig, read_list, Client, ClientOptions, KubeConfig, ListError,
     ListItem, WatchEvent, WatchStream, MAX_EVENT, MAX_OBJECT,
 };
-use tinylet::runtime::images::{urls_match, Keyring, DOCKER_CFG_KEY, DOCKER_CONFIG_JSON_KEY};
 use tinylet::volume::Keys;
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
