@@ -1162,20 +1162,17 @@ impl RuntimeManager {
                 }),
             })
             .collect();
-        let results: Vec<Result<(), CriError>> = std::thread::scope(|s| {
+        let results: Vec<Result<(), CriError>> = crate::thread::scope_named(|s| {
             let handles: Vec<_> = kills
                 .iter()
                 .map(|k| {
                     let ordering = &ordering;
-                    std::thread::Builder::new()
-                        .name(format!("kill/{:.12}", k.id))
-                        .stack_size(crate::thread::DEFAULT_STACK)
-                        .spawn_scoped(s, move || {
-                            // Even a stop that panics lets the containers
-                            // waiting for its turn go on.
-                            let _turn = TurnDone(ordering, k.name);
-                            self.kill_container(pod, k, grace_override, pod_ip, Some(ordering))
-                        })
+                    s.spawn(format!("kill/{:.12}", k.id), move || {
+                        // Even a stop that panics lets the containers
+                        // waiting for its turn go on.
+                        let _turn = TurnDone(ordering, k.name);
+                        self.kill_container(pod, k, grace_override, pod_ip, Some(ordering))
+                    })
                 })
                 .collect();
             handles
