@@ -1,6 +1,7 @@
 //! Checks of the repository itself: module docs, the one way to spawn
-//! threads, no ignored tests, no async runtime in the dependency tree, and
-//! the packaged configuration file naming every field tinylet reads.
+//! threads, grpcio kept inside `cri`, no ignored tests, no async runtime in
+//! the dependency tree, and the packaged configuration file naming every
+//! field tinylet reads.
 
 use std::path::{Path, PathBuf};
 
@@ -96,6 +97,59 @@ fn every_way_to_start_a_raw_thread_is_caught() {
         "env_logger::Builder::new().parse_default_env()",
     ] {
         assert!(!starts_a_raw_thread(fine), "flagged: {fine}");
+    }
+}
+
+/// Whether `text` names the gRPC library in code (a path or a `use`);
+/// comments and strings (the log filter's module name) do not count.
+fn names_grpcio(text: &str) -> bool {
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .any(|code| {
+            code.match_indices("grpcio").any(|(i, _)| {
+                let before = code[..i].chars().next_back();
+                let after = code[i + "grpcio".len()..].chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '"')
+                    && matches!(after, Some(':' | ';' | ',' | '}' | ' ') | None)
+            })
+        })
+}
+
+#[test]
+fn grpcio_is_named_only_inside_cri() {
+    let cri = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cri");
+    let offenders: Vec<_> = sources("src")
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with(&cri))
+        .filter(|(_, t)| names_grpcio(t))
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "grpcio named outside src/cri in {offenders:?}; use cri::Code and CriError"
+    );
+}
+
+#[test]
+fn every_way_to_name_grpcio_is_caught() {
+    for named in [
+        "use grpcio::RpcStatusCode;",
+        "use grpcio;",
+        "    use grpcio::RpcStatusCode as C;",
+        "if e.code() == Some(grpcio::RpcStatusCode::NOT_FOUND) {",
+        "fn f(e: ::grpcio::Error) {}",
+        "use {grpcio, log};",
+    ] {
+        assert!(names_grpcio(named), "missed: {named}");
+    }
+    for fine in [
+        "// what grpcio answers",
+        "//! the grpcio stubs live in cri",
+        ".filter_module(\"grpcio\", log::LevelFilter::Warn)",
+        "let not_grpcio_x = 1;",
+        "e.code() == Some(cri::Code::NotFound)",
+    ] {
+        assert!(!names_grpcio(fine), "flagged: {fine}");
     }
 }
 
