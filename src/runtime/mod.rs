@@ -24,6 +24,7 @@
 pub mod actions;
 pub mod backoff;
 pub mod config;
+pub mod dns;
 pub mod expansion;
 mod hooks;
 pub use hooks::resolve_port;
@@ -33,6 +34,7 @@ mod inputs;
 mod kill;
 pub mod labels;
 pub mod qos;
+pub mod security;
 pub mod services;
 mod status;
 pub mod termination;
@@ -58,11 +60,49 @@ pub use images::{default_pull_policy, ImageOptions};
 use kill::Kill;
 pub use kill::MAX_GRACE_PERIOD_SECS;
 use labels::{pod_full_name, pod_uid};
+use qos::CgroupDriver;
 pub use status::{ContainerState, ContainerStatus, PodStatus, RuntimeContainer, RuntimePod};
 
 /// How long a postStart httpGet may take (upstream sets none; the worker
 /// must not hang on a server that never answers).
 const POST_START_HTTP_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Node-wide settings that shape every pod's CRI configs (from flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSettings {
+    /// `--cluster-dns`: the nameservers of dnsPolicy ClusterFirst.
+    pub cluster_dns: Vec<String>,
+    /// `--cluster-domain`: the cluster's DNS domain (search paths).
+    pub cluster_domain: String,
+    /// `--resolv-conf`: the resolver configuration of dnsPolicy Default;
+    /// empty: none (pods then resolve nothing but through dnsConfig).
+    pub resolv_conf: PathBuf,
+    /// The node's IPs: `status.hostIP(s)`, and the pod IPs of hostNetwork pods.
+    pub host_ips: Vec<String>,
+    /// Where `Localhost` seccomp profiles are (`<root-dir>/seccomp`).
+    pub seccomp_profile_root: PathBuf,
+    /// Pods get a cgroup parent by QoS class (`--cgroups-per-qos`).
+    pub cgroups_per_qos: bool,
+    /// How cgroups are named (`--cgroup-driver`).
+    pub cgroup_driver: CgroupDriver,
+    /// The node's memory in bytes, for Burstable OOM score adjustments.
+    pub memory_capacity: i64,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            host_ips: Vec::new(),
+            seccomp_profile_root: PathBuf::from("/var/lib/tinylet/seccomp"),
+            cgroups_per_qos: false,
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            memory_capacity: 0,
+        }
+    }
+}
 
 /// Why a SyncPod did not fully succeed.
 #[derive(Debug)]
@@ -100,7 +140,7 @@ pub struct RuntimeManager {
     clock: Arc<dyn Clock>,
     startup: Arc<dyn StartupResults>,
     /// Node-wide settings of the CRI configs (DNS, node IPs).
-    node: config::NodeSettings,
+    node: NodeSettings,
     /// The node's allocatable resources, read at each container creation.
     allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
     /// Pull policy, pull back-off, registry rate limit, pull secrets.
@@ -162,7 +202,7 @@ impl RuntimeManager {
             max_dead_per_container: 1,
             clock: Arc::new(SystemClock),
             startup: Arc::new(actions::NoProber),
-            node: config::NodeSettings::default(),
+            node: NodeSettings::default(),
             allocatable: Box::new(Default::default),
             probe_results: None,
             stale_dirs: Mutex::new(Vec::new()),
@@ -194,7 +234,7 @@ impl RuntimeManager {
     /// Uses the node's settings and allocatable resources in CRI configs.
     pub fn with_node(
         mut self,
-        node: config::NodeSettings,
+        node: NodeSettings,
         allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
     ) -> Self {
         self.node = node;
@@ -566,7 +606,7 @@ impl RuntimeManager {
                     self.prepare_sub_paths(pod, c, &volumes_dir, &mut cfg)?;
                 }
                 if let Some(target) = actions::ephemeral_target(pod, &c.name) {
-                    config::target_pid_namespace(&mut cfg, target, status)?;
+                    security::target_pid_namespace(&mut cfg, target, status)?;
                 }
                 Ok(cfg)
             }) {
