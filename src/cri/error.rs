@@ -1,7 +1,9 @@
 //! `CriError`: what went wrong with a CRI call, named by call and endpoint,
 //! and sorted into the cases callers act on differently: the socket is
 //! missing, the runtime does not answer, the object was not found, or the
-//! runtime refused the request.
+//! runtime refused the request. A refusal carries the runtime's gRPC status
+//! as a [`Code`] of tinylet's own, so that no caller outside `cri` names
+//! the gRPC library (a tidy test checks this).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -31,7 +33,8 @@ pub enum Code {
     Unavailable,
     DataLoss,
     Unauthenticated,
-    /// Any other number.
+    /// A number outside the canonical 0..=16 (`from_number` never gives
+    /// `Other` for a canonical one).
     Other(i32),
 }
 
