@@ -83,9 +83,10 @@ mod probes;
 
 use tinylet::cri::{api, ImageService, RemoteRuntime, RuntimeService};
 use tinylet::runtime::config::{
-    container_config, pod_dir, pod_log_dir, sandbox_config, ContainerInputs, NodeSettings,
+    container_config, pod_dir, pod_log_dir, sandbox_config, ContainerInputs,
 };
 use tinylet::runtime::labels::{POD_NAME, POD_UID};
+use tinylet::runtime::NodeSettings;
 use tinylet::thread::{spawn_named, JoinOnDrop};
 
 const BUSYBOX_IMAGE: &str = "docker.io/tinylet/busybox:1";

@@ -29,7 +29,7 @@ use tinylet::pleg::{Pleg, PodCache, RunningPods, EVENTS_CAPACITY, RELIST_PERIOD}
 use tinylet::pod::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
 use tinylet::prober::{ProbeResults, Prober, DEFAULT_RUNNERS, UPDATES_CAPACITY};
-use tinylet::runtime::config::NodeSettings;
+use tinylet::runtime::NodeSettings;
 use tinylet::runtime::RuntimeManager;
 use tinylet::server::routes::State;
 use tinylet::status::manager::{StatusManager, StatusReporter};

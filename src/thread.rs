@@ -1,8 +1,8 @@
 //! The one way tinylet starts threads: always named, with a small explicit
 //! stack, and a handle that joins the thread when dropped.
 //!
-//! Architecture invariant: no other module calls `std::thread::spawn`; a tidy
-//! test checks this.
+//! Architecture invariant: no other module calls `std::thread::spawn`,
+//! `std::thread::scope` or a `thread::Builder`; a tidy test checks this.
 
 use std::io;
 use std::thread;
@@ -40,6 +40,39 @@ where
             result
         })?;
     Ok(JoinOnDrop(Some(handle)))
+}
+
+/// Runs `f` with a scope in which it can start named threads that borrow
+/// from the caller's stack (`std::thread::scope`); every thread started in
+/// the scope is joined before `scope_named` returns, and a panic in one
+/// that nobody joined panics here.
+pub fn scope_named<'env, F, T>(f: F) -> T
+where
+    F: for<'scope> FnOnce(&NamedScope<'scope, 'env>) -> T,
+{
+    thread::scope(|s| f(&NamedScope(s)))
+}
+
+/// The scope [`scope_named`] hands out: its threads are named and get the
+/// default stack size.
+pub struct NamedScope<'scope, 'env: 'scope>(&'scope thread::Scope<'scope, 'env>);
+
+impl<'scope, 'env> NamedScope<'scope, 'env> {
+    /// Starts a named thread with the default stack size in this scope.
+    pub fn spawn<F, T>(
+        &self,
+        name: impl Into<String>,
+        f: F,
+    ) -> io::Result<thread::ScopedJoinHandle<'scope, T>>
+    where
+        F: FnOnce() -> T + Send + 'scope,
+        T: Send + 'scope,
+    {
+        thread::Builder::new()
+            .name(name.into())
+            .stack_size(DEFAULT_STACK)
+            .spawn_scoped(self.0, f)
+    }
 }
 
 /// Hands the pages of the ending thread's stack below the current frame
@@ -160,6 +193,41 @@ mod tests {
     }
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+
+    #[test]
+    fn scoped_threads_are_named_borrow_and_are_joined_by_the_scope() {
+        let counted = std::sync::atomic::AtomicUsize::new(0);
+        let names = scope_named(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|i| {
+                    let counted = &counted;
+                    s.spawn(format!("scoped/{i}"), move || {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        thread::current().name().map(str::to_string)
+                    })
+                    .unwrap()
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(counted.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            names,
+            ["scoped/0", "scoped/1", "scoped/2"].map(|n| Some(n.to_string()))
+        );
+        // Threads nobody joined are joined when the scope ends.
+        scope_named(|s| {
+            s.spawn("scoped/unjoined", || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                counted.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        });
+        assert_eq!(counted.load(Ordering::SeqCst), 4);
+    }
 
     #[test]
     fn named_thread_runs_and_is_joined_on_drop() {

@@ -272,7 +272,7 @@ fn injected_failures_and_runtime_restart() {
     fake.fail_next("RunPodSandbox", 2, RpcStatusCode::INTERNAL);
     for _ in 0..2 {
         let err = rt.run_pod_sandbox(&sb_config, "").unwrap_err();
-        assert_eq!(err.code(), Some(RpcStatusCode::INTERNAL), "{err}");
+        assert_eq!(err.code(), Some(tinylet::cri::Code::Internal), "{err}");
         assert_eq!(err.method(), "RunPodSandbox");
     }
     assert!(fake.sandboxes().is_empty());

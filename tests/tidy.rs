@@ -1,6 +1,7 @@
 //! Checks of the repository itself: module docs, the one way to spawn
-//! threads, no ignored tests, no async runtime in the dependency tree, and
-//! the packaged configuration file naming every field tinylet reads.
+//! threads, grpcio kept inside `cri`, no ignored tests, no async runtime in
+//! the dependency tree, and the packaged configuration file naming every
+//! field tinylet reads.
 
 use std::path::{Path, PathBuf};
 
@@ -41,18 +42,115 @@ fn every_module_says_what_it_owns() {
     );
 }
 
+/// Whether `text` starts a thread other than through `crate::thread`:
+/// `thread::spawn`, a `thread::Builder` (or a bare `Builder::new()`, as
+/// after `use std::thread::Builder`), `spawn_scoped` or `thread::scope`.
+fn starts_a_raw_thread(text: &str) -> bool {
+    let bare_builder = text.match_indices("Builder::new()").any(|(i, _)| {
+        // `DirBuilder::new()`, `env_logger::Builder::new()`: other builders.
+        !text[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
+    });
+    bare_builder
+        || [
+            "thread::spawn(",
+            "thread::Builder",
+            "spawn_scoped",
+            "thread::scope(",
+        ]
+        .iter()
+        .any(|n| text.contains(n))
+}
+
 #[test]
 fn threads_are_started_only_through_the_thread_module() {
     let offenders: Vec<_> = sources("src")
         .into_iter()
         .filter(|(p, _)| !p.ends_with("src/thread.rs"))
-        .filter(|(_, t)| t.contains("thread::spawn(") || t.contains("Builder::new().spawn("))
+        .filter(|(_, t)| starts_a_raw_thread(t))
         .map(|(p, _)| p)
         .collect();
     assert!(
         offenders.is_empty(),
-        "raw thread spawns in {offenders:?}; use crate::thread::spawn_named"
+        "raw thread starts in {offenders:?}; use crate::thread::spawn_named or scope_named"
     );
+}
+
+#[test]
+fn every_way_to_start_a_raw_thread_is_caught() {
+    for raw in [
+        "std::thread::spawn(move || {})",
+        "thread::Builder::new().name(n).spawn(f)",
+        "use std::thread::Builder;\nBuilder::new().spawn(f)",
+        "std::thread::Builder::new().stack_size(s).spawn_scoped(s, f)",
+        "std::thread::scope(|s| {})",
+        "thread::scope(|s| s.spawn(f))",
+    ] {
+        assert!(starts_a_raw_thread(raw), "missed: {raw}");
+    }
+    for fine in [
+        "crate::thread::spawn_named(name, f)",
+        "crate::thread::scope_named(|s| s.spawn(name, f))",
+        "std::fs::DirBuilder::new().mode(0o755)",
+        "env_logger::Builder::new().parse_default_env()",
+    ] {
+        assert!(!starts_a_raw_thread(fine), "flagged: {fine}");
+    }
+}
+
+/// Whether `text` names the gRPC library in code (a path or a `use`);
+/// comments and strings (the log filter's module name) do not count.
+fn names_grpcio(text: &str) -> bool {
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .any(|code| {
+            code.match_indices("grpcio").any(|(i, _)| {
+                let before = code[..i].chars().next_back();
+                let after = code[i + "grpcio".len()..].chars().next();
+                !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '"')
+                    && matches!(after, Some(':' | ';' | ',' | '}' | ' ') | None)
+            })
+        })
+}
+
+#[test]
+fn grpcio_is_named_only_inside_cri() {
+    let cri = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cri");
+    let offenders: Vec<_> = sources("src")
+        .into_iter()
+        .filter(|(p, _)| !p.starts_with(&cri))
+        .filter(|(_, t)| names_grpcio(t))
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "grpcio named outside src/cri in {offenders:?}; use cri::Code and CriError"
+    );
+}
+
+#[test]
+fn every_way_to_name_grpcio_is_caught() {
+    for named in [
+        "use grpcio::RpcStatusCode;",
+        "use grpcio;",
+        "    use grpcio::RpcStatusCode as C;",
+        "if e.code() == Some(grpcio::RpcStatusCode::NOT_FOUND) {",
+        "fn f(e: ::grpcio::Error) {}",
+        "use {grpcio, log};",
+    ] {
+        assert!(names_grpcio(named), "missed: {named}");
+    }
+    for fine in [
+        "// what grpcio answers",
+        "//! the grpcio stubs live in cri",
+        ".filter_module(\"grpcio\", log::LevelFilter::Warn)",
+        "let not_grpcio_x = 1;",
+        "e.code() == Some(cri::Code::NotFound)",
+    ] {
+        assert!(!names_grpcio(fine), "flagged: {fine}");
+    }
 }
 
 #[test]

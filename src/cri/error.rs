@@ -1,13 +1,104 @@
 //! `CriError`: what went wrong with a CRI call, named by call and endpoint,
 //! and sorted into the cases callers act on differently: the socket is
 //! missing, the runtime does not answer, the object was not found, or the
-//! runtime refused the request.
+//! runtime refused the request. A refusal carries the runtime's gRPC status
+//! as a [`Code`] of tinylet's own, so that no caller outside `cri` names
+//! the gRPC library (a tidy test checks this).
 
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use grpcio::RpcStatusCode;
+
+/// A gRPC status code as the runtime answered it (the canonical codes, by
+/// their gRPC names), so that callers act on codes without naming the
+/// gRPC library; a number outside the canonical set is `Other`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    Ok,
+    Cancelled,
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+    /// A number outside the canonical 0..=16 (`from_number` never gives
+    /// `Other` for a canonical one).
+    Other(i32),
+}
+
+impl Code {
+    /// The code's number on the wire.
+    pub fn number(self) -> i32 {
+        match self {
+            Code::Ok => 0,
+            Code::Cancelled => 1,
+            Code::Unknown => 2,
+            Code::InvalidArgument => 3,
+            Code::DeadlineExceeded => 4,
+            Code::NotFound => 5,
+            Code::AlreadyExists => 6,
+            Code::PermissionDenied => 7,
+            Code::ResourceExhausted => 8,
+            Code::FailedPrecondition => 9,
+            Code::Aborted => 10,
+            Code::OutOfRange => 11,
+            Code::Unimplemented => 12,
+            Code::Internal => 13,
+            Code::Unavailable => 14,
+            Code::DataLoss => 15,
+            Code::Unauthenticated => 16,
+            Code::Other(n) => n,
+        }
+    }
+
+    /// The code numbered `n`.
+    pub fn from_number(n: i32) -> Code {
+        match n {
+            0 => Code::Ok,
+            1 => Code::Cancelled,
+            2 => Code::Unknown,
+            3 => Code::InvalidArgument,
+            4 => Code::DeadlineExceeded,
+            5 => Code::NotFound,
+            6 => Code::AlreadyExists,
+            7 => Code::PermissionDenied,
+            8 => Code::ResourceExhausted,
+            9 => Code::FailedPrecondition,
+            10 => Code::Aborted,
+            11 => Code::OutOfRange,
+            12 => Code::Unimplemented,
+            13 => Code::Internal,
+            14 => Code::Unavailable,
+            15 => Code::DataLoss,
+            16 => Code::Unauthenticated,
+            n => Code::Other(n),
+        }
+    }
+}
+
+impl From<RpcStatusCode> for Code {
+    fn from(code: RpcStatusCode) -> Code {
+        Code::from_number(code.into())
+    }
+}
+
+impl From<Code> for RpcStatusCode {
+    fn from(code: Code) -> RpcStatusCode {
+        RpcStatusCode::from(code.number())
+    }
+}
 
 /// Method name used for errors that happen before any call is made.
 pub const CONNECT: &str = "Connect";
@@ -41,7 +132,7 @@ pub enum CriError {
     Status {
         method: &'static str,
         endpoint: String,
-        code: RpcStatusCode,
+        code: Code,
         message: String,
     },
     /// The runtime answered, but the answer lacks something required
@@ -64,7 +155,7 @@ impl CriError {
     pub fn status(
         method: &'static str,
         endpoint: impl Into<String>,
-        code: RpcStatusCode,
+        code: Code,
         message: impl Into<String>,
     ) -> CriError {
         CriError::Status {
@@ -81,8 +172,7 @@ impl CriError {
     pub fn is_not_found(&self) -> bool {
         match self {
             CriError::Status { code, message, .. } => {
-                *code == RpcStatusCode::NOT_FOUND
-                    || message.to_ascii_lowercase().contains("not found")
+                *code == Code::NotFound || message.to_ascii_lowercase().contains("not found")
             }
             _ => false,
         }
@@ -112,18 +202,18 @@ impl CriError {
         }
     }
 
-    /// The gRPC status code, when the runtime answered with one.
     /// The call ran out of time (its deadline, or a time limit inside the
     /// runtime such as an ExecSync timeout).
     pub fn is_timeout(&self) -> bool {
         match self {
             CriError::Timeout { .. } => true,
-            CriError::Status { code, .. } => *code == RpcStatusCode::DEADLINE_EXCEEDED,
+            CriError::Status { code, .. } => *code == Code::DeadlineExceeded,
             _ => false,
         }
     }
 
-    pub fn code(&self) -> Option<RpcStatusCode> {
+    /// The gRPC status code, when the runtime answered with one.
+    pub fn code(&self) -> Option<Code> {
         match self {
             CriError::Status { code, .. } => Some(*code),
             _ => None,
@@ -285,14 +375,14 @@ pub(crate) fn classify(
     CriError::Status {
         method,
         endpoint,
-        code,
+        code: code.into(),
         message: status.message().to_string(),
     }
 }
 
 /// `NOT_FOUND` rather than grpcio's `5-NOT_FOUND`.
-fn code_name(code: RpcStatusCode) -> String {
-    let text = code.to_string();
+fn code_name(code: Code) -> String {
+    let text = RpcStatusCode::from(code).to_string();
     match text.split_once('-') {
         Some((_, name)) => name.to_string(),
         None => text,
@@ -406,7 +496,7 @@ mod tests {
         );
         assert!(e.is_not_found());
         assert!(!e.is_unavailable());
-        assert_eq!(e.code(), Some(RpcStatusCode::NOT_FOUND));
+        assert_eq!(e.code(), Some(Code::NotFound));
         assert!(e.to_string().contains("failed: NOT_FOUND: sandbox"), "{e}");
 
         let e = classify(
@@ -449,7 +539,7 @@ mod tests {
 
     #[test]
     fn status_constructor_and_method() {
-        let e = CriError::status("StartContainer", "fake", RpcStatusCode::NOT_FOUND, "gone");
+        let e = CriError::status("StartContainer", "fake", Code::NotFound, "gone");
         assert!(e.is_not_found());
         assert_eq!(e.method(), "StartContainer");
         let e = CriError::InvalidEndpoint {
@@ -457,6 +547,42 @@ mod tests {
             reason: "nope".into(),
         };
         assert_eq!(e.method(), CONNECT);
+    }
+
+    #[test]
+    fn codes_keep_their_numbers_and_grpc_names() {
+        for n in -2..20 {
+            assert_eq!(Code::from_number(n).number(), n);
+            assert_eq!(i32::from(RpcStatusCode::from(Code::from_number(n))), n);
+        }
+        for (grpc, code) in [
+            (RpcStatusCode::NOT_FOUND, Code::NotFound),
+            (RpcStatusCode::UNAVAILABLE, Code::Unavailable),
+            (RpcStatusCode::DEADLINE_EXCEEDED, Code::DeadlineExceeded),
+            (RpcStatusCode::UNIMPLEMENTED, Code::Unimplemented),
+            (RpcStatusCode::PERMISSION_DENIED, Code::PermissionDenied),
+            (RpcStatusCode::UNAUTHENTICATED, Code::Unauthenticated),
+        ] {
+            assert_eq!(Code::from(grpc), code);
+        }
+        assert_eq!(Code::from_number(99), Code::Other(99));
+        let e = classify(
+            &ctx(),
+            rpc(RpcStatusCode::ALREADY_EXISTS, "name in use"),
+            SocketState::Present,
+            true,
+        );
+        assert_eq!(e.code(), Some(Code::AlreadyExists));
+        assert!(
+            e.to_string()
+                .ends_with("failed: ALREADY_EXISTS: name in use"),
+            "{e}"
+        );
+        let e = CriError::status("StartContainer", "fake", Code::Other(99), "odd");
+        assert!(
+            e.to_string().ends_with("failed: INVALID_STATUS_CODE: odd"),
+            "{e}"
+        );
     }
 
     #[test]

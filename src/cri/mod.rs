@@ -16,7 +16,7 @@ mod remote;
 use std::time::Duration;
 
 pub use endpoint::Endpoint;
-pub use error::CriError;
+pub use error::{Code, CriError};
 pub use remote::RemoteRuntime;
 
 /// Deadline of one CRI call, like the upstream kubelet's
@@ -132,7 +132,7 @@ fn unimplemented(method: &'static str) -> CriError {
     CriError::status(
         method,
         "",
-        grpcio::RpcStatusCode::UNIMPLEMENTED,
+        Code::Unimplemented,
         "not supported by this runtime",
     )
 }

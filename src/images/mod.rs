@@ -691,10 +691,11 @@ mod tests {
                 p
             })
             .collect();
-        std::thread::scope(|s| {
+        crate::thread::scope_named(|s| {
             for p in &pods {
                 let m = &m;
-                s.spawn(move || assert!(ensure(m, p).is_ok()));
+                s.spawn("pull-test", move || assert!(ensure(m, p).is_ok()))
+                    .expect("start a puller");
             }
         });
         registry.most.load(std::sync::atomic::Ordering::SeqCst)

@@ -20,7 +20,7 @@ const SERIAL_QUEUE: usize = 10;
 /// A CRI error the way the kubelet prints gRPC errors in events and status
 /// (`rpc error: code = Unknown desc = ...`); other failures as they are.
 pub fn go_error(e: &CriError) -> String {
-    use grpcio::RpcStatusCode as C;
+    use crate::cri::Code as C;
     let Some(code) = e.code() else {
         return e.to_string();
     };
@@ -29,23 +29,23 @@ pub fn go_error(e: &CriError) -> String {
         _ => "",
     };
     let name = match code {
-        C::OK => "OK",
-        C::CANCELLED => "Canceled",
-        C::INVALID_ARGUMENT => "InvalidArgument",
-        C::DEADLINE_EXCEEDED => "DeadlineExceeded",
-        C::NOT_FOUND => "NotFound",
-        C::ALREADY_EXISTS => "AlreadyExists",
-        C::PERMISSION_DENIED => "PermissionDenied",
-        C::RESOURCE_EXHAUSTED => "ResourceExhausted",
-        C::FAILED_PRECONDITION => "FailedPrecondition",
-        C::ABORTED => "Aborted",
-        C::OUT_OF_RANGE => "OutOfRange",
-        C::UNIMPLEMENTED => "Unimplemented",
-        C::INTERNAL => "Internal",
-        C::UNAVAILABLE => "Unavailable",
-        C::DATA_LOSS => "DataLoss",
-        C::UNAUTHENTICATED => "Unauthenticated",
-        _ => "Unknown",
+        C::Ok => "OK",
+        C::Cancelled => "Canceled",
+        C::InvalidArgument => "InvalidArgument",
+        C::DeadlineExceeded => "DeadlineExceeded",
+        C::NotFound => "NotFound",
+        C::AlreadyExists => "AlreadyExists",
+        C::PermissionDenied => "PermissionDenied",
+        C::ResourceExhausted => "ResourceExhausted",
+        C::FailedPrecondition => "FailedPrecondition",
+        C::Aborted => "Aborted",
+        C::OutOfRange => "OutOfRange",
+        C::Unimplemented => "Unimplemented",
+        C::Internal => "Internal",
+        C::Unavailable => "Unavailable",
+        C::DataLoss => "DataLoss",
+        C::Unauthenticated => "Unauthenticated",
+        C::Unknown | C::Other(_) => "Unknown",
     };
     format!("rpc error: code = {name} desc = {message}")
 }
@@ -270,7 +270,7 @@ mod tests {
         let e = CriError::status(
             "PullImage",
             "unix:///x",
-            grpcio::RpcStatusCode::UNKNOWN,
+            crate::cri::Code::Unknown,
             "failed to pull: 401 Unauthorized",
         );
         assert_eq!(

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use grpcio::RpcStatusCode;
+use crate::cri::Code;
 use k8s_openapi::api::core::v1::{ExecAction, Pod, Probe};
 
 use super::*;
@@ -117,9 +117,9 @@ fn an_exec_timeout_is_a_failure_and_other_errors_are_thrown_away() {
         container_id: id,
         pod_ip: None,
     };
-    fake.script_exec("slow", Err(RpcStatusCode::DEADLINE_EXCEEDED));
+    fake.script_exec("slow", Err(Code::DeadlineExceeded));
     assert_eq!(runner.run(&job), Outcome::Failure);
-    fake.script_exec("slow", Err(RpcStatusCode::INTERNAL));
+    fake.script_exec("slow", Err(Code::Internal));
     fake.clear_calls();
     assert_eq!(runner.run(&job), Outcome::Error);
     assert_eq!(fake.count("ExecSync"), 3, "an error is tried three times");

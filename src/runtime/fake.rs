@@ -4,13 +4,12 @@
 
 use std::collections::HashMap;
 
-use grpcio::RpcStatusCode;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use protobuf::{EnumOrUnknown, MessageField};
 
-use crate::cri::{api, CriError, ImageService, RuntimeService};
+use crate::cri::{api, Code, CriError, ImageService, RuntimeService};
 
 /// The image the fakes have present.
 pub const TEST_IMAGE: &str = "docker.io/tinylet/busybox:1";
@@ -68,7 +67,7 @@ pub fn wait_for(what: &str, f: impl Fn() -> bool) {
 }
 
 /// What a scripted `ExecSync` answers: exit code and stdout, or an error code.
-pub type ExecAnswer = Result<(i32, String), RpcStatusCode>;
+pub type ExecAnswer = Result<(i32, String), Code>;
 
 #[derive(Default)]
 struct State {
@@ -114,12 +113,7 @@ pub struct FakeRuntime {
 }
 
 fn not_found(method: &'static str, what: &str) -> CriError {
-    CriError::status(
-        method,
-        "fake",
-        RpcStatusCode::NOT_FOUND,
-        format!("{what} not found"),
-    )
+    CriError::status(method, "fake", Code::NotFound, format!("{what} not found"))
 }
 
 fn selected(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
@@ -275,7 +269,7 @@ impl FakeRuntime {
                 return Err(CriError::status(
                     method,
                     "fake",
-                    RpcStatusCode::UNAVAILABLE,
+                    Code::Unavailable,
                     "injected failure",
                 ));
             }
@@ -406,7 +400,7 @@ impl RuntimeService for FakeRuntime {
             return Err(CriError::status(
                 "CreateContainer",
                 "fake",
-                RpcStatusCode::NOT_FOUND,
+                Code::NotFound,
                 format!("image {image} not found"),
             ));
         }
@@ -560,7 +554,7 @@ impl RuntimeService for FakeRuntime {
             return Err(CriError::status(
                 "ReopenContainerLog",
                 "fake",
-                RpcStatusCode::FAILED_PRECONDITION,
+                Code::FailedPrecondition,
                 "container is not running",
             ));
         }
@@ -569,12 +563,7 @@ impl RuntimeService for FakeRuntime {
             .append(true)
             .open(&c.log_path)
             .map_err(|e| {
-                CriError::status(
-                    "ReopenContainerLog",
-                    "fake",
-                    RpcStatusCode::INTERNAL,
-                    e.to_string(),
-                )
+                CriError::status("ReopenContainerLog", "fake", Code::Internal, e.to_string())
             })?;
         Ok(())
     }
@@ -600,7 +589,7 @@ impl FakeRuntime {
                 return Err(CriError::status(
                     "ExecSync",
                     "fake",
-                    RpcStatusCode::UNKNOWN,
+                    Code::Unknown,
                     format!("container {id} is not running"),
                 ));
             }
@@ -672,14 +661,14 @@ impl ImageService for FakeRuntime {
         let fail = |code, msg: String| Err(CriError::status("PullImage", "fake", code, msg));
         match s.registry.get(&image.image).cloned() {
             None => fail(
-                RpcStatusCode::UNKNOWN,
+                Code::Unknown,
                 format!(
                     "failed to resolve reference {:?}: no registry reachable",
                     image.image
                 ),
             ),
             Some(Some((u, p))) if auth.is_none_or(|a| a.username != u || a.password != p) => fail(
-                RpcStatusCode::UNKNOWN,
+                Code::Unknown,
                 format!("failed to pull {:?}: 401 Unauthorized", image.image),
             ),
             Some(_) => {

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use log::warn;
 
-use super::config::{self, ContainerInputs, EnvObjectKind, EnvObjects, ImageUser};
+use super::config::{self, ContainerInputs, EnvObjectKind, EnvObjects};
+use super::dns;
+use super::security::{self, ImageUser};
 use super::{PodStatus, RuntimeManager};
 use crate::atomic_file::{write_file, Durability};
 use crate::cri::api;
@@ -21,8 +23,8 @@ impl RuntimeManager {
     /// cluster DNS for ClusterFirst, too many nameservers or search paths),
     /// as upstream does when it creates the sandbox.
     pub(super) fn report_dns_warnings(&self, pod: &Pod) {
-        let host = config::read_host_resolv_conf(&self.node);
-        for (reason, message) in config::pod_dns(pod, &self.node, &host).1 {
+        let host = dns::read_host_resolv_conf(&self.node);
+        for (reason, message) in dns::pod_dns(pod, &self.node, &host).1 {
             warn!("pod {}: {reason}: {message}", pod_full_name(pod));
             self.recorder
                 .event(&ObjectRef::pod(pod), EventType::Warning, reason, message);
@@ -40,7 +42,7 @@ impl RuntimeManager {
     ) -> Result<ContainerInputs<'_>, String> {
         let service_env = self.service_env(pod)?;
         let env_objects = self.env_objects(pod, c)?;
-        let image_user = if config::must_verify_non_root(pod, c) {
+        let image_user = if security::must_verify_non_root(pod, c) {
             Some(self.image_user(c)?)
         } else {
             None
@@ -122,7 +124,7 @@ impl RuntimeManager {
         } else {
             String::new()
         };
-        let text = config::etc_hosts_content(pod, &self.node, pod_ips, &node_hosts);
+        let text = dns::etc_hosts_content(pod, &self.node, pod_ips, &node_hosts);
         // Replaced in one rename: a full disk must not leave the running
         // containers of the pod, which mount this file, an empty one.
         let dir = crate::paths::ensure_pod_dirs(&self.root_dir, pod_uid(pod), &[])

@@ -19,18 +19,22 @@
 //! container runs its preStop hook first, within the grace period, and
 //! gives StopContainer what is left of it (never less than 2 s). A pod's
 //! containers stop in parallel, sidecars after the regular containers (the
-//! later sidecar first), the sandbox last.
+//! later sidecar first), the sandbox last: the kill path is in `kill`.
 
 pub mod actions;
 pub mod backoff;
 pub mod config;
+pub mod dns;
 pub mod expansion;
 mod hooks;
 pub use hooks::resolve_port;
 mod inputs;
+mod kill;
 pub mod labels;
 pub mod qos;
+pub mod security;
 pub mod services;
+mod status;
 pub mod termination;
 
 #[cfg(test)]
@@ -39,12 +43,11 @@ pub mod fake;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Container, Lifecycle, LifecycleHandler, Pod};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use log::{debug, info, warn};
-use parking_lot::{Condvar, Mutex};
-use protobuf::EnumOrUnknown;
+use parking_lot::Mutex;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
@@ -52,95 +55,50 @@ use crate::images::{ImageManager, ImageOptions};
 use crate::pod::{pod_full_name, pod_uid};
 use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
+use kill::Kill;
+pub use kill::MAX_GRACE_PERIOD_SECS;
+use qos::CgroupDriver;
+pub use status::{ContainerState, ContainerStatus, PodStatus, RuntimeContainer, RuntimePod};
 
-/// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
-const MIN_GRACE_PERIOD_SECS: i64 = 2;
-const DEFAULT_GRACE_PERIOD_SECS: i64 = 30;
-/// The longest grace period tinylet waits: a longer one (the API allows up
-/// to `i64::MAX` seconds) is cut to a year, so deadlines computed from it
-/// never overflow and the runtime gets a timeout it can hold. Upstream
-/// passes the number on as is.
-pub const MAX_GRACE_PERIOD_SECS: i64 = 365 * 24 * 3600;
 /// How long a postStart httpGet may take (upstream sets none; the worker
 /// must not hang on a server that never answers).
 const POST_START_HTTP_TIMEOUT: Duration = Duration::from_secs(120);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ContainerState {
-    Created,
-    Running,
-    Exited,
-    #[default]
-    Unknown,
+/// Node-wide settings that shape every pod's CRI configs (from flags).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSettings {
+    /// `--cluster-dns`: the nameservers of dnsPolicy ClusterFirst.
+    pub cluster_dns: Vec<String>,
+    /// `--cluster-domain`: the cluster's DNS domain (search paths).
+    pub cluster_domain: String,
+    /// `--resolv-conf`: the resolver configuration of dnsPolicy Default;
+    /// empty: none (pods then resolve nothing but through dnsConfig).
+    pub resolv_conf: PathBuf,
+    /// The node's IPs: `status.hostIP(s)`, and the pod IPs of hostNetwork pods.
+    pub host_ips: Vec<String>,
+    /// Where `Localhost` seccomp profiles are (`<root-dir>/seccomp`).
+    pub seccomp_profile_root: PathBuf,
+    /// Pods get a cgroup parent by QoS class (`--cgroups-per-qos`).
+    pub cgroups_per_qos: bool,
+    /// How cgroups are named (`--cgroup-driver`).
+    pub cgroup_driver: CgroupDriver,
+    /// The node's memory in bytes, for Burstable OOM score adjustments.
+    pub memory_capacity: i64,
 }
 
-impl ContainerState {
-    fn from_cri(s: EnumOrUnknown<api::ContainerState>) -> Self {
-        match s.enum_value() {
-            Ok(api::ContainerState::CONTAINER_CREATED) => ContainerState::Created,
-            Ok(api::ContainerState::CONTAINER_RUNNING) => ContainerState::Running,
-            Ok(api::ContainerState::CONTAINER_EXITED) => ContainerState::Exited,
-            _ => ContainerState::Unknown,
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            host_ips: Vec::new(),
+            seccomp_profile_root: PathBuf::from("/var/lib/tinylet/seccomp"),
+            cgroups_per_qos: false,
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            memory_capacity: 0,
         }
     }
-}
-
-/// One container as the runtime reports it (upstream `kubecontainer.Status`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ContainerStatus {
-    pub id: String,
-    pub name: String,
-    pub state: ContainerState,
-    pub created_at: i64,
-    pub started_at: i64,
-    pub finished_at: i64,
-    pub exit_code: i32,
-    pub image: String,
-    pub image_ref: String,
-    pub hash: u64,
-    pub restart_count: u32,
-    pub reason: String,
-    pub message: String,
-    /// The pod's grace period and the container's preStop hook as recorded
-    /// on the container, for stopping it when its pod spec is gone.
-    pub grace_period: Option<i64>,
-    pub pre_stop: Option<LifecycleHandler>,
-}
-
-/// Everything the runtime knows of one pod, newest first.
-#[derive(Debug, Clone, Default)]
-pub struct PodStatus {
-    pub uid: String,
-    pub name: String,
-    pub namespace: String,
-    pub ips: Vec<String>,
-    pub sandbox_statuses: Vec<api::PodSandboxStatus>,
-    pub container_statuses: Vec<ContainerStatus>,
-}
-
-impl PodStatus {
-    /// The newest status of the container named `name`.
-    pub fn latest(&self, name: &str) -> Option<&ContainerStatus> {
-        self.container_statuses.iter().find(|c| c.name == name)
-    }
-}
-
-/// A sandbox or container in a relist: just enough to diff states.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeContainer {
-    pub id: String,
-    pub name: String,
-    pub state: ContainerState,
-}
-
-/// A pod as found by listing the runtime (upstream `kubecontainer.Pod`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuntimePod {
-    pub uid: String,
-    pub name: String,
-    pub namespace: String,
-    pub sandboxes: Vec<RuntimeContainer>,
-    pub containers: Vec<RuntimeContainer>,
 }
 
 /// Why a SyncPod did not fully succeed.
@@ -179,7 +137,7 @@ pub struct RuntimeManager {
     clock: Arc<dyn Clock>,
     startup: Arc<dyn StartupResults>,
     /// Node-wide settings of the CRI configs (DNS, node IPs).
-    node: config::NodeSettings,
+    node: NodeSettings,
     /// The node's allocatable resources, read at each container creation.
     allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
     /// Pull policy, pull back-off, registry rate limit, pull secrets.
@@ -241,7 +199,7 @@ impl RuntimeManager {
             max_dead_per_container: 1,
             clock: Arc::new(SystemClock),
             startup: Arc::new(actions::NoProber),
-            node: config::NodeSettings::default(),
+            node: NodeSettings::default(),
             allocatable: Box::new(Default::default),
             probe_results: None,
             stale_dirs: Mutex::new(Vec::new()),
@@ -273,7 +231,7 @@ impl RuntimeManager {
     /// Uses the node's settings and allocatable resources in CRI configs.
     pub fn with_node(
         mut self,
-        node: config::NodeSettings,
+        node: NodeSettings,
         allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
     ) -> Self {
         self.node = node;
@@ -373,139 +331,6 @@ impl RuntimeManager {
             reason,
             message,
         );
-    }
-
-    /// Lists every pod the runtime holds that carries tinylet's labels.
-    pub fn get_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
-        let sandboxes = self.runtime.list_pod_sandbox(None)?;
-        let containers = self.runtime.list_containers(None)?;
-        let mut pods: Vec<RuntimePod> = Vec::new();
-        fn entry<'a>(
-            pods: &'a mut Vec<RuntimePod>,
-            labels: &std::collections::HashMap<String, String>,
-        ) -> Option<&'a mut RuntimePod> {
-            let uid = labels.get(labels::POD_UID)?;
-            let i = match pods.iter().position(|p| &p.uid == uid) {
-                Some(i) => i,
-                None => {
-                    pods.push(RuntimePod {
-                        uid: uid.clone(),
-                        name: labels.get(labels::POD_NAME).cloned().unwrap_or_default(),
-                        namespace: labels
-                            .get(labels::POD_NAMESPACE)
-                            .cloned()
-                            .unwrap_or_default(),
-                        ..Default::default()
-                    });
-                    pods.len() - 1
-                }
-            };
-            pods.get_mut(i)
-        }
-        for s in sandboxes {
-            if let Some(p) = entry(&mut pods, &s.labels) {
-                p.sandboxes.push(RuntimeContainer {
-                    id: s.id.clone(),
-                    name: String::new(),
-                    state: if s.state.enum_value() == Ok(api::PodSandboxState::SANDBOX_READY) {
-                        ContainerState::Running
-                    } else {
-                        ContainerState::Exited
-                    },
-                });
-            }
-        }
-        for c in containers {
-            if let Some(p) = entry(&mut pods, &c.labels) {
-                p.containers.push(RuntimeContainer {
-                    id: c.id.clone(),
-                    name: c
-                        .labels
-                        .get(labels::CONTAINER_NAME)
-                        .cloned()
-                        .unwrap_or_default(),
-                    state: ContainerState::from_cri(c.state),
-                });
-            }
-        }
-        Ok(pods)
-    }
-
-    /// Inspects one pod's sandboxes and containers in detail.
-    pub fn get_pod_status(
-        &self,
-        uid: &str,
-        name: &str,
-        namespace: &str,
-    ) -> Result<PodStatus, CriError> {
-        let mut sf = api::PodSandboxFilter::new();
-        sf.label_selector.insert(labels::POD_UID.into(), uid.into());
-        let mut sandboxes = self.runtime.list_pod_sandbox(Some(sf))?;
-        sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        let mut status = PodStatus {
-            uid: uid.into(),
-            name: name.into(),
-            namespace: namespace.into(),
-            ..Default::default()
-        };
-        for (i, s) in sandboxes.iter().enumerate() {
-            match self.runtime.pod_sandbox_status(&s.id) {
-                Ok(st) => {
-                    if i == 0 && st.state.enum_value() == Ok(api::PodSandboxState::SANDBOX_READY) {
-                        if let Some(n) = st.network.as_ref() {
-                            if !n.ip.is_empty() {
-                                status.ips.push(n.ip.clone());
-                            }
-                            status
-                                .ips
-                                .extend(n.additional_ips.iter().map(|ip| ip.ip.clone()));
-                        }
-                    }
-                    status.sandbox_statuses.push(st);
-                }
-                // Removed between the list and the inspect: it is gone.
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        let mut cf = api::ContainerFilter::new();
-        cf.label_selector.insert(labels::POD_UID.into(), uid.into());
-        for c in self.runtime.list_containers(Some(cf))? {
-            match self.runtime.container_status(&c.id) {
-                Ok(st) => status.container_statuses.push(ContainerStatus {
-                    id: st.id.clone(),
-                    name: st
-                        .labels
-                        .get(labels::CONTAINER_NAME)
-                        .cloned()
-                        .or_else(|| st.metadata.as_ref().map(|m| m.name.clone()))
-                        .unwrap_or_default(),
-                    state: ContainerState::from_cri(st.state),
-                    created_at: st.created_at,
-                    started_at: st.started_at,
-                    finished_at: st.finished_at,
-                    exit_code: st.exit_code,
-                    image: st
-                        .image
-                        .as_ref()
-                        .map(|i| i.image.clone())
-                        .unwrap_or_default(),
-                    image_ref: st.image_ref.clone(),
-                    hash: labels::parse_hash(&st.annotations),
-                    restart_count: labels::parse_restart_count(&st.annotations),
-                    reason: st.reason.clone(),
-                    message: termination::status_message(&st),
-                    grace_period: labels::parse_grace_period(&st.annotations),
-                    pre_stop: labels::parse_pre_stop(&st.annotations),
-                }),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        status
-            .container_statuses
-            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        Ok(status)
     }
 
     /// Brings the pod's runtime state to its spec: the six steps.
@@ -778,7 +603,7 @@ impl RuntimeManager {
                     self.prepare_sub_paths(pod, c, &volumes_dir, &mut cfg)?;
                 }
                 if let Some(target) = actions::ephemeral_target(pod, &c.name) {
-                    config::target_pid_namespace(&mut cfg, target, status)?;
+                    security::target_pid_namespace(&mut cfg, target, status)?;
                 }
                 Ok(cfg)
             }) {
@@ -978,238 +803,6 @@ impl RuntimeManager {
             })
     }
 
-    /// Stops one container the way upstream `killContainer` does: a
-    /// Killing event, the preStop hook within the grace period, then (for
-    /// a sidecar during a pod kill) its turn after the containers it
-    /// outlives, and StopContainer with what is left, at least 2 s.
-    fn kill_container(
-        &self,
-        pod: &Pod,
-        kill: &Kill,
-        grace_override: Option<i64>,
-        pod_ip: Option<&str>,
-        ordering: Option<&TerminationOrdering>,
-    ) -> Result<(), CriError> {
-        crate::fault::point(
-            "container-kill",
-            format_args!("{}/{}", pod_full_name(pod), kill.name),
-        );
-        let spec = container_spec(pod, kill.name).or(kill.restored.as_ref().map(|r| &r.0));
-        let message = kill
-            .message
-            .clone()
-            .unwrap_or_else(|| format!("Stopping container {}", kill.name));
-        self.recorder.event(
-            &ObjectRef::container(pod, kill.name, is_init_container(pod, kill.name)),
-            EventType::Normal,
-            "Killing",
-            message,
-        );
-        let recorded = kill.restored.as_ref().and_then(|r| r.1);
-        let mut grace = grace_period(pod, grace_override.or(recorded));
-        if let Some(hook) = spec
-            .and_then(|c| c.lifecycle.as_ref())
-            .and_then(|l| l.pre_stop.as_ref())
-            .filter(|_| grace > 0)
-        {
-            if let Some(c) = spec {
-                grace -= self.run_pre_stop(pod, c, kill.id, hook, pod_ip, grace);
-            }
-        }
-        if let Some(o) = ordering.filter(|_| grace > 0) {
-            grace -= o.wait_for_turn(kill.name, grace);
-        }
-        let grace = grace.max(MIN_GRACE_PERIOD_SECS);
-        debug!(
-            "pod {}: stopping container {:?} ({:.12}) with grace period {grace}s",
-            pod_full_name(pod),
-            kill.name,
-            kill.id
-        );
-        let result = match self.runtime.stop_container(kill.id, grace) {
-            Err(e) if e.is_not_found() => Ok(()),
-            r => r,
-        };
-        crate::fault::point(
-            "container-stopped",
-            format_args!("{}/{}", pod_full_name(pod), kill.name),
-        );
-        if let Some(o) = ordering {
-            o.terminated(kill.name);
-        }
-        result
-    }
-
-    /// Runs a preStop hook for at most `grace` seconds on its own thread;
-    /// returns the whole seconds it took (all of `grace` if it did not end).
-    fn run_pre_stop(
-        &self,
-        pod: &Pod,
-        c: &Container,
-        id: &str,
-        hook: &LifecycleHandler,
-        pod_ip: Option<&str>,
-        grace: i64,
-    ) -> i64 {
-        let who = pod_full_name(pod);
-        crate::fault::point("pre-stop", format_args!("{who}/{}", c.name));
-        let limit = Duration::from_secs(grace.unsigned_abs());
-        let started = self.clock.now();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let job = {
-            let (runtime, pod, c, id, hook) = (
-                self.runtime.clone(),
-                pod.clone(),
-                c.clone(),
-                id.to_string(),
-                hook.clone(),
-            );
-            let ip = pod_ip.map(str::to_string);
-            move || {
-                let r = hooks::run(&runtime, &pod, &c, &id, &hook, ip.as_deref(), limit);
-                // Capacity 1, one send: never blocks; nobody listening after
-                // a time-out is fine.
-                let _ = tx.send(r);
-            }
-        };
-        let thread = match crate::thread::spawn_named(format!("prestop/{id:.12}"), job) {
-            Ok(t) => t,
-            Err(e) => {
-                warn!(
-                    "pod {who}: container {:?}: cannot run its preStop hook: {e}",
-                    c.name
-                );
-                return 0;
-            }
-        };
-        let deadline = deadline_after(Instant::now(), limit);
-        match rx.recv_deadline(deadline) {
-            Ok(result) => {
-                drop(thread);
-                if let Err(message) = result {
-                    warn!("pod {who}: container {:?}: {message}", c.name);
-                    self.container_event(
-                        pod,
-                        c,
-                        EventType::Warning,
-                        "FailedPreStopHook",
-                        "PreStopHook failed".into(),
-                    );
-                }
-                let took = self
-                    .clock
-                    .now()
-                    .duration_since(started)
-                    .unwrap_or(Duration::ZERO);
-                i64::try_from(took.as_secs()).unwrap_or(grace).min(grace)
-            }
-            Err(_) => {
-                info!(
-                    "pod {who}: container {:?}: preStop hook did not end within the grace period ({grace}s)",
-                    c.name
-                );
-                // Its exec or request ends on its own deadline.
-                thread.detach();
-                grace
-            }
-        }
-    }
-
-    /// Stops every container of the pod (in parallel, each with the grace
-    /// period, sidecars after the regular containers) and then its
-    /// sandboxes. For a pod known only from the runtime, `pod` carries just
-    /// its identity and the default grace period applies.
-    pub fn kill_pod(
-        &self,
-        pod: &Pod,
-        status: &PodStatus,
-        grace_override: Option<i64>,
-    ) -> Result<(), CriError> {
-        let mut seen = HashSet::new();
-        let running: Vec<&ContainerStatus> = status
-            .container_statuses
-            .iter()
-            .filter(|c| {
-                matches!(
-                    c.state,
-                    ContainerState::Running | ContainerState::Created | ContainerState::Unknown
-                )
-            })
-            .filter(|c| seen.insert(c.id.as_str()))
-            .collect();
-        let ordering = TerminationOrdering::new(pod, running.iter().map(|c| c.name.as_str()));
-        let pod_ip = status.ips.first().map(String::as_str);
-        let kills: Vec<Kill> = running
-            .iter()
-            .map(|c| Kill {
-                id: &c.id,
-                name: &c.name,
-                message: None,
-                restored: pod.spec.is_none().then(|| {
-                    let lifecycle = c.pre_stop.clone().map(|h| Lifecycle {
-                        pre_stop: Some(h),
-                        ..Default::default()
-                    });
-                    let spec = Container {
-                        name: c.name.clone(),
-                        lifecycle,
-                        ..Default::default()
-                    };
-                    (spec, c.grace_period)
-                }),
-            })
-            .collect();
-        let results: Vec<Result<(), CriError>> = std::thread::scope(|s| {
-            let handles: Vec<_> = kills
-                .iter()
-                .map(|k| {
-                    let ordering = &ordering;
-                    std::thread::Builder::new()
-                        .name(format!("kill/{:.12}", k.id))
-                        .stack_size(crate::thread::DEFAULT_STACK)
-                        .spawn_scoped(s, move || {
-                            // Even a stop that panics lets the containers
-                            // waiting for its turn go on.
-                            let _turn = TurnDone(ordering, k.name);
-                            self.kill_container(pod, k, grace_override, pod_ip, Some(ordering))
-                        })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .zip(&kills)
-                .map(|(h, k)| match h {
-                    // A stop that panicked did not stop its container: the
-                    // panic goes on to the pod's worker, which contains it
-                    // and stops the pod again.
-                    Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                    // No thread to spare: stop it from this one, without
-                    // waiting for a turn that may depend on other threads.
-                    Err(_) => {
-                        let r = self.kill_container(pod, k, grace_override, pod_ip, None);
-                        ordering.terminated(k.name);
-                        r
-                    }
-                })
-                .collect()
-        });
-        for r in results {
-            r?;
-        }
-        let who = pod_full_name(pod);
-        crate::fault::point("containers-stopped", &who);
-        for s in &status.sandbox_statuses {
-            if s.state.enum_value() == Ok(api::PodSandboxState::SANDBOX_READY) {
-                match self.runtime.stop_pod_sandbox(&s.id) {
-                    Err(e) if !e.is_not_found() => return Err(e),
-                    _ => {}
-                }
-                crate::fault::point("sandbox-stopped", &who);
-            }
-        }
-        Ok(())
-    }
-
     /// Removes every container and sandbox of a pod that has been killed, and
     /// its directories. Called when the pod is gone for good.
     pub fn remove_pod(&self, uid: &str, status: &PodStatus) -> Result<(), CriError> {
@@ -1319,18 +912,6 @@ fn dead_to_remove(status: &PodStatus, keep: u32) -> Vec<&str> {
     out
 }
 
-/// A container to stop: its ID, its name, and the Killing event's message
-/// (upstream's "Stopping container NAME" when none).
-struct Kill<'a> {
-    id: &'a str,
-    name: &'a str,
-    message: Option<String>,
-    /// For a pod known only from the runtime: the container as its
-    /// annotations describe it (name and preStop hook) and the pod's
-    /// recorded grace period.
-    restored: Option<(Container, Option<i64>)>,
-}
-
 /// The sandbox SyncPod starts containers in.
 struct SandboxRef<'a> {
     id: &'a str,
@@ -1338,84 +919,6 @@ struct SandboxRef<'a> {
     /// Made by this sync: the status's IPs are not its own.
     created: bool,
     ips: &'a [String],
-}
-
-/// The order in which a pod's containers stop (upstream
-/// `terminationOrdering`): a sidecar waits until the regular containers and
-/// the sidecars after it in the spec have stopped. Regular containers never
-/// wait.
-struct TerminationOrdering {
-    /// For each sidecar: the containers it outlives.
-    after: HashMap<String, Vec<String>>,
-    running: Mutex<HashSet<String>>,
-    stopped: Condvar,
-}
-
-impl TerminationOrdering {
-    fn new<'a>(pod: &Pod, running: impl Iterator<Item = &'a str>) -> Self {
-        let running: HashSet<String> = running.map(str::to_string).collect();
-        let spec = pod.spec.as_ref();
-        let regular: Vec<String> = spec
-            .map(|s| s.containers.iter().map(|c| c.name.clone()).collect())
-            .unwrap_or_default();
-        let inits = spec
-            .and_then(|s| s.init_containers.as_deref())
-            .unwrap_or(&[]);
-        let mut after = HashMap::new();
-        let mut later_sidecars: Vec<String> = Vec::new();
-        for c in inits.iter().rev().filter(|c| is_restartable_init(c)) {
-            let mut waits = regular.clone();
-            waits.extend(later_sidecars.iter().cloned());
-            waits.retain(|n| running.contains(n));
-            after.insert(c.name.clone(), waits);
-            later_sidecars.push(c.name.clone());
-        }
-        TerminationOrdering {
-            after,
-            running: Mutex::new(running),
-            stopped: Condvar::new(),
-        }
-    }
-
-    /// Waits up to `grace` seconds for `name`'s turn; returns the whole
-    /// seconds waited.
-    fn wait_for_turn(&self, name: &str, grace: i64) -> i64 {
-        let Some(waits) = self.after.get(name).filter(|w| !w.is_empty()) else {
-            return 0;
-        };
-        let start = Instant::now();
-        let deadline = deadline_after(start, Duration::from_secs(grace.unsigned_abs()));
-        let mut running = self.running.lock();
-        while waits.iter().any(|n| running.contains(n)) {
-            if self.stopped.wait_until(&mut running, deadline).timed_out() {
-                break;
-            }
-        }
-        i64::try_from(start.elapsed().as_secs()).unwrap_or(grace)
-    }
-
-    fn terminated(&self, name: &str) {
-        self.running.lock().remove(name);
-        self.stopped.notify_all();
-    }
-}
-
-/// Marks a container's stop as done when dropped, also by a panic.
-struct TurnDone<'a>(&'a TerminationOrdering, &'a str);
-
-impl Drop for TurnDone<'_> {
-    fn drop(&mut self) {
-        self.0.terminated(self.1);
-    }
-}
-
-/// The spec of the container (or init container) named `name`.
-fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
-    let spec = pod.spec.as_ref()?;
-    spec.containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .find(|c| c.name == name)
 }
 
 fn is_init_container(pod: &Pod, name: &str) -> bool {
@@ -1437,31 +940,6 @@ fn go_duration(d: Duration) -> String {
 
 fn backoff_key(pod: &Pod, c: &Container) -> String {
     format!("{}/{}", pod_uid(pod), c.name)
-}
-
-/// The grace period a container's stop starts from: the kill's override,
-/// else the deletion's, else the pod's (30 s when unset, the API default).
-/// The preStop hook and the wait for a sidecar's turn come out of it; what
-/// is left, at least 2 s, goes to StopContainer. A negative one is 0 and
-/// one over [`MAX_GRACE_PERIOD_SECS`] is cut to it.
-fn grace_period(pod: &Pod, over: Option<i64>) -> i64 {
-    over.or(pod.metadata.deletion_grace_period_seconds)
-        .or_else(|| {
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds)
-        })
-        .unwrap_or(DEFAULT_GRACE_PERIOD_SECS)
-        .clamp(0, MAX_GRACE_PERIOD_SECS)
-}
-
-/// `start + wait`, or `start` plus the longest grace period where that
-/// would not fit in an `Instant` (a wait of years ends with tinylet anyway).
-fn deadline_after(start: Instant, wait: Duration) -> Instant {
-    start
-        .checked_add(wait)
-        .or_else(|| start.checked_add(Duration::from_secs(MAX_GRACE_PERIOD_SECS.unsigned_abs())))
-        .unwrap_or(start)
 }
 
 pub use cri::DEFAULT_REQUEST_TIMEOUT;
@@ -1499,15 +977,15 @@ mod tests {
         }
     }
 
-    struct Rig {
-        fake: Arc<FakeRuntime>,
-        rm: RuntimeManager,
+    pub(super) struct Rig {
+        pub(super) fake: Arc<FakeRuntime>,
+        pub(super) rm: RuntimeManager,
         events: Seen,
         _broadcaster: EventBroadcaster,
         _dir: tempfile::TempDir,
     }
 
-    fn rig() -> Rig {
+    pub(super) fn rig() -> Rig {
         let fake = Arc::new(FakeRuntime::with_images(&[TEST_IMAGE]));
         let dir = tempfile::tempdir().unwrap();
         let events = Seen::default();
@@ -1531,7 +1009,7 @@ mod tests {
     }
 
     impl Rig {
-        fn status(&self, pod: &Pod) -> PodStatus {
+        pub(super) fn status(&self, pod: &Pod) -> PodStatus {
             self.rm
                 .get_pod_status(
                     pod_uid(pod),
@@ -1541,7 +1019,7 @@ mod tests {
                 .unwrap()
         }
 
-        fn sync(&self, pod: &Pod) -> Result<(), SyncError> {
+        pub(super) fn sync(&self, pod: &Pod) -> Result<(), SyncError> {
             self.rm.sync_pod(pod, &self.status(pod))
         }
 
@@ -1550,7 +1028,7 @@ mod tests {
                 .exit_container(&self.fake.container_id(name).unwrap(), code);
         }
 
-        fn running(&self, name: &str) -> bool {
+        pub(super) fn running(&self, name: &str) -> bool {
             self.fake.containers().iter().any(|c| {
                 c.metadata.as_ref().is_some_and(|m| m.name == name)
                     && c.state.enum_value() == Ok(api::ContainerState::CONTAINER_RUNNING)
@@ -1558,7 +1036,7 @@ mod tests {
         }
 
         /// Waits for an event with `reason` on `field_path`; returns its message.
-        fn event(&self, field_path: &str, reason: &str) -> String {
+        pub(super) fn event(&self, field_path: &str, reason: &str) -> String {
             let find = || {
                 self.events
                     .lock()
@@ -1573,7 +1051,7 @@ mod tests {
         }
     }
 
-    fn exec_hook(cmd: &str) -> LifecycleHandler {
+    pub(super) fn exec_hook(cmd: &str) -> LifecycleHandler {
         LifecycleHandler {
             exec: Some(ExecAction {
                 command: Some(vec!["sh".into(), "-c".into(), cmd.into()]),
@@ -1582,7 +1060,7 @@ mod tests {
         }
     }
 
-    fn container(name: &str) -> Container {
+    pub(super) fn container(name: &str) -> Container {
         Container {
             name: name.into(),
             image: Some(TEST_IMAGE.into()),
@@ -1940,177 +1418,6 @@ mod tests {
             r.event("spec.containers{app}", "Killing"),
             "FailedPostStartHook"
         );
-    }
-
-    fn pre_stop_pod(grace: i64) -> Pod {
-        let mut pod = test_pod("u1", "web");
-        let spec = pod.spec.as_mut().unwrap();
-        spec.termination_grace_period_seconds = Some(grace);
-        spec.containers[0].lifecycle = Some(Lifecycle {
-            pre_stop: Some(exec_hook("sleep 3")),
-            ..Default::default()
-        });
-        pod
-    }
-
-    #[test]
-    fn pre_stop_runs_first_and_its_time_comes_out_of_the_grace_period() {
-        let r = rig();
-        let pod = pre_stop_pod(10);
-        r.sync(&pod).unwrap();
-        r.fake.set_exec(ExecBehaviour {
-            takes_secs: 3,
-            ..Default::default()
-        });
-        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
-        assert_eq!(r.fake.execs().len(), 1);
-        assert_eq!(r.fake.stops(), vec![("app".to_string(), 7)]);
-        let calls = r.fake.calls();
-        let exec = calls.iter().position(|c| c == "ExecSync").unwrap();
-        let stop = calls.iter().position(|c| c == "StopContainer").unwrap();
-        assert!(exec < stop);
-        assert_eq!(
-            r.event("spec.containers{app}", "Killing"),
-            "Stopping container app"
-        );
-
-        // The deletion's grace period wins over the pod's; never below 2 s.
-        let r = rig();
-        let mut pod = pre_stop_pod(10);
-        r.sync(&pod).unwrap();
-        pod.metadata.deletion_grace_period_seconds = Some(4);
-        r.fake.set_exec(ExecBehaviour {
-            takes_secs: 3,
-            ..Default::default()
-        });
-        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
-        assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
-    }
-
-    #[test]
-    fn a_huge_grace_period_is_cut_to_a_year_and_never_overflows() {
-        // terminationGracePeriodSeconds: i64::MAX with a preStop hook used
-        // to panic adding the grace period to an Instant.
-        let r = rig();
-        let pod = pre_stop_pod(i64::MAX);
-        r.sync(&pod).unwrap();
-        r.fake.set_exec(ExecBehaviour {
-            takes_secs: 1,
-            ..Default::default()
-        });
-        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
-        assert_eq!(
-            r.fake.stops(),
-            vec![("app".to_string(), MAX_GRACE_PERIOD_SECS - 1)]
-        );
-
-        // The same through the deletion's grace period and a kill's override.
-        let r = rig();
-        let mut pod = pre_stop_pod(10);
-        r.sync(&pod).unwrap();
-        pod.metadata.deletion_grace_period_seconds = Some(i64::MAX);
-        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
-        assert_eq!(
-            r.fake.stops(),
-            vec![("app".to_string(), MAX_GRACE_PERIOD_SECS)]
-        );
-        let r = rig();
-        let pod = pre_stop_pod(10);
-        r.sync(&pod).unwrap();
-        r.rm.kill_pod(&pod, &r.status(&pod), Some(i64::MIN))
-            .unwrap();
-        assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
-        let pod = pre_stop_pod(10);
-        assert_eq!(grace_period(&pod, Some(i64::MAX)), MAX_GRACE_PERIOD_SECS);
-        assert_eq!(grace_period(&pod, Some(-5)), 0);
-        assert!(deadline_after(Instant::now(), Duration::MAX) > Instant::now());
-    }
-
-    #[test]
-    fn a_pod_known_only_from_the_runtime_stops_with_its_recorded_hook_and_grace() {
-        let r = rig();
-        let pod = pre_stop_pod(7);
-        r.sync(&pod).unwrap();
-        r.fake.set_exec(ExecBehaviour {
-            takes_secs: 1,
-            ..Default::default()
-        });
-        // What housekeeping has of a pod no source wants: its identity.
-        let orphan = Pod {
-            metadata: pod.metadata.clone(),
-            ..Default::default()
-        };
-        r.rm.kill_pod(&orphan, &r.status(&pod), None).unwrap();
-        assert_eq!(
-            r.fake.execs(),
-            vec![(
-                "app".to_string(),
-                vec!["sh".into(), "-c".into(), "sleep 3".into()]
-            )]
-        );
-        assert_eq!(r.fake.stops(), vec![("app".to_string(), 6)]);
-    }
-
-    #[test]
-    fn a_pre_stop_hook_that_outlives_the_grace_period_is_cut_short() {
-        let r = rig();
-        let pod = pre_stop_pod(30);
-        r.sync(&pod).unwrap();
-        r.fake.set_exec(ExecBehaviour {
-            blocks: Some(Duration::from_secs(4)),
-            ..Default::default()
-        });
-        let start = Instant::now();
-        r.rm.kill_pod(&pod, &r.status(&pod), Some(2)).unwrap();
-        let took = start.elapsed();
-        assert!(took >= Duration::from_secs(2), "{took:?}");
-        assert!(
-            took < Duration::from_secs(4),
-            "waited for the hook: {took:?}"
-        );
-        assert_eq!(r.fake.stops(), vec![("app".to_string(), 2)]);
-    }
-
-    #[test]
-    fn sidecars_stop_after_the_regular_containers_later_sidecar_first() {
-        let r = rig();
-        let mut pod = test_pod("u1", "web");
-        let spec = pod.spec.as_mut().unwrap();
-        spec.termination_grace_period_seconds = Some(20);
-        spec.init_containers = Some(vec![
-            Container {
-                restart_policy: Some("Always".into()),
-                ..container("side1")
-            },
-            Container {
-                restart_policy: Some("Always".into()),
-                ..container("side2")
-            },
-        ]);
-        spec.containers.push(container("other"));
-        // The regular containers take a while to stop (a slow preStop hook).
-        for c in &mut spec.containers {
-            c.lifecycle = Some(Lifecycle {
-                pre_stop: Some(exec_hook("sleep 1")),
-                ..Default::default()
-            });
-        }
-        for _ in 0..3 {
-            r.sync(&pod).unwrap();
-        }
-        assert!(r.running("app") && r.running("other") && r.running("side2"));
-        r.fake.set_exec(ExecBehaviour {
-            blocks: Some(Duration::from_millis(300)),
-            ..Default::default()
-        });
-        r.rm.kill_pod(&pod, &r.status(&pod), None).unwrap();
-        let order: Vec<String> = r.fake.stops().into_iter().map(|s| s.0).collect();
-        assert_eq!(order.len(), 4, "{order:?}");
-        assert_eq!(&order[2..], ["side2", "side1"], "{order:?}");
-        let calls = r.fake.calls();
-        let last_stop = calls.iter().rposition(|c| c == "StopContainer").unwrap();
-        let sandbox = calls.iter().position(|c| c == "StopPodSandbox").unwrap();
-        assert!(last_stop < sandbox, "the sandbox stops last");
     }
 
     fn exited(name: &str, id: &str, created: i64) -> ContainerStatus {

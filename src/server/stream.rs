@@ -337,7 +337,7 @@ fn list_sandboxes(
 /// (never the socket or anything else of tinylet's).
 fn runtime_refusal(e: CriError) -> Refusal {
     log::warn!("server: streaming request: {e}");
-    let code = if e.code() == Some(grpcio::RpcStatusCode::NOT_FOUND) {
+    let code = if e.code() == Some(crate::cri::Code::NotFound) {
         404
     } else {
         500
@@ -894,7 +894,7 @@ mod tests {
     }
 
     fn no(method: &'static str) -> CriError {
-        CriError::status(method, "", grpcio::RpcStatusCode::UNIMPLEMENTED, "no")
+        CriError::status(method, "", crate::cri::Code::Unimplemented, "no")
     }
 
     impl RuntimeService for Runtime {
@@ -981,7 +981,7 @@ mod tests {
                 return Err(CriError::status(
                     "PortForward",
                     "",
-                    grpcio::RpcStatusCode::NOT_FOUND,
+                    crate::cri::Code::NotFound,
                     "no such sandbox",
                 ));
             }
