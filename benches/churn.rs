@@ -9,7 +9,7 @@
 //! descriptors and RSS idle before, at their peak, with the final set, and
 //! a settle period after every pod went. The churn itself and the checks
 //! live in `tests/support/churn.rs`, shared with the CI-sized test
-//! `tests/e2e_churn.rs`.
+//! `tests/e2e/churn.rs`.
 //!
 //! It exits non-zero when the promise breaks: no convergence within the
 //! bound, a pod twice or a leftover, a pod name running twice at once,

@@ -41,7 +41,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 #[path = "../tests/support/containerd.rs"]
 mod containerd;
-#[path = "../tests/support/fake_apiserver.rs"]
+#[path = "../tests/support/fake_apiserver/mod.rs"]
 mod fake_apiserver;
 // The tests' stream clients; the bench uses only some of them.
 #[allow(dead_code)]

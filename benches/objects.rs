@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 #[path = "../tests/support/containerd.rs"]
 mod containerd;
-#[path = "../tests/support/fake_apiserver.rs"]
+#[path = "../tests/support/fake_apiserver/mod.rs"]
 mod fake_apiserver;
 
 use containerd::{wait_until, PrivateContainerd, Tinylet, BUSYBOX_IMAGE};

@@ -76,7 +76,7 @@ use protobuf::{EnumOrUnknown, MessageField};
 
 #[path = "pod_start/cluster.rs"]
 mod cluster;
-#[path = "../tests/support/fake_apiserver.rs"]
+#[path = "../tests/support/fake_apiserver/mod.rs"]
 mod fake_apiserver;
 #[path = "pod_start/probes.rs"]
 mod probes;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the apiserver outage tests (tests/e2e_outage.rs) with a long outage,
+# Runs the apiserver outage tests (tests/e2e/outage.rs) with a long outage,
 # for runs outside CI: tinylet as a cluster node on a private containerd,
 # the fake apiserver refusing connections, then as a black hole, for
 # SECONDS each (default 600), and a reboot with checkpoints in a black hole.
@@ -33,13 +33,13 @@ export TINYLET_OUTAGE_SECS=$secs
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-say "running e2e_outage with TINYLET_OUTAGE_SECS=$secs"
+say "running e2e::outage with TINYLET_OUTAGE_SECS=$secs"
 start=$(date +%s)
 status=0
 # One test at a time: each starts its own containerd, and the outages' timing
 # figures mean more on a quiet machine.
 timeout --foreground $((secs * 3 + 1800))s \
-    cargo test --test tests -- e2e_outage:: --test-threads 1 --nocapture 2>&1 | tee "$log" || status=$?
+    cargo test --test tests -- e2e::outage:: --test-threads 1 --nocapture 2>&1 | tee "$log" || status=$?
 took=$(($(date +%s) - start))
 say "figures:"
 grep -E '^(outage figures|reboot in a black hole)' "$log" >&2 || true

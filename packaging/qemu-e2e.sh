@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tests the aarch64 release binary for real: cross-builds it
 # (build-aarch64.sh), then runs the end-to-end test
-# e2e::restarted_tinylet_adopts_running_pods with that binary under
+# e2e::basic::restarted_tinylet_adopts_running_pods with that binary under
 # qemu-aarch64-static against a private x86_64 containerd (over its unix
 # socket): a static pod starts, keeps its sandbox and container through a
 # kill -9 of tinylet and a SIGTERM (the restarted tinylet adopts it, nothing
@@ -26,7 +26,7 @@ die() { echo "qemu-e2e.sh: $*" >&2; exit 1; }
 say() { echo "qemu-e2e.sh: $*" >&2; }
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-test_name=e2e::restarted_tinylet_adopts_running_pods
+test_name=e2e::basic::restarted_tinylet_adopts_running_pods
 
 aarch64_dir=${TINYLET_AARCH64_TARGET_DIR:-/var/cache/tinylet/target-aarch64}
 build_log=$(mktemp)

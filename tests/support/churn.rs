@@ -1,5 +1,5 @@
 //! Pod churn against the real binary and a real containerd, shared by the
-//! CI-sized test (`tests/e2e_churn.rs`) and the full-size load program
+//! CI-sized test (`tests/e2e/churn.rs`) and the full-size load program
 //! (`benches/churn.rs`).
 //!
 //! A run writes static pod manifests into tinylet's manifest dir at a fixed

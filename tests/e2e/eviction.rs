@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::e2e::disk::Tmpfs;
+use crate::e2e::images::import_spare_image;
 use crate::e2e::{NODE, SETTLE};
-use crate::e2e_disk::Tmpfs;
-use crate::e2e_images::import_spare_image;
 use crate::support::containerd::{
     holds_for, wait_until, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
 };

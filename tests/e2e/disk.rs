@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::e2e::cluster::api_pod;
 use crate::e2e::{yaml_pod, LONG_RUNNING, NODE, SETTLE};
-use crate::e2e_cluster::api_pod;
 use crate::support::containerd::{
     holds_for, remove_manifest, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet,
     POD_UID_LABEL,

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::time::{Duration, Instant};
 
+use crate::e2e::cluster::api_pod;
 use crate::e2e::{yaml_pod, LONG_RUNNING, NODE, SETTLE};
-use crate::e2e_cluster::api_pod;
 use crate::support::containerd::{
     cpu_time, holds_for, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet,
     CONTAINER_NAME_LABEL, POD_UID_LABEL,

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::e2e::cluster::{api_pod, only_ids, status_problem, str_at, wait_status_running, NS};
 use crate::e2e::{yaml_pod, LONG_RUNNING, NODE, SETTLE};
-use crate::e2e_cluster::{api_pod, only_ids, status_problem, str_at, wait_status_running, NS};
 use crate::support::containerd::{
     holds_for, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet, POD_UID_LABEL,
 };

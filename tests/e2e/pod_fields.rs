@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::e2e::cluster::{api_pod, str_at, NS};
+use crate::e2e::node_api::{client_dial, wait_listening};
 use crate::e2e::{start_joined, LONG_RUNNING, NODE, SETTLE};
-use crate::e2e_cluster::{api_pod, str_at, NS};
-use crate::e2e_node_api::{client_dial, wait_listening};
 use crate::server::{free_port, make_ca_and_client};
 use crate::support::containerd::{
     holds_for, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,

@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
+use crate::e2e::cluster::{api_pod, only_ids, NS};
 use crate::e2e::{NODE, SETTLE};
-use crate::e2e_cluster::{api_pod, only_ids, NS};
 use crate::support::containerd::{wait_until, PrivateContainerd, Tinylet};
 use crate::support::fake_apiserver::FakeApiServer;
 

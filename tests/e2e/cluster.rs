@@ -5,8 +5,8 @@
 //! mirror pods, and a killed and restarted tinylet neither loses nor doubles
 //! anything.
 //!
-//! Like `e2e.rs`, each test starts its own containerd, so related checks are
-//! grouped to keep start-ups few.
+//! Like the other `e2e` tests, each test starts its own containerd, so
+//! related checks are grouped to keep start-ups few.
 
 use std::time::{Duration, Instant};
 

@@ -1,69 +1,17 @@
-//! End-to-end tests: the real `tinylet` binary against a real, private
-//! containerd (Debian's containerd, runc and CNI plugins) with images built
-//! locally from busybox-static. Each test starts its own containerd, so they
-//! run in parallel; related checks are grouped to keep the number of
-//! containerd start-ups small.
-//!
-//! Waits are generous (these are behaviour tests, not timing tests); the one
-//! timing property checked is that a crashing container is not restarted in
-//! a hot loop.
+//! The core of the end-to-end tier: the private containerd harness itself,
+//! static pods run, replaced and removed, restart back-off, adoption of
+//! running pods by a restarted tinylet, the CRI client on a CNI sandbox, and
+//! the http and file sources side by side.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::{yaml_pod, LONG_RUNNING, NODE, SETTLE};
 use crate::support::containerd::{
     holds_for, remove_manifest, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet,
     BUSYBOX_IMAGE, CONTAINER_NAME_LABEL, PAUSE_IMAGE, POD_NAMESPACE_LABEL, POD_NAME_LABEL,
     POD_UID_LABEL,
 };
-
-pub(crate) const NODE: &str = "edge-1";
-/// How long a pod may take to start, stop or be removed: generous, so a
-/// loaded CI machine does not make the tests flaky.
-pub(crate) const SETTLE: Duration = Duration::from_secs(30);
-
-/// A container command that runs until SIGTERM and then exits at once.
-pub(crate) const LONG_RUNNING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
-
-/// tinylet on `ctd` joined to `fake` as node `NODE`, with its own
-/// kubeconfig (user `system:node:NODE`, a token), once its Node is
-/// registered.
-pub(crate) fn start_joined(
-    ctd: &PrivateContainerd,
-    fake: &crate::support::fake_apiserver::FakeApiServer,
-) -> Tinylet {
-    let kubeconfig = fake.write_kubeconfig(
-        ctd.dir(),
-        &format!("system:node:{NODE}"),
-        crate::support::fake_apiserver::KubeconfigAuth::token(),
-    );
-    let kubeconfig = kubeconfig.display().to_string();
-    let kubelet = Tinylet::start_with(ctd, NODE, &["--kubeconfig", &kubeconfig]);
-    wait_until(SETTLE, "node edge-1 is registered", || {
-        fake.node(NODE).is_some()
-    });
-    kubelet
-}
-
-/// A YAML static pod with one container `app` running `sh -c SCRIPT`.
-pub(crate) fn yaml_pod(name: &str, script: &str, extra_spec: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  labels:
-    app: {name}
-spec:
-  terminationGracePeriodSeconds: 5
-{extra_spec}  containers:
-  - name: app
-    image: {BUSYBOX_IMAGE}
-    imagePullPolicy: IfNotPresent
-    command: ["sh", "-c", {script:?}]
-"#
-    )
-}
 
 fn now_nanos() -> i64 {
     SystemTime::now()

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::Value;
 
+use crate::e2e::stats::textformat;
+use crate::e2e::stream::{commands, exit_code};
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
-use crate::e2e_stats::textformat;
-use crate::e2e_stream::{commands, exit_code};
 use crate::server::{free_port, make_ca_and_client};
 use crate::support::containerd::{
     wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,

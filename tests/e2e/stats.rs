@@ -18,7 +18,7 @@ use crate::support::containerd::{
 
 /// The text-format checker the unit tests use, shared by path.
 #[allow(dead_code)]
-#[path = "../src/metrics/textformat.rs"]
+#[path = "../../src/metrics/textformat.rs"]
 pub(crate) mod textformat;
 
 /// The pod named `name` in a summary.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::e2e::cluster::{api_pod, only_ids, NS};
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
-use crate::e2e_cluster::{api_pod, only_ids, NS};
 use crate::support::containerd::{wait_until, PrivateContainerd, Tinylet};
 use crate::support::fake_apiserver::FakeApiServer;
 
