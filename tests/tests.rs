@@ -14,6 +14,7 @@ mod fake_cri_conformance;
 mod fuzz_regressions;
 mod hostile_watch;
 mod http_source;
+mod layers;
 mod node_auth;
 mod object_volumes;
 mod runonce;

@@ -18,11 +18,11 @@ pub mod manager;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
+pub use crate::node::pressure::{Condition, State};
 use crate::pod::is_critical;
 use crate::quantity::{format_binary_si, format_decimal_si, parse_quantity};
 use crate::stats::PodUsage;
@@ -99,33 +99,6 @@ impl Signal {
     /// rotated logs) can relieve it.
     pub fn disk(self) -> bool {
         self.condition() == Condition::Disk
-    }
-}
-
-/// A node pressure condition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Condition {
-    Memory,
-    Disk,
-    Pid,
-}
-
-impl Condition {
-    fn bit(self) -> u8 {
-        match self {
-            Condition::Memory => 1,
-            Condition::Disk => 2,
-            Condition::Pid => 4,
-        }
-    }
-
-    /// The condition's type in the Node's status.
-    pub fn type_name(self) -> &'static str {
-        match self {
-            Condition::Memory => "MemoryPressure",
-            Condition::Disk => "DiskPressure",
-            Condition::Pid => "PIDPressure",
-        }
     }
 }
 
@@ -397,29 +370,6 @@ impl Tracker {
             conditions,
             thresholds: due,
         }
-    }
-}
-
-/// The pressure conditions as last decided, shared by the manager (which
-/// writes them) with the node status and admission (which read them).
-#[derive(Debug, Default)]
-pub struct State(AtomicU8);
-
-impl State {
-    pub fn set(&self, conditions: &[Condition]) {
-        let bits = conditions.iter().fold(0, |b, c| b | c.bit());
-        self.0.store(bits, Ordering::Relaxed);
-    }
-
-    pub fn has(&self, c: Condition) -> bool {
-        self.0.load(Ordering::Relaxed) & c.bit() != 0
-    }
-
-    pub fn conditions(&self) -> Vec<Condition> {
-        [Condition::Memory, Condition::Disk, Condition::Pid]
-            .into_iter()
-            .filter(|c| self.has(*c))
-            .collect()
     }
 }
 

@@ -7,13 +7,14 @@
 //! filesystem, its addresses and its reservations. It is plain functions
 //! over /proc, /sys, /etc and statvfs, each with a variant that reads
 //! injected text or an injected root so tests need no particular host.
-//! The pressure conditions come from the eviction manager
-//! (`crate::eviction`), as upstream's node status reads them from its
-//! eviction manager; `machine`'s own pressure reading, against the default
+//! The pressure conditions are read from `pressure`, which the eviction
+//! manager (`crate::eviction`) writes, as upstream's node status reads them
+//! from its eviction manager; `machine`'s own pressure reading, against the default
 //! thresholds, is only used where no manager runs (`--runonce`).
 
 pub mod lease;
 pub mod machine;
+pub mod pressure;
 pub mod state;
 pub mod status;
 pub mod taint;

@@ -65,7 +65,7 @@ pub struct NodeConfig {
     pub eviction_hard_nodefs: String,
     /// The eviction manager's pressure conditions; without one (run-once)
     /// the signals are read against the default thresholds.
-    pub pressure: Option<Arc<crate::eviction::State>>,
+    pub pressure: Option<Arc<super::pressure::State>>,
 }
 
 /// Handle of the `node-status` thread; dropping it stops and joins it.
@@ -446,9 +446,9 @@ impl NodeStatus {
         });
         let pressure = match &self.config.pressure {
             Some(s) => machine::Pressure {
-                memory: s.has(crate::eviction::Condition::Memory),
-                disk: s.has(crate::eviction::Condition::Disk),
-                pid: s.has(crate::eviction::Condition::Pid),
+                memory: s.has(super::pressure::Condition::Memory),
+                disk: s.has(super::pressure::Condition::Disk),
+                pid: s.has(super::pressure::Condition::Pid),
             },
             None => machine::read_pressure(&self.config.root_dir),
         };

@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use super::config_file::apply_config_file;
 use super::ignored::{IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS};
 use super::status_cmd::parse_status_args;
-use super::{log_max_files, log_max_size, parse_duration, AuthorizationMode, Command, Options};
+use super::{
+    boolean, log_max_files, log_max_size, parse_duration, AuthorizationMode, Command, Options,
+};
 use crate::node::taint::parse_taints;
 
 pub const USAGE: &str = "\
@@ -663,14 +665,6 @@ pub fn parse_ips(v: &str) -> Result<Vec<std::net::IpAddr>, String> {
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
     v.parse()
         .map_err(|_| format!("flag --{flag}: invalid number {v:?}"))
-}
-
-pub(super) fn boolean(flag: &str, v: &str) -> Result<bool, String> {
-    match v {
-        "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
-        "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("flag --{flag}: invalid boolean {v:?}")),
-    }
 }
 
 /// Parses `k=v,k2=v2` (or with another separator); empty input is no pairs.

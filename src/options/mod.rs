@@ -337,6 +337,15 @@ impl Default for AuthConfig {
     }
 }
 
+/// A boolean flag's value, as Go's `strconv.ParseBool` reads it.
+pub(super) fn boolean(flag: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
+        "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("flag --{flag}: invalid boolean {v:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::flags::boolean;
-use super::{Command, Options};
+use super::{boolean, Command, Options};
 
 /// How `tinylet status` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

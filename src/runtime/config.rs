@@ -16,9 +16,9 @@ use super::security::{
     container_security_context, sandbox_security_context, verify_run_as_non_root, ImageUser,
 };
 use super::NodeSettings;
-use crate::pod::{pod_name, pod_namespace, pod_uid};
 use crate::cri::api;
 use crate::fieldpath::{self, NodeAllocatable};
+use crate::pod::{pod_name, pod_namespace, pod_uid};
 
 /// What a container's config needs besides its pod, known when it is created.
 #[derive(Debug, Clone)]

@@ -6,9 +6,9 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::pod::{pod_name, pod_namespace, pod_uid};
 use super::NodeSettings;
 use crate::cri::api;
+use crate::pod::{pod_name, pod_namespace, pod_uid};
 
 /// The resolver settings of a resolv.conf: nameservers, search domains
 /// (the last `search` line; trailing dots dropped, `.` ignored) and options.

@@ -17,10 +17,10 @@ use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
 use super::actions::is_restartable_init;
-use crate::pod::pod_full_name;
 use super::{hooks, is_init_container, ContainerState, ContainerStatus, PodStatus, RuntimeManager};
 use crate::cri::{api, CriError};
 use crate::events::{EventType, ObjectRef};
+use crate::pod::pod_full_name;
 
 /// The kubelet's floor for a graceful stop: a shorter grace period is raised to this.
 const MIN_GRACE_PERIOD_SECS: i64 = 2;

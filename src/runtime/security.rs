@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{
 };
 use protobuf::{EnumOrUnknown, MessageField};
 
-use crate::pod::{pod_name, pod_namespace, pod_uid};
 use crate::cri::api;
+use crate::pod::{pod_name, pod_namespace, pod_uid};
 
 /// The user an image runs as, from the runtime's ImageStatus.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
