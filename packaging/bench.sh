@@ -21,6 +21,8 @@
 #   bash packaging/bench.sh --no-node-api    # skip the node API part
 #   bash packaging/bench.sh --no-objects     # skip the watched objects part
 #   bash packaging/bench.sh --objects-only   # only the watched objects part
+#   bash packaging/bench.sh --baseline OLD   # pod start part for the binary OLD
+#                                            # first, then for this tree's, in one run
 #
 # Other options are passed to the benchmark (see its header). The machine
 # should be otherwise idle: pod starts are CPU-bound, so anything else
@@ -69,8 +71,13 @@ node_api_args=()
 node_api=1
 objects=1
 objects_only=0
-for a in "$@"; do
+baseline=
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    a=${args[$i]}
     case "$a" in
+        --baseline) i=$((i + 1)); baseline=${args[$i]:-}; continue ;;
+        --baseline=*) baseline=${a#--baseline=}; continue ;;
         --no-node-api) node_api=0; continue ;;
         --no-objects) objects=0; continue ;;
         --objects-only) objects_only=1; continue ;;
@@ -82,6 +89,13 @@ done
 if [ "$objects_only" = 1 ]; then
     node_api=0
 else
+    if [ -n "$baseline" ]; then
+        [ -x "$baseline" ] || die "--baseline: no binary at $baseline"
+        echo "=== pod start part, baseline: $baseline"
+        echo "bench.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) before the baseline run" >&2
+        cargo bench --bench pod_start -- --containerd-dir "$ctd_dir" --tinylet "$baseline" ${pod_start_args[@]+"${pod_start_args[@]}"}
+        echo "=== pod start part, this tree: $TINYLET_BIN"
+    fi
     echo "bench.sh: load average $(cut -d' ' -f1-3 /proc/loadavg) before the run" >&2
     cargo bench --bench pod_start -- --containerd-dir "$ctd_dir" ${pod_start_args[@]+"${pod_start_args[@]}"}
 fi
