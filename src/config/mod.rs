@@ -22,6 +22,8 @@ mod pod_config;
 pub mod storage;
 pub mod validation;
 
+use std::sync::Arc;
+
 pub use k8s_openapi::api::core::v1::Pod;
 
 pub use api::ApiSource;
@@ -74,15 +76,19 @@ pub struct PodEvent {
 }
 
 /// One message on a source channel or on the merged updates channel.
+///
+/// Pods travel as shared `Arc`s from the source (the API reflector's own
+/// copies) through the merge to the sync loop and the pod workers; the
+/// merge copies a pod only to set the node's annotations on it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodUpdate {
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<Pod>>,
     pub op: PodOperation,
     pub source: String,
 }
 
 impl PodUpdate {
-    pub fn new(op: PodOperation, source: &str, pods: Vec<Pod>) -> PodUpdate {
+    pub fn new(op: PodOperation, source: &str, pods: Vec<Arc<Pod>>) -> PodUpdate {
         PodUpdate {
             pods,
             op,

@@ -212,7 +212,7 @@ impl PodConfig {
     /// not exist in this configuration) and not marked as seen: only its
     /// own SET does that. May block on a full updates channel, like
     /// [`PodConfig::sync`]; call it before the sync loop is busy.
-    pub fn restore(&self, source: &str, pods: Vec<Pod>) {
+    pub fn restore(&self, source: &str, pods: Vec<Arc<Pod>>) {
         let update = PodUpdate::new(PodOperation::Restore, source, pods);
         if self.merger.merge_and_send(source, update).is_err() {
             log::debug!("config: restore not delivered, the updates channel is closed");
@@ -227,8 +227,8 @@ impl PodConfig {
         rx
     }
 
-    /// Copies of all merged pods (takes the merge lock briefly).
-    pub fn merged_state(&self) -> Vec<Pod> {
+    /// All merged pods, shared (takes the merge lock briefly).
+    pub fn merged_state(&self) -> Vec<Arc<Pod>> {
         self.merger.storage.lock().merged_state()
     }
 
@@ -282,12 +282,12 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(5);
 
-    fn pod(uid: &str, name: &str) -> Pod {
+    fn pod(uid: &str, name: &str) -> Arc<Pod> {
         let mut p = Pod::default();
         p.metadata.uid = Some(uid.to_string());
         p.metadata.name = Some(name.to_string());
         p.metadata.namespace = Some("default".to_string());
-        p
+        Arc::new(p)
     }
 
     fn names(u: &PodUpdate) -> Vec<String> {
@@ -546,7 +546,7 @@ mod tests {
                     };
                     for _ in 0..ROUNDS {
                         let count = (next() % 4) as usize;
-                        let pods: Vec<Pod> = (0..count)
+                        let pods: Vec<Arc<Pod>> = (0..count)
                             .map(|_| {
                                 let i = next() % 6;
                                 pod(&format!("{source}-{i}"), &format!("p{}", i % 3))
@@ -568,7 +568,7 @@ mod tests {
                 .unwrap(),
             );
         }
-        let mut state: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut state: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
         let mut consume = || -> Result<(), String> {
             let mut done = 0;
             let mut received = 0u64;
@@ -603,7 +603,7 @@ mod tests {
             Ok(())
         };
         let outcome = consume();
-        let merged: BTreeMap<String, Pod> = config
+        let merged: BTreeMap<String, Arc<Pod>> = config
             .merged_state()
             .into_iter()
             .map(|p| (crate::pod::pod_uid(&p).to_string(), p))
