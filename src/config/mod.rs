@@ -5,8 +5,9 @@
 //! The module owns the pod sources (the static manifest path in `file`, the
 //! manifest URL in `http`, the pods bound to this node in the API server in
 //! `api`, pod checkpoints in `checkpoint`), the static-pod defaults and their validation,
-//! manifest decoding, and [`PodConfig`]: one Mux listener thread per source
-//! feeding [`storage::PodStorage::merge`], which turns each source's update
+//! manifest decoding, and [`PodConfig`]: one `pod-config` thread that owns the
+//! merged state and selects over every source's channel, feeding
+//! [`storage::PodStorage::merge`], which turns each source's update
 //! into the minimal ADD/UPDATE/DELETE/REMOVE/RECONCILE/RESTORE (or SET)
 //! notifications on a bounded channel, in order.
 

@@ -3,9 +3,9 @@
 //! sync loop (upstream `podStorage.merge` in config/config.go).
 //!
 //! This is plain data with no locks or threads: [`PodStorage::merge`]
-//! returns the notifications in the order they must be delivered, and the
-//! caller (the Mux listener in `pod_config.rs`) sends them while it still
-//! holds the lock around the storage, so that deliveries never interleave.
+//! returns the notifications in the order they must be delivered, and its
+//! one owner (the `pod-config` thread in `pod_config.rs`) sends them before
+//! it merges anything else, so that deliveries never interleave.
 //!
 //! Pods are stored as the `Arc`s their source sent: a known pod that did
 //! not change costs no copy, and a notification shares the stored pod. A
