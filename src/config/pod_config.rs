@@ -412,7 +412,7 @@ mod tests {
     }
 
     #[test]
-    fn sources_are_merged_through_listener_threads() {
+    fn sources_are_merged_by_the_config_thread() {
         let (config, updates) = PodConfig::new(NotificationMode::Incremental);
         let file = config.channel(FILE_SOURCE);
         let api = config.channel(API_SOURCE);
@@ -440,7 +440,7 @@ mod tests {
             (u.op, u.source.as_str(), u.pods.len()),
             (PodOperation::Add, "api", 0)
         );
-        // The listener marks the source after delivering; wait for it.
+        // The source is marked seen after delivering; wait for it.
         let deadline = std::time::Instant::now() + WAIT;
         while !config.seen_all_sources(&[FILE_SOURCE, API_SOURCE]) {
             assert!(std::time::Instant::now() < deadline, "sources never seen");
@@ -478,10 +478,10 @@ mod tests {
     }
 
     #[test]
-    fn drop_stops_listeners_even_when_the_updates_channel_is_full() {
+    fn drop_stops_the_config_thread_even_when_the_updates_channel_is_full() {
         let (config, updates) = PodConfig::new(NotificationMode::Incremental);
         let api = config.channel(API_SOURCE);
-        // Fill the updates channel and leave the listener blocked on it.
+        // Fill the updates channel and leave the config thread blocked on it.
         for i in 0..UPDATES_CHANNEL_CAPACITY + 3 {
             let p = pod(&format!("u{i}"), &format!("p{i}"));
             api.send(PodUpdate::new(PodOperation::Add, API_SOURCE, vec![p]))
@@ -492,7 +492,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "channel never filled");
             std::thread::yield_now();
         }
-        drop(config); // joins the listener; must not hang
+        drop(config); // joins the config thread; must not hang
                       // The source learns that nobody listens any more.
         let late = PodUpdate::new(PodOperation::Set, API_SOURCE, vec![]);
         let mut refused = false;
@@ -508,7 +508,7 @@ mod tests {
     }
 
     #[test]
-    fn listener_ends_when_nobody_reads_updates() {
+    fn config_thread_ends_when_nobody_reads_updates() {
         let (config, updates) = PodConfig::new(NotificationMode::Incremental);
         drop(updates);
         let api = config.channel(API_SOURCE);
@@ -675,10 +675,11 @@ mod tests {
     }
 
     /// Several sources sending at once, with names that collide across
-    /// them, and a consumer slow enough that the listeners queue up on the
+    /// them, and a consumer slow enough that the merge queues up on the
     /// updates channel: the consumer that only reads that channel ends up
-    /// with exactly the merged state. If a merge released its lock before
-    /// sending, a REMOVE could overtake the ADD it enabled and this fails.
+    /// with exactly the merged state. If one merge's sends could interleave
+    /// with another's, a REMOVE could overtake the ADD it enabled and this
+    /// fails.
     #[test]
     fn concurrent_sources_are_delivered_in_merge_order() {
         const ROUNDS: usize = 400;
@@ -760,7 +761,7 @@ mod tests {
             .into_iter()
             .map(|p| (crate::pod::pod_uid(&p).to_string(), p))
             .collect();
-        // Stop the listeners first, so that senders blocked on them return.
+        // Stop the config thread first, so that senders blocked on it return.
         drop(config);
         drop(senders);
         if let Err(e) = outcome {
