@@ -321,7 +321,7 @@ impl PodConfig {
         expected.iter().all(|s| seen.contains(*s)) && registered.iter().all(|s| seen.contains(s))
     }
 
-    /// Asks the `pod-config` thread and waits for its answer. False when
+    /// Asks the `pod-config` thread and waits for its answer. `None` when
     /// the thread is gone (or stops before answering).
     fn ask<T>(&self, request: impl FnOnce(Sender<T>) -> Request) -> Option<T> {
         let (tx, rx) = bounded(1);
