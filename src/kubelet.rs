@@ -590,9 +590,9 @@ impl Kubelet {
         if u.source != API_SOURCE && u.op != PodOperation::Set {
             return;
         }
-        let (mirrors, rest): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut u.pods)
+        let (mirrors, rest): (Vec<Arc<Pod>>, Vec<Arc<Pod>>) = std::mem::take(&mut u.pods)
             .into_iter()
-            .partition(is_mirror_pod);
+            .partition(|p| is_mirror_pod(p));
         u.pods = rest;
         for m in mirrors {
             let full_name = pod_full_name(&m);
@@ -732,7 +732,7 @@ impl Kubelet {
         let names = || {
             u.pods
                 .iter()
-                .map(pod_full_name)
+                .map(|p| pod_full_name(p))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -749,7 +749,6 @@ impl Kubelet {
                         .cmp(&b.metadata.creation_timestamp)
                 });
                 for p in pods {
-                    let p = Arc::new(p);
                     let uid = pod_uid(&p).to_string();
                     if !self.validate(&p) {
                         continue;
@@ -774,7 +773,6 @@ impl Kubelet {
             PodOperation::Update => {
                 info!("SyncLoop UPDATE ({}): {}", u.source, names());
                 for p in u.pods {
-                    let p = Arc::new(p);
                     if self.rejected.contains_key(pod_uid(&p)) {
                         continue;
                     }
@@ -797,7 +795,6 @@ impl Kubelet {
                         // of the desired pods (admission's count, syncs).
                         continue;
                     }
-                    let p = Arc::new(p);
                     self.pods.insert(pod_uid(&p).to_string(), p.clone());
                     // A readiness gate's condition changed: the Ready
                     // condition follows (upstream's HandlePodReconcile).
@@ -810,7 +807,6 @@ impl Kubelet {
                 info!("SyncLoop DELETE ({}): {}", u.source, names());
                 for p in u.pods {
                     let grace = p.metadata.deletion_grace_period_seconds;
-                    let p = Arc::new(p);
                     if self.rejected.remove(pod_uid(&p)).is_some() {
                         // Never ran: its API object can go at once.
                         if addressable(&p) {
@@ -832,7 +828,7 @@ impl Kubelet {
                         self.reporter.forget(pod_uid(&p));
                         continue;
                     }
-                    let p = self.pods.remove(pod_uid(&p)).unwrap_or_else(|| Arc::new(p));
+                    let p = self.pods.remove(pod_uid(&p)).unwrap_or(p);
                     if self.terminated.remove(pod_uid(&p)) {
                         continue;
                     }
@@ -841,7 +837,7 @@ impl Kubelet {
             }
             PodOperation::Set => {
                 // Snapshot modes only; the kubelet runs in incremental mode.
-                let keep: HashMap<String, Pod> = u
+                let keep: HashMap<String, Arc<Pod>> = u
                     .pods
                     .into_iter()
                     .map(|p| (pod_uid(&p).to_string(), p))
@@ -865,7 +861,6 @@ impl Kubelet {
                     } else {
                         UpdateType::Create
                     };
-                    let p = Arc::new(p);
                     self.pods.insert(uid, p.clone());
                     self.dispatch(p, t, None);
                 }
@@ -1053,7 +1048,7 @@ mod tests {
 
     fn update(op: PodOperation, pods: Vec<Pod>) -> Event {
         Event::Config(PodUpdate {
-            pods,
+            pods: pods.into_iter().map(Arc::new).collect(),
             op,
             source: "file".into(),
         })
@@ -1087,6 +1082,31 @@ mod tests {
         r.kubelet.handle_event(update(PodOperation::Remove, bad));
         assert_eq!(r.kubelet.pods.len(), 1);
         assert!(r.kubelet.rejected.is_empty());
+    }
+
+    /// The pod the config sent is the one the pod manager keeps and the
+    /// worker gets: no copy on the way.
+    #[test]
+    fn the_config_pods_are_kept_as_sent() {
+        let mut r = rig();
+        let sent = Arc::new(pod("u1", "web"));
+        r.kubelet.handle_event(Event::Config(PodUpdate {
+            pods: vec![sent.clone()],
+            op: PodOperation::Add,
+            source: "file".into(),
+        }));
+        assert!(Arc::ptr_eq(&r.kubelet.pods["u1"], &sent));
+        let mut changed = pod("u1", "web");
+        if let Some(spec) = changed.spec.as_mut() {
+            spec.containers[0].image = Some("other".into());
+        }
+        let changed = Arc::new(changed);
+        r.kubelet.handle_event(Event::Config(PodUpdate {
+            pods: vec![changed.clone()],
+            op: PodOperation::Update,
+            source: "file".into(),
+        }));
+        assert!(Arc::ptr_eq(&r.kubelet.pods["u1"], &changed));
     }
 
     #[test]

@@ -641,7 +641,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                 if let Some(services) = &services {
                     services.restored(found.pods.iter().filter_map(|p| p.metadata.uid.clone()));
                 }
-                config.restore(API_SOURCE, found.pods);
+                config.restore(API_SOURCE, found.pods.into_iter().map(Arc::new).collect());
             }
             Ok(_) => {}
             Err(e) => error!(
@@ -718,7 +718,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         drop(_http_source);
         let mut pods = Vec::new();
         for set in sets.map_err(anyhow::Error::msg)? {
-            pods.extend(set.pods.iter().cloned().map(Arc::new));
+            pods.extend(set.pods.iter().cloned());
             let source = set.source.clone();
             config
                 .channel(&source)

@@ -10,6 +10,7 @@
 //! checkpoint is written at the first update after its admission (its own
 //! status patch at the latest): the sync loop only records the decision.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,8 +44,9 @@ impl ApiSource {
             field_selector: Some(format!("spec.nodeName={node}")),
         };
         let mut checkpoints = checkpoint_dir.map(|d| Checkpointer::new(d, admissions));
+        // The reflector's own copies go on as they are: a pod is copied
+        // only where the merge changes it.
         let sink = Box::new(move |pods: Vec<Arc<Pod>>| {
-            let pods: Vec<Pod> = pods.iter().map(|p| (**p).clone()).collect();
             if let Some(c) = checkpoints.as_mut() {
                 c.sync(&pods);
             }
@@ -109,7 +111,7 @@ impl Checkpointer {
     /// node: admitted pods are written when they changed; refused pods and
     /// pods gone lose theirs; a pod not yet decided on keeps what it has
     /// (a restored one), and gets one at its first update after admission.
-    fn sync(&mut self, pods: &[Pod]) {
+    fn sync<P: Borrow<Pod>>(&mut self, pods: &[P]) {
         let dir = self.dir.clone();
         let written = self
             .written
@@ -133,7 +135,11 @@ impl Checkpointer {
                     HashMap::new()
                 }
             });
-        let pods: Vec<&Pod> = pods.iter().filter(|p| !is_mirror_pod(p)).collect();
+        let pods: Vec<&Pod> = pods
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|p| !is_mirror_pod(p))
+            .collect();
         let decided = self.admissions.get_all(pods.iter().map(|p| pod_uid(p)));
         let mut keep: HashMap<String, Written> = HashMap::new();
         let mut total = 0usize;

@@ -334,7 +334,7 @@ struct Lister {
     /// logged once rather than on every list.
     reported: BTreeMap<PathBuf, String>,
     /// The pods of the last SET sent; None before the first.
-    last_sent: Option<Vec<Pod>>,
+    last_sent: Option<Vec<Arc<Pod>>>,
     /// Each manifest's last outcome, valid while its file is unchanged.
     cache: HashMap<PathBuf, (FileStamp, Result<Box<Pod>, String>)>,
     /// Set when this list read a big or a bad manifest: decoding it may have
@@ -438,6 +438,8 @@ impl Lister {
         let Some(pods) = self.list() else {
             return true;
         };
+        // Shared from here on: the SET and `last_sent` hold the same pods.
+        let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
         if self.last_sent.as_ref() == Some(&pods) {
             return true;
         }

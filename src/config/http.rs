@@ -18,6 +18,7 @@
 //! debug level, and the first success after failures once at info level.
 
 use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver, Sender};
@@ -181,7 +182,7 @@ struct Poller {
     last_body: Option<Vec<u8>>,
     last_outcome: Result<(), String>,
     /// The pods of the last SET sent; None before the first.
-    last_sent: Option<Vec<Pod>>,
+    last_sent: Option<Vec<Arc<Pod>>>,
     /// Failed polls in a row.
     failures: u32,
 }
@@ -278,6 +279,8 @@ impl Poller {
 
     /// Sends a SET unless it equals the last one sent.
     fn send(&mut self, pods: Vec<Pod>) -> Result<(), PollError> {
+        // Shared from here on: the SET and `last_sent` hold the same pods.
+        let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
         if self.last_sent.as_ref() == Some(&pods) {
             return Ok(());
         }

@@ -6,6 +6,7 @@
 //! failure.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
@@ -138,13 +139,14 @@ fn gen_update(rng: &mut Rng, names: Names) -> (String, PodUpdate) {
         let again = pods[rng.below(pods.len())].clone();
         pods.push(again);
     }
+    let pods = pods.into_iter().map(Arc::new).collect();
     (source.to_string(), PodUpdate::new(op, source, pods))
 }
 
 /// What each source last said, by UID: the reference for the merge.
 #[derive(Default)]
 struct Model {
-    sources: BTreeMap<String, BTreeMap<String, Pod>>,
+    sources: BTreeMap<String, BTreeMap<String, Arc<Pod>>>,
     seen: HashSet<String>,
 }
 
@@ -152,7 +154,7 @@ impl Model {
     fn apply(&mut self, source: &str, update: &PodUpdate) {
         // Within one update, the first pod with a name wins.
         let mut names = HashSet::new();
-        let deduped: Vec<&Pod> = update
+        let deduped: Vec<&Arc<Pod>> = update
             .pods
             .iter()
             .filter(|p| names.insert(pod_full_name(p)))
@@ -215,7 +217,7 @@ fn without_status(p: &Pod) -> Pod {
 /// The state a consumer of the notifications holds, by UID.
 #[derive(Default)]
 struct Consumer {
-    pods: BTreeMap<String, Pod>,
+    pods: BTreeMap<String, Arc<Pod>>,
 }
 
 impl Consumer {
@@ -279,7 +281,7 @@ fn check_step(
     names: Names,
 ) -> Result<(), String> {
     // The merged state, by source.
-    let mut merged: BTreeMap<String, BTreeMap<String, Pod>> = BTreeMap::new();
+    let mut merged: BTreeMap<String, BTreeMap<String, Arc<Pod>>> = BTreeMap::new();
     for p in storage.merged_state() {
         let source = p
             .metadata
@@ -307,7 +309,7 @@ fn check_step(
     for source in SOURCES {
         let said = model.sources.get(source).cloned().unwrap_or_default();
         let stored = merged.get(source).cloned().unwrap_or_default();
-        let held: BTreeMap<String, Pod> = storage
+        let held: BTreeMap<String, Arc<Pod>> = storage
             .held_pods(source)
             .into_iter()
             .map(|p| (pod_uid(&p).to_string(), p))
@@ -379,10 +381,20 @@ fn check_step(
 
     // The notifications alone rebuild the merged state (in the snapshot
     // modes, where status-only changes are not sent, up to status).
-    let merged_by_uid: BTreeMap<String, Pod> =
+    let merged_by_uid: BTreeMap<String, Arc<Pod>> =
         merged.into_values().flat_map(|m| m.into_iter()).collect();
-    let (got, want): (BTreeMap<_, _>, BTreeMap<_, _>) = match mode {
-        NotificationMode::Incremental => (consumer.pods.clone(), merged_by_uid),
+    let (got, want): (BTreeMap<_, Pod>, BTreeMap<_, Pod>) = match mode {
+        NotificationMode::Incremental => (
+            consumer
+                .pods
+                .iter()
+                .map(|(k, p)| (k.clone(), (**p).clone()))
+                .collect(),
+            merged_by_uid
+                .into_iter()
+                .map(|(k, p)| (k, Arc::unwrap_or_clone(p)))
+                .collect(),
+        ),
         _ => (
             consumer
                 .pods
@@ -416,7 +428,7 @@ fn run_sequence(seed: u64, mode: NotificationMode, names: Names) -> Result<(), S
         log.push(format!(
             "{step}: {source} {:?} {:?}",
             update.op,
-            update.pods.iter().map(pod_uid).collect::<Vec<_>>()
+            update.pods.iter().map(|p| pod_uid(p)).collect::<Vec<_>>()
         ));
         let first_set = update.op == PodOperation::Set && !model.seen.contains(&source);
         model.apply(&source, &update);

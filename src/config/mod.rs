@@ -5,8 +5,9 @@
 //! The module owns the pod sources (the static manifest path in `file`, the
 //! manifest URL in `http`, the pods bound to this node in the API server in
 //! `api`, pod checkpoints in `checkpoint`), the static-pod defaults and their validation,
-//! manifest decoding, and [`PodConfig`]: one Mux listener thread per source
-//! feeding [`storage::PodStorage::merge`], which turns each source's update
+//! manifest decoding, and [`PodConfig`]: one `pod-config` thread that owns the
+//! merged state and selects over every source's channel, feeding
+//! [`storage::PodStorage::merge`], which turns each source's update
 //! into the minimal ADD/UPDATE/DELETE/REMOVE/RECONCILE/RESTORE (or SET)
 //! notifications on a bounded channel, in order.
 
@@ -21,6 +22,8 @@ mod merge_props;
 mod pod_config;
 pub mod storage;
 pub mod validation;
+
+use std::sync::Arc;
 
 pub use k8s_openapi::api::core::v1::Pod;
 
@@ -74,15 +77,19 @@ pub struct PodEvent {
 }
 
 /// One message on a source channel or on the merged updates channel.
+///
+/// Pods travel as shared `Arc`s from the source (the API reflector's own
+/// copies) through the merge to the sync loop and the pod workers; the
+/// merge copies a pod only to set the node's annotations on it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodUpdate {
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<Pod>>,
     pub op: PodOperation,
     pub source: String,
 }
 
 impl PodUpdate {
-    pub fn new(op: PodOperation, source: &str, pods: Vec<Pod>) -> PodUpdate {
+    pub fn new(op: PodOperation, source: &str, pods: Vec<Arc<Pod>>) -> PodUpdate {
         PodUpdate {
             pods,
             op,

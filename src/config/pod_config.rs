@@ -1,16 +1,21 @@
-//! `PodConfig` and its Mux: one listener thread per named source, each
-//! merging what its source sends into the shared [`PodStorage`] and passing
-//! the resulting notifications on to the single merged updates channel that
-//! the sync loop reads (upstream `PodConfig` and `pkg/util/config.Mux`).
+//! `PodConfig` and its Mux: one `pod-config` thread owns the merged state
+//! ([`PodStorage`]), selects over every named source's channel, merges what
+//! each sends, and passes the resulting notifications on to the single
+//! merged updates channel that the sync loop reads (upstream `PodConfig`,
+//! its `pkg/util/config.Mux` and the one goroutine that merges).
 //!
-//! Threads: `config-mux/<source>`, started by the first
-//! [`PodConfig::channel`] call for that source and stopped and joined when
-//! the `PodConfig` is dropped.
+//! Nothing else touches the storage: registering a source, a restore, a
+//! resync, an event subscription and a look at the merged state are
+//! messages to that thread, and the sources it has seen are published by
+//! it alone.
+//!
+//! Threads: `pod-config`, started by [`PodConfig::new`] and stopped and
+//! joined when the `PodConfig` is dropped.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, select, Receiver, Select, Sender, TryRecvError, TrySendError};
 use parking_lot::{Mutex, RwLock};
 
 use super::storage::PodStorage;
@@ -20,20 +25,20 @@ use crate::thread::{spawn_named, JoinOnDrop};
 
 /// Capacity of the merged updates channel read by the sync loop.
 ///
-/// Ordering: every merge computes its notifications and sends them while
-/// holding the storage lock (see [`Merger`]), as upstream's `podStorage`
-/// holds its update lock across `merge` and the channel sends. So the sync
-/// loop receives the changes of all sources in exactly the order the
-/// storage made them, and a REMOVE that frees a name always arrives before
-/// the ADD of the pod that was waiting for it.
+/// Ordering: one thread merges every source's updates and sends each
+/// merge's notifications before it takes the next update, as upstream's
+/// `podStorage` holds its update lock across `merge` and the channel sends.
+/// So the sync loop receives the changes of all sources in exactly the
+/// order the storage made them, and a REMOVE that frees a name always
+/// arrives before the ADD of the pod that was waiting for it.
 ///
-/// When the channel is full the Mux listener blocks, still holding the
-/// merge lock: notifications are never dropped or reordered, and the
-/// sources in turn block on their own channels. This is back-pressure, not
-/// loss; the sync loop only dispatches and drains it quickly.
+/// When the channel is full the `pod-config` thread blocks: notifications
+/// are never dropped or reordered, and the sources in turn block on their
+/// own channels. This is back-pressure, not loss; the sync loop only
+/// dispatches and drains it quickly.
 pub const UPDATES_CHANNEL_CAPACITY: usize = 50;
 
-/// Capacity of each source's channel into its Mux listener.
+/// Capacity of each source's channel into the `pod-config` thread.
 ///
 /// When it is full the source blocks in `send`: its updates can't be
 /// dropped (an incremental source such as the API watch can't resend a lost
@@ -46,22 +51,25 @@ pub const SOURCE_CHANNEL_CAPACITY: usize = 8;
 /// merge.
 pub const EVENTS_CHANNEL_CAPACITY: usize = 64;
 
-/// The merge state and the sending end of the updates channel.
-///
-/// `storage` is locked across the whole compute-and-send of one merge, so
-/// that two sources' notifications never interleave and the sync loop sees
-/// them in the order the storage changed. A listener that blocks on a full
-/// updates channel therefore holds the lock; nothing the sync loop calls
-/// takes it (`seen` has its own lock), except [`PodConfig::sync`].
-struct Merger {
-    storage: Mutex<PodStorage>,
-    /// Sources whose first SET has been merged *and delivered*.
-    seen: RwLock<HashSet<String>>,
-    updates: Sender<PodUpdate>,
-    /// Event subscribers; a disconnected one is dropped.
-    events: Mutex<Vec<Sender<PodEvent>>>,
-    /// Disconnects when the `PodConfig` is dropped.
-    stop: Receiver<()>,
+/// Capacity of the requests channel into the `pod-config` thread. A
+/// caller blocks while it is full, as a source does on its own channel;
+/// requests come from start-up and tests, a few at a time.
+const REQUESTS_CHANNEL_CAPACITY: usize = 16;
+
+/// What the [`PodConfig`] handle asks of the `pod-config` thread. The
+/// thread takes every waiting request before it merges a source's update,
+/// so a request made before a source sends is served before that update.
+enum Request {
+    /// Listen to a new source, under this name.
+    Register(String, Receiver<PodUpdate>),
+    /// Merge checkpointed pods for a source; answered once delivered.
+    Restore(String, Vec<Arc<Pod>>, Sender<()>),
+    /// Send the whole merged state as a SET; answered once delivered.
+    Sync(Sender<()>),
+    /// Send the merge's events to this subscriber too.
+    Subscribe(Sender<PodEvent>),
+    /// Answer with the merged pods.
+    MergedState(Sender<Vec<Arc<Pod>>>),
 }
 
 /// Why a delivery did not happen.
@@ -72,6 +80,23 @@ enum Stopped {
     NoReader,
 }
 
+/// The `pod-config` thread's state: the storage, the sources it listens
+/// to, and the sending ends it feeds. Owned by that thread alone.
+struct Merger {
+    storage: PodStorage,
+    /// The sources, in registration order.
+    sources: Vec<(String, Receiver<PodUpdate>)>,
+    /// Sources whose first SET has been merged *and delivered*; written
+    /// here only, read by [`PodConfig::seen_all_sources`].
+    seen: Arc<RwLock<HashSet<String>>>,
+    updates: Sender<PodUpdate>,
+    /// Event subscribers; a disconnected one is dropped.
+    subscribers: Vec<Sender<PodEvent>>,
+    requests: Receiver<Request>,
+    /// Disconnects when the `PodConfig` is dropped.
+    stop: Receiver<()>,
+}
+
 impl Merger {
     fn send(&self, update: PodUpdate) -> Result<(), Stopped> {
         select! {
@@ -80,15 +105,13 @@ impl Merger {
         }
     }
 
-    fn merge_and_send(&self, source: &str, update: PodUpdate) -> Result<(), Stopped> {
+    fn merge_and_send(&mut self, source: &str, update: PodUpdate) -> Result<(), Stopped> {
         let is_set = update.op == PodOperation::Set;
-        let mut storage = self.storage.lock();
-        let notifications = storage.merge(source, update);
-        let events = storage.take_events();
+        let notifications = self.storage.merge(source, update);
+        let events = self.storage.take_events();
         for notification in notifications {
             self.send(notification)?;
         }
-        drop(storage);
         self.publish(events);
         if is_set && !self.seen.read().contains(source) {
             self.seen.write().insert(source.to_string());
@@ -96,35 +119,123 @@ impl Merger {
         Ok(())
     }
 
-    fn publish(&self, events: Vec<PodEvent>) {
-        if events.is_empty() {
-            return;
-        }
-        let mut subscribers = self.events.lock();
+    fn publish(&mut self, events: Vec<PodEvent>) {
         for event in events {
-            subscribers.retain(|tx| match tx.try_send(event.clone()) {
-                Ok(()) => true,
-                Err(TrySendError::Full(_)) => {
-                    log::debug!(
-                        "config: event for pod {} dropped, the subscriber is behind",
-                        event.pod_full_name
-                    );
-                    true
+            self.subscribers
+                .retain(|tx| match tx.try_send(event.clone()) {
+                    Ok(()) => true,
+                    Err(TrySendError::Full(_)) => {
+                        log::debug!(
+                            "config: event for pod {} dropped, the subscriber is behind",
+                            event.pod_full_name
+                        );
+                        true
+                    }
+                    Err(TrySendError::Disconnected(_)) => false,
+                });
+        }
+    }
+
+    fn serve(&mut self, request: Request) -> Result<(), Stopped> {
+        match request {
+            Request::Register(source, rx) => {
+                log::debug!("config: listening to source {source}");
+                self.sources.push((source, rx));
+            }
+            Request::Restore(source, pods, done) => {
+                let update = PodUpdate::new(PodOperation::Restore, &source, pods);
+                self.merge_and_send(&source, update)?;
+                let _ = done.send(());
+            }
+            Request::Sync(done) => {
+                let state = self.storage.merged_state();
+                self.send(PodUpdate::new(PodOperation::Set, ALL_SOURCE, state))?;
+                let _ = done.send(());
+            }
+            Request::Subscribe(tx) => self.subscribers.push(tx),
+            Request::MergedState(reply) => {
+                let _ = reply.send(self.storage.merged_state());
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves every waiting request. Err(Shutdown) as well when the
+    /// `PodConfig` is gone.
+    fn serve_waiting(&mut self) -> Result<(), Stopped> {
+        loop {
+            match self.requests.try_recv() {
+                Ok(request) => self.serve(request)?,
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) => return Err(Stopped::Shutdown),
+            }
+        }
+    }
+
+    /// Waits for the next request or source update and handles it.
+    fn turn(&mut self) -> Result<(), Stopped> {
+        let mut sel = Select::new();
+        let stop = sel.recv(&self.stop);
+        let requests = sel.recv(&self.requests);
+        for (_, rx) in &self.sources {
+            sel.recv(rx);
+        }
+        let op = sel.select();
+        match op.index() {
+            i if i == stop => {
+                let _ = op.recv(&self.stop);
+                Err(Stopped::Shutdown)
+            }
+            i if i == requests => match op.recv(&self.requests) {
+                Ok(request) => self.serve(request),
+                Err(_) => Err(Stopped::Shutdown),
+            },
+            i => {
+                let n = i - 2;
+                match op.recv(&self.sources[n].1) {
+                    Ok(update) => {
+                        self.serve_waiting()?;
+                        let source = self.sources[n].0.clone();
+                        self.merge_and_send(&source, update)
+                    }
+                    Err(_) => {
+                        // Every sender is gone: nothing more can come.
+                        let (source, _) = self.sources.remove(n);
+                        log::debug!("config: source {source} closed");
+                        Ok(())
+                    }
                 }
-                Err(TrySendError::Disconnected(_)) => false,
-            });
+            }
         }
     }
 }
 
+/// The `pod-config` thread: merges until the `PodConfig` is dropped or
+/// nobody reads the updates channel.
+fn run(mut merger: Merger) {
+    loop {
+        match merger.turn() {
+            Ok(()) => {}
+            Err(Stopped::Shutdown) => break,
+            Err(Stopped::NoReader) => {
+                log::debug!("config: updates channel closed, the pod config stops merging");
+                break;
+            }
+        }
+    }
+    log::debug!("config: pod config stopped");
+}
+
 /// Merges the pod sources into one ordered stream of [`PodUpdate`]s.
 pub struct PodConfig {
-    merger: Arc<Merger>,
     /// Every source that asked for a channel, with the sending end handed out.
     sources: Mutex<BTreeMap<String, Sender<PodUpdate>>>,
-    /// The listeners, joined on drop after `stop` is dropped.
-    listeners: Mutex<Vec<JoinOnDrop<()>>>,
-    /// Never sent on: dropping it disconnects every listener's stop receiver.
+    /// Published by the `pod-config` thread.
+    seen: Arc<RwLock<HashSet<String>>>,
+    requests: Sender<Request>,
+    /// The `pod-config` thread, joined on drop after `stop` is dropped.
+    merger: Option<JoinOnDrop<()>>,
+    /// Never sent on: dropping it disconnects the thread's stop receiver.
     stop: Option<Sender<()>>,
 }
 
@@ -140,17 +251,31 @@ impl PodConfig {
     pub fn with_storage(storage: PodStorage) -> (PodConfig, Receiver<PodUpdate>) {
         let (updates_tx, updates_rx) = bounded(UPDATES_CHANNEL_CAPACITY);
         let (stop_tx, stop_rx) = bounded(0);
-        let merger = Arc::new(Merger {
-            storage: Mutex::new(storage),
-            seen: RwLock::new(HashSet::new()),
+        let (requests_tx, requests_rx) = bounded(REQUESTS_CHANNEL_CAPACITY);
+        let seen = Arc::new(RwLock::new(HashSet::new()));
+        let merger = Merger {
+            storage,
+            sources: Vec::new(),
+            seen: Arc::clone(&seen),
             updates: updates_tx,
-            events: Mutex::new(Vec::new()),
+            subscribers: Vec::new(),
+            requests: requests_rx,
             stop: stop_rx,
-        });
+        };
+        let merger = match spawn_named("pod-config", move || run(merger)) {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                // Every request then fails: sources see their sends fail
+                // and log them.
+                log::error!("config: cannot start the pod-config thread: {e}");
+                None
+            }
+        };
         let config = PodConfig {
-            merger,
             sources: Mutex::new(BTreeMap::new()),
-            listeners: Mutex::new(Vec::new()),
+            seen,
+            requests: requests_tx,
+            merger,
             stop: Some(stop_tx),
         };
         (config, updates_rx)
@@ -158,29 +283,30 @@ impl PodConfig {
 
     /// The sending end for the named source (capacity
     /// [`SOURCE_CHANNEL_CAPACITY`]). The first call for a name registers the
-    /// source and starts its listener thread `config-mux/<source>`; later
-    /// calls return the same channel. The source name given here, not the
-    /// `source` field of what is sent, decides where pods are merged.
+    /// source with the `pod-config` thread; later calls return the same
+    /// channel. The source name given here, not the `source` field of what
+    /// is sent, decides where pods are merged.
     pub fn channel(&self, source: &str) -> Sender<PodUpdate> {
-        let mut sources = self.sources.lock();
-        if let Some(tx) = sources.get(source) {
-            return tx.clone();
-        }
         let (tx, rx) = bounded(SOURCE_CHANNEL_CAPACITY);
-        let merger = Arc::clone(&self.merger);
-        let name = source.to_string();
-        match spawn_named(format!("config-mux/{source}"), move || {
-            listen(merger, name, rx)
-        }) {
-            Ok(handle) => {
-                self.listeners.lock().push(handle);
-                sources.insert(source.to_string(), tx.clone());
+        {
+            let mut sources = self.sources.lock();
+            if let Some(tx) = sources.get(source) {
+                return tx.clone();
             }
-            Err(e) => {
-                // The returned sender is then disconnected: the source sees
-                // its sends fail and logs them; a later call tries again.
-                log::error!("config: cannot start the listener thread for source {source}: {e}");
-            }
+            sources.insert(source.to_string(), tx.clone());
+        }
+        // Outside the lock: the send may wait for the `pod-config` thread,
+        // and `seen_all_sources` (the sync loop) takes that lock. What the
+        // source sends meanwhile waits in its channel.
+        if self
+            .requests
+            .send(Request::Register(source.to_string(), rx))
+            .is_err()
+        {
+            // The returned sender is then disconnected: the source sees
+            // its sends fail and logs them; a later call tries again.
+            self.sources.lock().remove(source);
+            log::error!("config: cannot register source {source}: the pod config is gone");
         }
         tx
     }
@@ -191,45 +317,56 @@ impl PodConfig {
     /// don't count: only a SET is a source's complete word.
     pub fn seen_all_sources(&self, expected: &[&str]) -> bool {
         let registered: Vec<String> = self.sources.lock().keys().cloned().collect();
-        let seen = self.merger.seen.read();
+        let seen = self.seen.read();
         expected.iter().all(|s| seen.contains(*s)) && registered.iter().all(|s| seen.contains(s))
     }
 
+    /// Asks the `pod-config` thread and waits for its answer. `None` when
+    /// the thread is gone (or stops before answering).
+    fn ask<T>(&self, request: impl FnOnce(Sender<T>) -> Request) -> Option<T> {
+        let (tx, rx) = bounded(1);
+        self.requests.send(request(tx)).ok()?;
+        rx.recv().ok()
+    }
+
     /// Re-sends the full merged state as one SET from [`ALL_SOURCE`]
-    /// (upstream `PodConfig.Sync`). Takes the merge lock and may block on a
-    /// full updates channel, so it must not be called from the thread that
-    /// reads that channel.
+    /// (upstream `PodConfig.Sync`) and returns once it is delivered. May
+    /// block on a full updates channel, so it must not be called from the
+    /// thread that reads that channel.
     pub fn sync(&self) {
-        let storage = self.merger.storage.lock();
-        let update = PodUpdate::new(PodOperation::Set, ALL_SOURCE, storage.merged_state());
-        if self.merger.send(update).is_err() {
+        if self.ask(Request::Sync).is_none() {
             log::debug!("config: sync not delivered, the updates channel is closed");
         }
     }
 
     /// Merges pods restored from a checkpoint for `source` (a RESTORE) and
-    /// delivers the notifications. The source is not registered (it may
-    /// not exist in this configuration) and not marked as seen: only its
-    /// own SET does that. May block on a full updates channel, like
-    /// [`PodConfig::sync`]; call it before the sync loop is busy.
-    pub fn restore(&self, source: &str, pods: Vec<Pod>) {
-        let update = PodUpdate::new(PodOperation::Restore, source, pods);
-        if self.merger.merge_and_send(source, update).is_err() {
+    /// returns once the notifications are delivered. The source is not
+    /// registered (it may not exist in this configuration) and not marked
+    /// as seen: only its own SET does that. May block on a full updates
+    /// channel, like [`PodConfig::sync`]; call it before the sync loop is
+    /// busy.
+    pub fn restore(&self, source: &str, pods: Vec<Arc<Pod>>) {
+        let request = |done| Request::Restore(source.to_string(), pods, done);
+        if self.ask(request).is_none() {
             log::debug!("config: restore not delivered, the updates channel is closed");
         }
     }
 
     /// Subscribes to the events the merge raises (capacity
-    /// [`EVENTS_CHANNEL_CAPACITY`], dropped when full).
+    /// [`EVENTS_CHANNEL_CAPACITY`], dropped when full). Updates sent after
+    /// this returns are merged after the subscription.
     pub fn events(&self) -> Receiver<PodEvent> {
         let (tx, rx) = bounded(EVENTS_CHANNEL_CAPACITY);
-        self.merger.events.lock().push(tx);
+        if self.requests.send(Request::Subscribe(tx)).is_err() {
+            log::debug!("config: no events, the pod config is gone");
+        }
         rx
     }
 
-    /// Copies of all merged pods (takes the merge lock briefly).
-    pub fn merged_state(&self) -> Vec<Pod> {
-        self.merger.storage.lock().merged_state()
+    /// All merged pods, as the `pod-config` thread has them once it has
+    /// delivered what it merged so far (empty if it is gone).
+    pub fn merged_state(&self) -> Vec<Arc<Pod>> {
+        self.ask(Request::MergedState).unwrap_or_default()
     }
 
     /// The names of the sources that asked for a channel.
@@ -240,37 +377,14 @@ impl PodConfig {
 
 impl Drop for PodConfig {
     fn drop(&mut self) {
-        // Disconnect the stop channel first, then wait for the listeners.
+        // Disconnect the stop channel first, then wait for the thread.
         drop(self.stop.take());
-        for listener in self.listeners.lock().drain(..) {
-            if listener.join().is_err() {
-                log::error!("config: a source listener thread panicked");
+        if let Some(merger) = self.merger.take() {
+            if merger.join().is_err() {
+                log::error!("config: the pod-config thread panicked");
             }
         }
     }
-}
-
-/// The Mux listener of one source: merges each update it receives.
-fn listen(merger: Arc<Merger>, source: String, updates: Receiver<PodUpdate>) {
-    log::debug!("config: listening to source {source}");
-    loop {
-        let update = select! {
-            recv(updates) -> msg => match msg {
-                Ok(update) => update,
-                Err(_) => break,
-            },
-            recv(merger.stop) -> _ => break,
-        };
-        match merger.merge_and_send(&source, update) {
-            Ok(()) => {}
-            Err(Stopped::Shutdown) => break,
-            Err(Stopped::NoReader) => {
-                log::debug!("config: updates channel closed, listener for {source} ends");
-                break;
-            }
-        }
-    }
-    log::debug!("config: listener for source {source} stopped");
 }
 
 #[cfg(test)]
@@ -282,12 +396,12 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(5);
 
-    fn pod(uid: &str, name: &str) -> Pod {
+    fn pod(uid: &str, name: &str) -> Arc<Pod> {
         let mut p = Pod::default();
         p.metadata.uid = Some(uid.to_string());
         p.metadata.name = Some(name.to_string());
         p.metadata.namespace = Some("default".to_string());
-        p
+        Arc::new(p)
     }
 
     fn names(u: &PodUpdate) -> Vec<String> {
@@ -298,7 +412,7 @@ mod tests {
     }
 
     #[test]
-    fn sources_are_merged_through_listener_threads() {
+    fn sources_are_merged_by_the_config_thread() {
         let (config, updates) = PodConfig::new(NotificationMode::Incremental);
         let file = config.channel(FILE_SOURCE);
         let api = config.channel(API_SOURCE);
@@ -326,7 +440,7 @@ mod tests {
             (u.op, u.source.as_str(), u.pods.len()),
             (PodOperation::Add, "api", 0)
         );
-        // The listener marks the source after delivering; wait for it.
+        // The source is marked seen after delivering; wait for it.
         let deadline = std::time::Instant::now() + WAIT;
         while !config.seen_all_sources(&[FILE_SOURCE, API_SOURCE]) {
             assert!(std::time::Instant::now() < deadline, "sources never seen");
@@ -364,10 +478,10 @@ mod tests {
     }
 
     #[test]
-    fn drop_stops_listeners_even_when_the_updates_channel_is_full() {
+    fn drop_stops_the_config_thread_even_when_the_updates_channel_is_full() {
         let (config, updates) = PodConfig::new(NotificationMode::Incremental);
         let api = config.channel(API_SOURCE);
-        // Fill the updates channel and leave the listener blocked on it.
+        // Fill the updates channel and leave the config thread blocked on it.
         for i in 0..UPDATES_CHANNEL_CAPACITY + 3 {
             let p = pod(&format!("u{i}"), &format!("p{i}"));
             api.send(PodUpdate::new(PodOperation::Add, API_SOURCE, vec![p]))
@@ -378,7 +492,7 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "channel never filled");
             std::thread::yield_now();
         }
-        drop(config); // joins the listener; must not hang
+        drop(config); // joins the config thread; must not hang
                       // The source learns that nobody listens any more.
         let late = PodUpdate::new(PodOperation::Set, API_SOURCE, vec![]);
         let mut refused = false;
@@ -394,7 +508,7 @@ mod tests {
     }
 
     #[test]
-    fn listener_ends_when_nobody_reads_updates() {
+    fn config_thread_ends_when_nobody_reads_updates() {
         let (config, updates) = PodConfig::new(NotificationMode::Incremental);
         drop(updates);
         let api = config.channel(API_SOURCE);
@@ -502,6 +616,44 @@ mod tests {
         );
     }
 
+    /// The names of this process's threads.
+    fn thread_names() -> Vec<String> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            if let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) {
+                names.push(comm.trim_end().to_string());
+            }
+        }
+        names
+    }
+
+    /// One `pod-config` thread merges every source: registering a source
+    /// starts no thread of its own.
+    #[test]
+    fn one_thread_merges_every_source() {
+        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        for source in [FILE_SOURCE, HTTP_SOURCE, API_SOURCE] {
+            config
+                .channel(source)
+                .send(PodUpdate::new(PodOperation::Set, source, vec![]))
+                .unwrap();
+        }
+        for _ in 0..3 {
+            assert_eq!(updates.recv_timeout(WAIT).unwrap().op, PodOperation::Add);
+        }
+        let names = thread_names();
+        assert!(names.iter().any(|n| n == "pod-config"), "{names:?}");
+        assert!(
+            !names.iter().any(|n| n.starts_with("config-mux")),
+            "{names:?}"
+        );
+        let deadline = std::time::Instant::now() + WAIT;
+        while !config.seen_all_sources(&[FILE_SOURCE, HTTP_SOURCE, API_SOURCE]) {
+            assert!(std::time::Instant::now() < deadline, "sources never seen");
+            std::thread::yield_now();
+        }
+    }
+
     /// Upstream's race test: registering sources while another thread asks
     /// whether all were seen.
     #[test]
@@ -523,10 +675,11 @@ mod tests {
     }
 
     /// Several sources sending at once, with names that collide across
-    /// them, and a consumer slow enough that the listeners queue up on the
+    /// them, and a consumer slow enough that the merge queues up on the
     /// updates channel: the consumer that only reads that channel ends up
-    /// with exactly the merged state. If a merge released its lock before
-    /// sending, a REMOVE could overtake the ADD it enabled and this fails.
+    /// with exactly the merged state. If one merge's sends could interleave
+    /// with another's, a REMOVE could overtake the ADD it enabled and this
+    /// fails.
     #[test]
     fn concurrent_sources_are_delivered_in_merge_order() {
         const ROUNDS: usize = 400;
@@ -546,7 +699,7 @@ mod tests {
                     };
                     for _ in 0..ROUNDS {
                         let count = (next() % 4) as usize;
-                        let pods: Vec<Pod> = (0..count)
+                        let pods: Vec<Arc<Pod>> = (0..count)
                             .map(|_| {
                                 let i = next() % 6;
                                 pod(&format!("{source}-{i}"), &format!("p{}", i % 3))
@@ -568,7 +721,7 @@ mod tests {
                 .unwrap(),
             );
         }
-        let mut state: BTreeMap<String, Pod> = BTreeMap::new();
+        let mut state: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
         let mut consume = || -> Result<(), String> {
             let mut done = 0;
             let mut received = 0u64;
@@ -603,12 +756,12 @@ mod tests {
             Ok(())
         };
         let outcome = consume();
-        let merged: BTreeMap<String, Pod> = config
+        let merged: BTreeMap<String, Arc<Pod>> = config
             .merged_state()
             .into_iter()
             .map(|p| (crate::pod::pod_uid(&p).to_string(), p))
             .collect();
-        // Stop the listeners first, so that senders blocked on them return.
+        // Stop the config thread first, so that senders blocked on it return.
         drop(config);
         drop(senders);
         if let Err(e) = outcome {

@@ -3,9 +3,14 @@
 //! sync loop (upstream `podStorage.merge` in config/config.go).
 //!
 //! This is plain data with no locks or threads: [`PodStorage::merge`]
-//! returns the notifications in the order they must be delivered, and the
-//! caller (the Mux listener in `pod_config.rs`) sends them while it still
-//! holds the lock around the storage, so that deliveries never interleave.
+//! returns the notifications in the order they must be delivered, and its
+//! one owner (the `pod-config` thread in `pod_config.rs`) sends them before
+//! it merges anything else, so that deliveries never interleave.
+//!
+//! Pods are stored as the `Arc`s their source sent: a known pod that did
+//! not change costs no copy, and a notification shares the stored pod. A
+//! pod is copied only when the merge writes to it: the node's annotations
+//! on a new or held pod, a changed spec or status on a known one.
 //!
 //! The rules, per source and keyed by UID:
 //! - ADD, UPDATE and DELETE insert or update the pods they carry; REMOVE
@@ -37,6 +42,7 @@
 //! SET, where upstream sends nothing.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::jiff::Timestamp;
@@ -63,7 +69,7 @@ pub const FAILED_VALIDATION_REASON: &str = "FailedValidation";
 struct Held {
     /// Arrival order: when a name becomes free, the earliest claimant wins.
     since: u64,
-    pod: Pod,
+    pod: Arc<Pod>,
 }
 
 /// Which merged pod owns each name key (see [`name_key`]): (source, UID).
@@ -83,7 +89,7 @@ fn name_key(source: &str, full_name: &str) -> String {
 /// The pods of every source, keyed by source name and then by UID.
 pub struct PodStorage {
     mode: NotificationMode,
-    pods: BTreeMap<String, BTreeMap<String, Pod>>,
+    pods: BTreeMap<String, BTreeMap<String, Arc<Pod>>>,
     /// Pods waiting for their full name to become free, by source and UID.
     held: BTreeMap<String, BTreeMap<String, Held>>,
     next_held: u64,
@@ -98,14 +104,14 @@ pub struct PodStorage {
 /// What a merge found, before it is shaped by the notification mode.
 #[derive(Default)]
 struct Changes {
-    adds: Vec<Pod>,
-    updates: Vec<Pod>,
-    deletes: Vec<Pod>,
-    removes: Vec<Pod>,
-    reconciles: Vec<Pod>,
-    restores: Vec<Pod>,
+    adds: Vec<Arc<Pod>>,
+    updates: Vec<Arc<Pod>>,
+    deletes: Vec<Arc<Pod>>,
+    removes: Vec<Arc<Pod>>,
+    reconciles: Vec<Arc<Pod>>,
+    restores: Vec<Arc<Pod>>,
     /// Held pods of *other* sources that this merge let in.
-    admitted: BTreeMap<String, Vec<Pod>>,
+    admitted: BTreeMap<String, Vec<Arc<Pod>>>,
 }
 
 /// How an incoming copy of a known pod differs from the stored one.
@@ -167,8 +173,8 @@ impl PodStorage {
         sources.into_iter().all(|s| self.sources_seen.contains(s))
     }
 
-    /// Copies of all merged pods of all sources (by source name, then UID).
-    pub fn merged_state(&self) -> Vec<Pod> {
+    /// All merged pods of all sources (by source name, then UID), shared.
+    pub fn merged_state(&self) -> Vec<Arc<Pod>> {
         self.pods
             .values()
             .flat_map(|m| m.values().cloned())
@@ -176,7 +182,7 @@ impl PodStorage {
     }
 
     /// The merged pods of one source.
-    pub fn source_pods(&self, source: &str) -> Vec<Pod> {
+    pub fn source_pods(&self, source: &str) -> Vec<Arc<Pod>> {
         self.pods
             .get(source)
             .map(|m| m.values().cloned().collect())
@@ -185,7 +191,7 @@ impl PodStorage {
 
     /// The pods of one source held back because their name is taken, in
     /// arrival order.
-    pub fn held_pods(&self, source: &str) -> Vec<Pod> {
+    pub fn held_pods(&self, source: &str) -> Vec<Arc<Pod>> {
         let mut held: Vec<&Held> = self
             .held
             .get(source)
@@ -240,7 +246,7 @@ impl PodStorage {
                     if let Some(existing) = self.stored_mut(source, &uid) {
                         classify(existing, pod, c);
                     } else if let Some(held) = self.held_mut(source, &uid) {
-                        held.pod = pod;
+                        held.pod = annotated(pod, source);
                     } else {
                         self.admit_or_hold(source, pod, None, names, false, c);
                     }
@@ -325,7 +331,7 @@ impl PodStorage {
         }
     }
 
-    fn stored_mut(&mut self, source: &str, uid: &str) -> Option<&mut Pod> {
+    fn stored_mut(&mut self, source: &str, uid: &str) -> Option<&mut Arc<Pod>> {
         self.pods.get_mut(source).and_then(|m| m.get_mut(uid))
     }
 
@@ -334,12 +340,13 @@ impl PodStorage {
     }
 
     /// Drops every pod whose full name already came earlier in the same
-    /// update (upstream `filterInvalidPods`), and annotates the rest with
-    /// their source.
-    fn filter_duplicates(&mut self, source: &str, pods: Vec<Pod>) -> Vec<Pod> {
+    /// update (upstream `filterInvalidPods`). The source annotation is set
+    /// where a pod is stored ([`annotated`]): a known pod's copy keeps the
+    /// stored one's, and an unchanged pod is not copied.
+    fn filter_duplicates(&mut self, source: &str, pods: Vec<Arc<Pod>>) -> Vec<Arc<Pod>> {
         let mut names = HashSet::new();
         let mut kept = Vec::with_capacity(pods.len());
-        for (index, mut pod) in pods.into_iter().enumerate() {
+        for (index, pod) in pods.into_iter().enumerate() {
             let full_name = pod_full_name(&pod);
             if !names.insert(full_name.clone()) {
                 let message = format!(
@@ -351,7 +358,6 @@ impl PodStorage {
                 self.raise(source, &pod, message);
                 continue;
             }
-            set_annotation(&mut pod, CONFIG_SOURCE_ANNOTATION_KEY, source.to_string());
             kept.push(pod);
         }
         kept
@@ -374,7 +380,7 @@ impl PodStorage {
     fn admit_or_hold(
         &mut self,
         source: &str,
-        mut pod: Pod,
+        pod: Arc<Pod>,
         since: Option<u64>,
         names: &mut Names,
         restore: bool,
@@ -398,6 +404,7 @@ impl PodStorage {
                         self.next_held
                     }
                 };
+                let pod = annotated(pod, source);
                 self.held
                     .entry(source.to_string())
                     .or_default()
@@ -410,7 +417,12 @@ impl PodStorage {
             );
         }
         log::debug!("source {source}: new pod {full_name} ({uid})");
-        set_annotation(&mut pod, CONFIG_FIRST_SEEN_ANNOTATION_KEY, (self.now)());
+        let mut pod = annotated(pod, source);
+        set_annotation(
+            Arc::make_mut(&mut pod),
+            CONFIG_FIRST_SEEN_ANNOTATION_KEY,
+            (self.now)(),
+        );
         if restore {
             c.restores.push(pod.clone());
         } else {
@@ -447,7 +459,11 @@ impl PodStorage {
             };
             log::info!("config: pod {full_name} ({uid}) from {source}: its name is free now");
             names.insert(name_key(&source, &full_name), (source.clone(), uid.clone()));
-            set_annotation(&mut pod, CONFIG_FIRST_SEEN_ANNOTATION_KEY, (self.now)());
+            set_annotation(
+                Arc::make_mut(&mut pod),
+                CONFIG_FIRST_SEEN_ANNOTATION_KEY,
+                (self.now)(),
+            );
             self.pods
                 .entry(source.clone())
                 .or_default()
@@ -462,7 +478,7 @@ impl PodStorage {
 
     fn notifications(&self, source: &str, c: Changes, first_set: bool) -> Vec<PodUpdate> {
         let mut out = Vec::new();
-        let mut push = |op, pods: Vec<Pod>| out.push(PodUpdate::new(op, source, pods));
+        let mut push = |op, pods: Vec<Arc<Pod>>| out.push(PodUpdate::new(op, source, pods));
         let admitted = !c.admitted.is_empty();
         match self.mode {
             NotificationMode::Incremental => {
@@ -534,8 +550,26 @@ fn release_name(names: &mut Names, source: &str, pod: &Pod) {
     }
 }
 
+/// `pod` with `source` as its source annotation, copied only if it has
+/// another one (or none).
+fn annotated(mut pod: Arc<Pod>, source: &str) -> Arc<Pod> {
+    let current = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION_KEY));
+    if current.map(String::as_str) != Some(source) {
+        set_annotation(
+            Arc::make_mut(&mut pod),
+            CONFIG_SOURCE_ANNOTATION_KEY,
+            source.to_string(),
+        );
+    }
+    pod
+}
+
 /// Brings the stored pod up to date and records what kind of change it was.
-fn classify(existing: &mut Pod, incoming: Pod, c: &mut Changes) {
+fn classify(existing: &mut Arc<Pod>, incoming: Arc<Pod>, c: &mut Changes) {
     match check_and_update(existing, incoming) {
         Difference::Update => c.updates.push(existing.clone()),
         Difference::GracefulDelete => c.deletes.push(existing.clone()),
@@ -587,14 +621,22 @@ fn differ_semantically(existing: &Pod, incoming: &Pod) -> bool {
 
 /// Brings `existing` up to date with `incoming` and says what kind of change
 /// it was. The node's own annotations (first seen, source, mirror) survive.
-fn check_and_update(existing: &mut Pod, incoming: Pod) -> Difference {
+/// The stored pod is copied (if shared) only when it changes, and
+/// `incoming` is taken apart without a copy when nobody else holds it.
+fn check_and_update(existing: &mut Arc<Pod>, incoming: Arc<Pod>) -> Difference {
     if !differ_semantically(existing, &incoming) {
         if existing.status != incoming.status {
-            existing.status = incoming.status;
+            let status = match Arc::try_unwrap(incoming) {
+                Ok(pod) => pod.status,
+                Err(shared) => shared.status.clone(),
+            };
+            Arc::make_mut(existing).status = status;
             return Difference::Reconcile;
         }
         return Difference::None;
     }
+    let incoming = Arc::unwrap_or_clone(incoming);
+    let existing = Arc::make_mut(existing);
     let graceful_delete = incoming.metadata.deletion_timestamp.is_some();
     let mut annotations: BTreeMap<String, String> =
         incoming.metadata.annotations.unwrap_or_default();
@@ -698,12 +740,12 @@ mod tests {
 
     /// An update from the API source.
     fn upd(op: PodOperation, pods: Vec<Pod>) -> PodUpdate {
-        PodUpdate::new(op, API_SOURCE, pods)
+        from(API_SOURCE, op, pods)
     }
 
     /// An update from the named source.
     fn from(source: &str, op: PodOperation, pods: Vec<Pod>) -> PodUpdate {
-        PodUpdate::new(op, source, pods)
+        PodUpdate::new(op, source, pods.into_iter().map(Arc::new).collect())
     }
 
     type Summary = Vec<(PodOperation, String, Vec<String>)>;
@@ -1400,6 +1442,45 @@ mod tests {
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 
+    /// Pods are shared, not copied: a notification carries the stored
+    /// pod itself, a pod the update leaves alone stays the one stored,
+    /// and a status change replaces only that pod.
+    #[test]
+    fn stored_pods_are_shared_and_copied_only_when_they_change() {
+        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
+        let a = Arc::new(pod("a", "a", "i"));
+        let b = Arc::new(pod("b", "b", "i"));
+        let out = storage.merge(
+            API_SOURCE,
+            PodUpdate::new(Set, API_SOURCE, vec![a, b.clone()]),
+        );
+        assert_eq!(out[0].op, Add);
+        let stored = |s: &PodStorage, uid: &str| {
+            s.source_pods(API_SOURCE)
+                .into_iter()
+                .find(|p| pod_uid(p) == uid)
+                .unwrap()
+        };
+        let (a1, b1) = (stored(&storage, "a"), stored(&storage, "b"));
+        assert!(out[0].pods.iter().any(|p| Arc::ptr_eq(p, &a1)));
+        assert!(out[0].pods.iter().any(|p| Arc::ptr_eq(p, &b1)));
+
+        // The next event: a's status changed, b did not.
+        let a2 = Arc::new(with_phase(pod("a", "a", "i"), "Running"));
+        let out = storage.merge(API_SOURCE, PodUpdate::new(Set, API_SOURCE, vec![a2, b]));
+        assert_eq!(summary(&out), [(Reconcile, "api".into(), vec!["a".into()])]);
+        assert!(Arc::ptr_eq(&out[0].pods[0], &stored(&storage, "a")));
+        assert!(
+            Arc::ptr_eq(&b1, &stored(&storage, "b")),
+            "an unchanged pod is not copied"
+        );
+        // What was handed out before is left as it was.
+        assert!(a1.status.is_none());
+        let ann = stored(&storage, "a").metadata.annotations.clone().unwrap();
+        assert_eq!(ann[CONFIG_SOURCE_ANNOTATION_KEY], "api");
+        assert_eq!(ann[CONFIG_FIRST_SEEN_ANNOTATION_KEY], fixed_clock());
+    }
+
     #[test]
     fn notifications_carry_the_stored_pod() {
         let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
@@ -1440,7 +1521,7 @@ mod tests {
         let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
         let out = storage.merge(
             FILE_SOURCE,
-            PodUpdate::new(Set, FILE_SOURCE, vec![pod("u", "a", "i:1")]),
+            from(FILE_SOURCE, Set, vec![pod("u", "a", "i:1")]),
         );
         let added = &out[0].pods[0];
         let ann = added.metadata.annotations.as_ref().unwrap();
@@ -1449,7 +1530,7 @@ mod tests {
 
         // An update keeps the first-seen time and takes the new annotations.
         let changed = with_annotation(pod("u", "a", "i:2"), "k", "v");
-        let out = storage.merge(FILE_SOURCE, PodUpdate::new(Set, FILE_SOURCE, vec![changed]));
+        let out = storage.merge(FILE_SOURCE, from(FILE_SOURCE, Set, vec![changed]));
         assert_eq!(out[0].op, Update);
         let ann = out[0].pods[0].metadata.annotations.as_ref().unwrap();
         assert_eq!(ann[CONFIG_FIRST_SEEN_ANNOTATION_KEY], fixed_clock());
@@ -1467,7 +1548,7 @@ mod tests {
 
         // The source annotation is the merging source's, whatever the pod says.
         let lying = with_annotation(pod("v", "b", "i"), CONFIG_SOURCE_ANNOTATION_KEY, "api");
-        let out = storage.merge(FILE_SOURCE, PodUpdate::new(Add, FILE_SOURCE, vec![lying]));
+        let out = storage.merge(FILE_SOURCE, from(FILE_SOURCE, Add, vec![lying]));
         let ann = out[0].pods[0].metadata.annotations.as_ref().unwrap();
         assert_eq!(ann[CONFIG_SOURCE_ANNOTATION_KEY], "file");
     }
@@ -1498,14 +1579,14 @@ mod tests {
         assert!(!storage.seen_sources([API_SOURCE]));
         storage.merge(
             FILE_SOURCE,
-            PodUpdate::new(Set, FILE_SOURCE, vec![pod("u2", "b", "i")]),
+            from(FILE_SOURCE, Set, vec![pod("u2", "b", "i")]),
         );
         assert!(storage.seen_sources([FILE_SOURCE]));
         assert!(!storage.seen_sources([FILE_SOURCE, API_SOURCE]));
         let names: Vec<_> = storage
             .merged_state()
             .into_iter()
-            .map(|p| p.metadata.name.unwrap())
+            .map(|p| p.metadata.name.clone().unwrap())
             .collect();
         assert_eq!(names, ["a", "b"]);
     }
@@ -1514,7 +1595,7 @@ mod tests {
     fn sources_are_independent() {
         let mut storage = PodStorage::new(NotificationMode::Incremental);
         storage.merge(API_SOURCE, upd(Set, vec![pod("u1", "a", "i")]));
-        let out = storage.merge(FILE_SOURCE, PodUpdate::new(Set, FILE_SOURCE, vec![]));
+        let out = storage.merge(FILE_SOURCE, from(FILE_SOURCE, Set, vec![]));
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].op, out[0].pods.len()), (Add, 0));
         assert_eq!(storage.merged_state().len(), 1);
