@@ -798,7 +798,10 @@ fn run(opts: Options) -> anyhow::Result<bool> {
             stop,
         },
     )
-    .with_root_dir(opts.root_dir.clone())
+    .with_orphan_sweeper(
+        tinylet::volume::sweeper::start(opts.root_dir.clone())
+            .context("starting the pod directory sweeper thread")?,
+    )
     .with_code_page_drops()
     .with_admissions(admissions)
     .with_health(health)
