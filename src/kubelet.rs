@@ -30,6 +30,7 @@ use crate::pleg::{PodCache, PodLifecycleEvent, PodLifecycleEventType};
 use crate::pod::{is_mirror_pod, is_static_pod, pod_full_name, pod_uid, API_SOURCE};
 use crate::pod_workers::{PodWork, PodWorkers, UpdateType, WorkQueue};
 use crate::status::manager::{MirrorPod, StatusReporter};
+use crate::volume::sweeper::OrphanSweeper;
 
 /// The reason (status and event) of a pod refused for names that cannot
 /// become paths on this node; the event reason upstream gives a pod that
@@ -208,11 +209,9 @@ pub struct Kubelet {
     pods_at_housekeeping: usize,
     /// Pods refused by admission: never run, reported as Failed.
     rejected: HashMap<String, Arc<Pod>>,
-    /// `--root-dir`, whose orphaned pod directories housekeeping removes;
-    /// `None` leaves them.
-    root_dir: Option<std::path::PathBuf>,
-    /// Orphaned pod directories that could not be removed, warned about once.
-    stuck_dirs: HashSet<String>,
+    /// The thread that removes orphaned pod directories at housekeeping's
+    /// request; `None` leaves them.
+    sweeper: Option<OrphanSweeper>,
     /// Turns handled and the longest one.
     stats: LoopStats,
     /// Where admission decisions are recorded for the checkpointer.
@@ -276,8 +275,7 @@ impl Kubelet {
             code_drop_at: None,
             code_drops: 0,
             pods_at_housekeeping: 0,
-            root_dir: None,
-            stuck_dirs: HashSet::new(),
+            sweeper: None,
             stats: LoopStats::default(),
             admissions: None,
             evictions: crossbeam_channel::never(),
@@ -341,10 +339,10 @@ impl Kubelet {
         self
     }
 
-    /// Has housekeeping remove the pod directories under `root_dir` that no
-    /// pod claims any more.
-    pub fn with_root_dir(mut self, root_dir: std::path::PathBuf) -> Self {
-        self.root_dir = Some(root_dir);
+    /// Has housekeeping ask `sweeper` to remove the pod directories that
+    /// no pod claims any more.
+    pub fn with_orphan_sweeper(mut self, sweeper: OrphanSweeper) -> Self {
+        self.sweeper = Some(sweeper);
         self
     }
 
@@ -879,6 +877,13 @@ impl Kubelet {
         if update_type == UpdateType::Kill {
             self.reporter.pod_killed(&pod);
         }
+        if let Some(sweeper) = &self.sweeper {
+            if !self.workers.is_known(pod_uid(&pod)) {
+                // Its worker may make its directory before a sweep asked
+                // for earlier gets to it.
+                sweeper.claim();
+            }
+        }
         self.workers.update_pod(PodWork {
             pod,
             update_type,
@@ -951,21 +956,18 @@ impl Kubelet {
             });
             self.dispatch(pod, UpdateType::Kill, None);
         }
-        if let Some(root) = &self.root_dir {
-            let runtime: HashSet<&str> = runtime_pods.iter().map(|p| p.uid.as_str()).collect();
-            let failed = crate::volume::remove_orphaned_pod_dirs(root, |uid| {
-                self.pods.contains_key(uid)
-                    || self.workers.is_known(uid)
-                    || self.finished.contains_key(uid)
-                    || runtime.contains(uid)
-            });
-            let failed_dirs: HashSet<String> = failed.iter().map(|(d, _)| d.clone()).collect();
-            for (dir, e) in failed {
-                if !self.stuck_dirs.contains(&dir) {
-                    warn!("housekeeping: cannot remove orphaned pod directory {dir}: {e}");
-                }
-            }
-            self.stuck_dirs = failed_dirs;
+        if let Some(sweeper) = &self.sweeper {
+            // The sweep itself (read_dir, unmount, remove) runs on the
+            // sweeper's thread.
+            let keep: HashSet<String> = self
+                .pods
+                .keys()
+                .chain(self.workers.uids())
+                .chain(self.finished.keys())
+                .chain(runtime_pods.iter().map(|p| &p.uid))
+                .cloned()
+                .collect();
+            sweeper.request(keep);
         }
     }
 }
@@ -1348,6 +1350,35 @@ mod tests {
         // The relist from before the removal does not start a second kill.
         r.kubelet.handle_event(Event::Housekeeping);
         assert!(r.kubelet.workers.is_empty());
+    }
+
+    #[test]
+    fn housekeeping_has_the_sweeper_remove_only_the_directories_no_pod_claims() {
+        let root = tempfile::tempdir().unwrap();
+        let pods = root.path().join("pods");
+        let mut r = rig();
+        r.kubelet = r
+            .kubelet
+            .with_orphan_sweeper(crate::volume::sweeper::start(root.path().to_path_buf()).unwrap());
+        r.ready.store(true, Ordering::SeqCst);
+        r.kubelet
+            .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
+        wait_for("container started", || r.fake.count("StartContainer") == 1);
+        for uid in ["u1", "gone"] {
+            std::fs::create_dir_all(pods.join(uid).join("volumes")).unwrap();
+        }
+        r.kubelet.handle_event(Event::Housekeeping);
+        wait_for("the orphan's removal", || !pods.join("gone").exists());
+        // Once a second sweep is over, the first one is too.
+        std::fs::create_dir_all(pods.join("gone-too")).unwrap();
+        r.kubelet.handle_event(Event::Housekeeping);
+        wait_for("the second orphan's removal", || {
+            !pods.join("gone-too").exists()
+        });
+        assert!(
+            pods.join("u1").join("volumes").is_dir(),
+            "a desired pod's stays"
+        );
     }
 
     fn strict_node() -> NodeInfo {

@@ -349,7 +349,8 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     };
     let remote = Arc::new(remote);
 
-    let node_state = Arc::new(parking_lot::RwLock::new(initial_node_state(
+    // The node-status thread owns the node state; the rest read snapshots.
+    let (node_state_writer, node_state) = tinylet::node::state::publish(initial_node_state(
         &node,
         &opts.root_dir,
         opts.max_pods,
@@ -358,7 +359,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         &opts.system_reserved,
         tinylet::eviction::hard_value(&opts.eviction, Signal::MemoryAvailable),
         tinylet::eviction::hard_value(&opts.eviction, Signal::NodeFsAvailable),
-    )));
+    ));
     let host_ip = tinylet::node::machine::node_addresses(opts.node_ip, &node)
         .ok()
         .and_then(|a| {
@@ -505,6 +506,9 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                 )))
                 .max(Duration::from_secs(5));
             let heartbeats = c.for_heartbeats(heartbeat_timeout);
+            // The lease thread tells the node-status thread of each
+            // heartbeat recovery; when full, the one waiting stands for it.
+            let (recovered_tx, recovered_rx) = bounded(1);
             let status = NodeStatusController::start(
                 heartbeats.clone(),
                 remote.clone(),
@@ -534,7 +538,8 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                     .to_string(),
                     pressure: (!opts.runonce).then(|| pressure.clone()),
                 },
-                node_state.clone(),
+                node_state_writer,
+                recovered_rx,
                 recorder.clone(),
             )
             .context("starting the node status thread")?;
@@ -543,6 +548,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                 node.clone(),
                 opts.node_lease_duration_seconds,
                 node_state.clone(),
+                recovered_tx,
             )
             .context("starting the node lease thread")?;
             (Some(status), Some(lease))
@@ -798,7 +804,10 @@ fn run(opts: Options) -> anyhow::Result<bool> {
             stop,
         },
     )
-    .with_root_dir(opts.root_dir.clone())
+    .with_orphan_sweeper(
+        tinylet::volume::sweeper::start(opts.root_dir.clone())
+            .context("starting the pod directory sweeper thread")?,
+    )
     .with_code_page_drops()
     .with_admissions(admissions)
     .with_health(health)

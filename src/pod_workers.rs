@@ -408,6 +408,11 @@ impl PodWorkers {
         self.workers.contains_key(uid)
     }
 
+    /// The UIDs of the pods that have a worker.
+    pub fn uids(&self) -> impl Iterator<Item = &String> {
+        self.workers.keys()
+    }
+
     pub fn is_terminating(&self, uid: &str) -> bool {
         self.workers.get(uid).is_some_and(|w| w.terminating)
     }

@@ -9,18 +9,17 @@
 //! `onRepeatedHeartbeatFailure`), every connection of the client is closed,
 //! so watches and requests stuck on a connection that went silent start
 //! over instead of waiting minutes for their read deadlines. The first
-//! renewal after failures counts a recovery in [`NodeState`], which the
-//! node status thread answers by comparing its status with the server's.
+//! renewal after failures tells the node status thread (a bounded(1)
+//! channel: recoveries not yet seen coalesce into one), which answers by
+//! comparing its status with the server's.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use log::{debug, info, warn};
-use parking_lot::RwLock;
 use serde_json::{json, Value};
 
-use super::NodeState;
+use super::NodeStateReader;
 use crate::apitime::micro_time;
 use crate::kube::{ApiError, Client};
 use crate::thread::{spawn_named, JoinOnDrop};
@@ -40,7 +39,8 @@ impl LeaseController {
         client: Client,
         node: String,
         duration_secs: u32,
-        state: Arc<RwLock<NodeState>>,
+        state: NodeStateReader,
+        recovered: Sender<()>,
     ) -> std::io::Result<LeaseController> {
         let (stop_tx, stop_rx) = bounded(0);
         let thread = spawn_named("node-lease", move || {
@@ -49,6 +49,7 @@ impl LeaseController {
                 node,
                 duration_secs,
                 state,
+                recovered,
                 current: None,
             };
             lease.run(stop_rx)
@@ -64,7 +65,10 @@ struct Lease {
     client: Client,
     node: String,
     duration_secs: u32,
-    state: Arc<RwLock<NodeState>>,
+    /// The node's UID, for the lease's owner.
+    state: NodeStateReader,
+    /// Told of each renewal that succeeds after failures.
+    recovered: Sender<()>,
     /// The lease as the server last returned it.
     current: Option<Value>,
 }
@@ -118,7 +122,8 @@ impl Lease {
                 info!("node lease: renewed again");
                 failing = false;
                 closed = false;
-                self.state.write().heartbeat_recoveries += 1;
+                // Full: a recovery not yet seen stands for this one too.
+                let _ = self.recovered.try_send(());
             }
             if !sleep(&stop, interval) {
                 return;

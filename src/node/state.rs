@@ -1,9 +1,19 @@
 //! What the rest of tinylet knows about its own Node: its UID once
-//! registered, its labels and its allocatable resources. Written by the
-//! node status thread, read by admission and the status manager.
+//! registered, its labels and its allocatable resources.
+//!
+//! One owner: the `node-status` thread holds the only [`NodeStateWriter`]
+//! and publishes each change as a new immutable snapshot; everyone else
+//! (admission in the sync loop, the status manager, the lease thread, the
+//! runtime's and the object manager's closures) holds a
+//! [`NodeStateReader`], which hands out the latest snapshot and cannot
+//! write. A standalone node has no writer: its readers keep the state
+//! computed at start.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use super::machine;
 use crate::admission::NodeInfo;
@@ -19,9 +29,6 @@ pub struct NodeState {
     pub allocatable: BTreeMap<String, String>,
     /// The Ready condition last reported.
     pub ready: bool,
-    /// Heartbeats that succeeded after failing (the link to the apiserver
-    /// came back); counted by the lease thread.
-    pub heartbeat_recoveries: u64,
     /// The Node's `node.alpha.kubernetes.io/ttl` annotation: how long a
     /// Secret or ConfigMap read by the Cache strategy may be kept.
     pub object_ttl: Option<std::time::Duration>,
@@ -62,8 +69,54 @@ pub fn initial_node_state(
         labels: default_labels(name, &info, node_labels),
         allocatable,
         ready: false,
-        heartbeat_recoveries: 0,
         object_ttl: None,
+    }
+}
+
+/// Makes `state` the first snapshot: the writer for the state's owner and
+/// a reader to clone for everyone else.
+pub fn publish(state: NodeState) -> (NodeStateWriter, NodeStateReader) {
+    let current = Arc::new(state);
+    let reader = NodeStateReader(Arc::new(Mutex::new(current.clone())));
+    (
+        NodeStateWriter {
+            current,
+            reader: reader.clone(),
+        },
+        reader,
+    )
+}
+
+/// The one writer of the node state (not `Clone`), held by the
+/// `node-status` thread.
+pub struct NodeStateWriter {
+    /// The snapshot last published.
+    current: Arc<NodeState>,
+    reader: NodeStateReader,
+}
+
+impl NodeStateWriter {
+    /// Changes the state with `change` and publishes the result, unless
+    /// nothing changed.
+    pub fn update(&mut self, change: impl FnOnce(&mut NodeState)) {
+        let mut next = NodeState::clone(&self.current);
+        change(&mut next);
+        if next != *self.current {
+            self.current = Arc::new(next);
+            *self.reader.0.lock() = self.current.clone();
+        }
+    }
+}
+
+/// A read-only handle on the node state: each [`read`](Self::read) takes
+/// the latest snapshot, and no lock is held while it is used.
+#[derive(Clone)]
+pub struct NodeStateReader(Arc<Mutex<Arc<NodeState>>>);
+
+impl NodeStateReader {
+    /// The state as last published.
+    pub fn read(&self) -> Arc<NodeState> {
+        self.0.lock().clone()
     }
 }
 
@@ -104,5 +157,26 @@ pub fn node_info(state: &NodeState) -> NodeInfo {
         os: "linux",
         allow_privileged: true,
         sysctls: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readers_see_what_the_writer_publishes_and_keep_their_snapshot() {
+        let (mut writer, reader) = publish(NodeState {
+            name: "n".into(),
+            ..Default::default()
+        });
+        let before = reader.read();
+        writer.update(|st| st.uid = Some("u1".into()));
+        assert_eq!(reader.clone().read().uid.as_deref(), Some("u1"));
+        assert_eq!(before.uid, None, "a snapshot taken stays as it was");
+        // An update that changes nothing publishes nothing new.
+        let now = reader.read();
+        writer.update(|st| st.uid = Some("u1".into()));
+        assert!(Arc::ptr_eq(&now, &reader.read()));
     }
 }

@@ -7,7 +7,7 @@
 //! strategic merge patch against the status last sent, as upstream sends:
 //! only what changed, with the conditions' order.
 //!
-//! After an outage (the lease thread counts a heartbeat recovery) the Node
+//! After an outage (the lease thread reports a heartbeat recovery) the Node
 //! is read once and the next patch is computed against the server's status,
 //! as upstream compares with the Node it reads: while the node was away the
 //! node lifecycle controller may have set its conditions to Unknown, and
@@ -21,13 +21,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use log::{debug, info, warn};
-use parking_lot::RwLock;
 use serde_json::{json, Map, Value};
 
 use super::lease::sleep;
 use super::machine::{self, MachineInfo};
 use super::taint::Taint;
-use super::NodeState;
+use super::NodeStateWriter;
 use crate::apitime::rfc3339;
 use crate::cri::{ImageService, RuntimeService};
 use crate::events::{EventRecorder, EventType, ObjectRef};
@@ -80,7 +79,8 @@ impl NodeStatusController {
         runtime: Arc<dyn RuntimeService>,
         images: Arc<dyn ImageService>,
         config: NodeConfig,
-        state: Arc<RwLock<NodeState>>,
+        state: NodeStateWriter,
+        recoveries: Receiver<()>,
         recorder: EventRecorder,
     ) -> std::io::Result<NodeStatusController> {
         let (stop_tx, stop_rx) = bounded(0);
@@ -99,7 +99,8 @@ impl NodeStatusController {
                 sent_at: None,
                 ready: None,
                 pressure: BTreeMap::new(),
-                recoveries_seen: 0,
+                recoveries,
+                resync_due: false,
             };
             n.run(stop_rx)
         })?;
@@ -115,7 +116,8 @@ struct NodeStatus {
     runtime: Arc<dyn RuntimeService>,
     images: Arc<dyn ImageService>,
     config: NodeConfig,
-    state: Arc<RwLock<NodeState>>,
+    /// The node state, which this thread alone writes.
+    state: NodeStateWriter,
     recorder: EventRecorder,
     machine: MachineInfo,
     runtime_version: Option<String>,
@@ -126,8 +128,10 @@ struct NodeStatus {
     ready: Option<bool>,
     /// Pressure conditions last reported, for their events.
     pressure: BTreeMap<&'static str, bool>,
-    /// `NodeState::heartbeat_recoveries` when the Node was last read.
-    recoveries_seen: u64,
+    /// A message for each heartbeat recovery, from the lease thread.
+    recoveries: Receiver<()>,
+    /// A recovery was reported and the Node not read since.
+    resync_due: bool,
 }
 
 fn node_path(name: &str) -> String {
@@ -182,13 +186,15 @@ impl NodeStatus {
     /// Reads the Node once after the link to the apiserver came back, so
     /// that the next patch undoes what others changed meanwhile.
     fn resync_after_outage(&mut self) {
-        let recoveries = self.state.read().heartbeat_recoveries;
-        if recoveries == self.recoveries_seen {
+        if self.recoveries.try_recv().is_ok() {
+            self.resync_due = true;
+        }
+        if !self.resync_due {
             return;
         }
         match self.client.get(&node_path(&self.config.name)) {
             Ok(node) => {
-                self.recoveries_seen = recoveries;
+                self.resync_due = false;
                 self.remember(&node);
                 if let Some(status) = node.get("status") {
                     if self
@@ -211,22 +217,23 @@ impl NodeStatus {
     }
 
     fn remember(&mut self, node: &Value) {
-        let mut st = self.state.write();
-        if let Some(uid) = node.pointer("/metadata/uid").and_then(Value::as_str) {
-            st.uid = Some(uid.to_string());
-        }
-        // Upstream reads it as whole seconds; anything else means no TTL.
-        st.object_ttl = node
-            .pointer("/metadata/annotations/node.alpha.kubernetes.io~1ttl")
-            .and_then(Value::as_str)
-            .and_then(|t| t.parse::<u64>().ok())
-            .map(std::time::Duration::from_secs);
-        if let Some(labels) = node.pointer("/metadata/labels").and_then(Value::as_object) {
-            st.labels = labels
-                .iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect();
-        }
+        self.state.update(|st| {
+            if let Some(uid) = node.pointer("/metadata/uid").and_then(Value::as_str) {
+                st.uid = Some(uid.to_string());
+            }
+            // Upstream reads it as whole seconds; anything else means no TTL.
+            st.object_ttl = node
+                .pointer("/metadata/annotations/node.alpha.kubernetes.io~1ttl")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<u64>().ok())
+                .map(std::time::Duration::from_secs);
+            if let Some(labels) = node.pointer("/metadata/labels").and_then(Value::as_object) {
+                st.labels = labels
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect();
+            }
+        });
     }
 
     /// The labels the kubelet sets on its own Node.
@@ -311,10 +318,11 @@ impl NodeStatus {
 
     fn accepted(&mut self, status: Value) {
         if let Some(alloc) = status.get("allocatable").and_then(Value::as_object) {
-            self.state.write().allocatable = alloc
+            let alloc: BTreeMap<String, String> = alloc
                 .iter()
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
                 .collect();
+            self.state.update(|st| st.allocatable = alloc);
         }
         self.sent = Some(status);
         self.sent_at = Some(Instant::now());
@@ -577,7 +585,7 @@ impl NodeStatus {
                 _ => continue,
             };
             if kind == "Ready" {
-                self.state.write().ready = on;
+                self.state.update(|st| st.ready = on);
             }
             self.recorder.event(
                 &node,

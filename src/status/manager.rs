@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use super::generate::keep_foreign_conditions;
 use super::patch::{status_equal, status_patch};
 use crate::kube::{ApiError, Client, PatchKind};
-use crate::node::NodeState;
+use crate::node::NodeStateReader;
 use crate::pod::{
     is_static_pod, pod_full_name, CONFIG_HASH_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY,
 };
@@ -334,7 +334,7 @@ pub struct StatusManager {
 impl StatusManager {
     pub fn start(
         client: Client,
-        node: Arc<parking_lot::RwLock<NodeState>>,
+        node: NodeStateReader,
         node_name: String,
     ) -> std::io::Result<(StatusManager, StatusReporter)> {
         let (wake_tx, wake_rx) = bounded(1);
@@ -364,7 +364,7 @@ impl StatusManager {
 struct Worker {
     client: Client,
     shared: Arc<Shared>,
-    node: Arc<parking_lot::RwLock<NodeState>>,
+    node: NodeStateReader,
     node_name: String,
 }
 

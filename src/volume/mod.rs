@@ -20,6 +20,9 @@
 //! passed (or after 24 h). A volume that was set up once keeps its files
 //! when a later refresh fails (the apiserver may be away); the refresh is
 //! tried again at the pod's next sync.
+//!
+//! The directories of pods that are gone are removed by `sweeper`, the
+//! `pod-dir-sweeper` thread, at housekeeping's request.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -40,6 +43,7 @@ pub use objects::{ApiWatcher, ObjectManager, Strategy};
 mod ownership;
 pub mod payload;
 pub mod subpath;
+pub mod sweeper;
 pub mod writer;
 
 pub use payload::{Fetched, Keys, Token};
