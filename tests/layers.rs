@@ -175,6 +175,7 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
         if let Some(name) = decl
             .strip_prefix("mod ")
             .or_else(|| decl.strip_prefix("pub mod "))
+            .or_else(|| decl.strip_prefix("pub(crate) mod "))
             .and_then(|d| d.strip_suffix(';'))
         {
             test_mods.push(name.trim().to_string());

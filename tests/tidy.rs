@@ -192,7 +192,7 @@ fn config_fields_read() -> std::collections::BTreeSet<String> {
     let text = std::fs::read_to_string(root.join("src/options/config_file.rs"))
         .expect("src/options/config_file.rs");
     let start = text
-        .find("pub fn apply_config_file(")
+        .find("fn apply_config_file(")
         .expect("apply_config_file in src/options/config_file.rs");
     let body = &text[start..];
     let body = &body[..body.find("\n}\n").expect("end of apply_config_file")];
