@@ -925,10 +925,17 @@ def main():
         print("kept pub though nothing in the crate uses them (dead code; * = only unit tests use it):")
         for m in sorted(fixer.dead, key=lambda m: m.where()):
             star = "*" if m in fixer.test_only else " "
-            what = m.kind + " " + (m.name or m.src.text[m.end:m.extent[1]].strip().replace("\n", " "))
+            what = f"{m.kind} {m.name}" if m.name else m.src.text[m.end:m.extent[1]].strip()
+            what = " ".join(what.split())
             print(f"  {star} {m.where()}: {what[:100]}")
-    pinned = [m for m in crate.markers() if m.pub and any("fuzz" in w for w in m.why)]
-    print(f"kept pub for tests/fuzz: {len(pinned)}")
+    reasons = {}
+    for m in crate.markers():
+        if m.pub:
+            for w in m.why:
+                reasons[w] = reasons.get(w, 0) + 1
+    print("kept pub, by reason (an item may have several):")
+    for w, n in sorted(reasons.items(), key=lambda x: -x[1]):
+        print(f"  {n:5} {w}")
     return 0
 
 
