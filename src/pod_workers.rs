@@ -50,7 +50,7 @@ use crate::pleg::{PodCache, Wait};
 use crate::pod::{pod_full_name, pod_name, pod_namespace, pod_uid};
 use crate::prober::ProberHandle;
 use crate::runtime::PodStatus;
-use crate::runtime::{RuntimeManager, SyncError};
+use crate::runtime::{RuntimeManager, SyncError, WaitingReasons};
 use crate::status::generate::{generate_pod_status, StatusContext};
 use crate::status::manager::StatusReporter;
 use crate::thread::{spawn_named, JoinOnDrop};
@@ -486,6 +486,9 @@ struct WorkerState {
     /// The pod's active deadline passed: its containers were stopped and
     /// are never started again.
     deadline_exceeded: bool,
+    /// Why containers wait, by name, as the syncs so far found it
+    /// (upstream's `ReasonCache`), for the pod's status.
+    reasons: WaitingReasons,
 }
 
 /// How a worker goes on after one turn.
@@ -587,7 +590,7 @@ fn worker_turn(
         shared.waits.record(full_name, handed_over.elapsed());
         shared.prober.remove_pod(&work.pod);
         let began = Instant::now();
-        if !terminate(shared, mailbox, work, uid, full_name) {
+        if !terminate(shared, mailbox, work, &state.reasons, uid, full_name) {
             return Turn::Stop;
         }
         crate::metrics::pod_worker_sync(crate::metrics::WorkerOperation::Kill, began.elapsed());
@@ -665,15 +668,19 @@ fn worker_turn(
     if let Err(e) = shared.volumes.setup(&work.pod) {
         warn!("pod {full_name}: {e}; will retry");
         state.last_sync = Some(Instant::now());
-        report_status(shared, &work.pod, &status);
+        report_status(shared, &work.pod, &status, &state.reasons);
         enqueue(ERROR_BACKOFF);
         return Turn::Next;
     }
     crate::fault::point("volumes-set-up", full_name);
-    let result = shared.runtime.sync_pod(&work.pod, &status);
+    let synced = shared.runtime.sync_pod(&work.pod, &status);
     state.last_sync = Some(Instant::now());
-    // The status seen at the start of this sync, with the reasons it found.
-    let running = report_status(shared, &work.pod, &status);
+    synced.update_reasons(&mut state.reasons);
+    // The status after this sync (the one it started from when it changed
+    // nothing), with the reasons it found: what the sync did reaches the
+    // status manager now, not at the next relist.
+    let after = synced.status.as_ref().unwrap_or(&status);
+    let running = report_status(shared, &work.pod, after, &state.reasons);
     crate::metrics::pod_worker_sync(operation, began.elapsed());
     if running && !state.start_recorded {
         // As upstream: from first seen to the first status that says Running.
@@ -684,8 +691,8 @@ fn worker_turn(
     }
     shared
         .prober
-        .update_pod(&work.pod, &status, shared.host_ip.as_deref());
-    match result {
+        .update_pod(&work.pod, after, shared.host_ip.as_deref());
+    match synced.result {
         Ok(()) => {
             shared.runtime.prune_dead(&status);
             enqueue(shared.resync_interval);
@@ -778,20 +785,26 @@ fn past_deadline(
     });
     match stopped {
         Ok(st) => {
-            report_failed(shared, pod, &st, Some((REASON, MESSAGE)));
+            report_failed(shared, pod, &st, &state.reasons, Some((REASON, MESSAGE)));
         }
         Err(e) => {
             warn!("pod {full_name}: stopping it after its deadline: {e}; will retry");
-            report_failed(shared, pod, status, Some((REASON, MESSAGE)));
+            report_failed(shared, pod, status, &state.reasons, Some((REASON, MESSAGE)));
             shared.queue.enqueue(uid, ERROR_BACKOFF);
         }
     }
 }
 
-/// Generates the pod's API status from `status` and hands it to the
-/// reporter; true when its phase is Running.
-fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) -> bool {
-    report_failed(shared, pod, status, None)
+/// Generates the pod's API status from `status` and the containers'
+/// waiting `reasons`, and hands it to the reporter; true when its phase is
+/// Running.
+fn report_status(
+    shared: &Shared,
+    pod: &Arc<Pod>,
+    status: &PodStatus,
+    reasons: &WaitingReasons,
+) -> bool {
+    report_failed(shared, pod, status, reasons, None)
 }
 
 /// [`report_status`], with the pod Failed for `failed` (reason, message)
@@ -800,15 +813,15 @@ fn report_failed(
     shared: &Shared,
     pod: &Arc<Pod>,
     status: &PodStatus,
+    reasons: &WaitingReasons,
     failed: Option<(&str, &str)>,
 ) -> bool {
     let uid = pod_uid(pod);
-    let reasons = shared.runtime.waiting_reasons(uid);
     let old = shared.reporter.status(uid).or_else(|| pod.status.clone());
     let ctx = StatusContext {
         host_ip: shared.host_ip.as_deref(),
         runtime_name: &shared.runtime_name,
-        waiting_reasons: &reasons,
+        waiting_reasons: reasons,
         now: k8s_openapi::jiff::Timestamp::now(),
         probes: shared.prober.results(),
     };
@@ -829,6 +842,7 @@ fn terminate(
     shared: &Shared,
     mailbox: &Mailbox,
     work: &PodWork,
+    reasons: &WaitingReasons,
     uid: &str,
     full_name: &str,
 ) -> bool {
@@ -856,7 +870,7 @@ fn terminate(
                 if deleted_from_api(pod) {
                     // The final status, with the containers' exit codes,
                     // before they are removed.
-                    report_status(shared, pod, &st);
+                    report_status(shared, pod, &st, reasons);
                 }
                 if let Err(e) = shared.volumes.teardown(uid) {
                     warn!("pod {full_name}: unmounting its volumes: {e}");
@@ -953,6 +967,31 @@ mod tests {
         assert!(r.fake.containers().is_empty());
         assert_eq!(r.fake.count("RunPodSandbox"), 1);
         assert!(r.workers.is_empty());
+    }
+
+    #[test]
+    fn the_status_after_a_sync_shows_what_it_started_without_a_relist() {
+        let mut r = rig();
+        r.workers.update_pod(PodWork {
+            pod: pod("u7", "web"),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
+        // No relist ever comes in this test: the status the worker reports
+        // is the one it read after its sync.
+        wait_for("a Running status", || {
+            r.workers
+                .shared
+                .reporter
+                .status("u7")
+                .is_some_and(|s| s.phase.as_deref() == Some("Running"))
+        });
+        let status = r.workers.shared.reporter.status("u7").unwrap();
+        let app = &status.container_statuses.unwrap()[0];
+        assert!(app.state.as_ref().is_some_and(|s| s.running.is_some()));
+        assert!(app.container_id.is_some());
+        r.workers.shutdown(Duration::from_secs(2));
     }
 
     #[test]
@@ -1134,7 +1173,14 @@ mod tests {
         assert_eq!(fake.count("StartContainer"), 2);
         let due = *queue.due.lock().get("u4").unwrap();
         assert!(due > Instant::now() + Duration::from_secs(8), "{due:?}");
-        assert_eq!(rm.waiting_reasons("u4")["app"].0, "CrashLoopBackOff");
+        // The reason it waits is the new worker's to report.
+        let status = second.shared.reporter.status("u4").unwrap();
+        let app = &status.container_statuses.unwrap()[0];
+        let waiting = app.state.as_ref().and_then(|s| s.waiting.as_ref());
+        assert_eq!(
+            waiting.and_then(|w| w.reason.as_deref()),
+            Some("CrashLoopBackOff")
+        );
         second.shutdown(Duration::from_secs(2));
     }
 
