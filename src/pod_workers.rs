@@ -51,8 +51,7 @@ use crate::pod::{pod_full_name, pod_name, pod_namespace, pod_uid};
 use crate::prober::ProberHandle;
 use crate::runtime::PodStatus;
 use crate::runtime::{RuntimeManager, SyncError, WaitingReasons};
-use crate::status::generate::{generate_pod_status, StatusContext};
-use crate::status::manager::StatusReporter;
+use crate::status::manager::{StatusInputs, StatusReporter};
 use crate::thread::{spawn_named, JoinOnDrop};
 use crate::volume::VolumeManager;
 
@@ -818,21 +817,19 @@ fn report_failed(
 ) -> bool {
     let uid = pod_uid(pod);
     let old = shared.reporter.status(uid).or_else(|| pod.status.clone());
-    let ctx = StatusContext {
-        host_ip: shared.host_ip.as_deref(),
-        runtime_name: &shared.runtime_name,
-        waiting_reasons: reasons,
-        now: k8s_openapi::jiff::Timestamp::now(),
-        probes: shared.prober.results(),
+    let inputs = StatusInputs {
+        runtime: status.clone(),
+        waiting_reasons: reasons.clone(),
+        host_ip: shared.host_ip.clone(),
+        runtime_name: shared.runtime_name.clone(),
+        failed: failed.map(|(r, m)| (r.to_string(), m.to_string())),
     };
-    let mut api = generate_pod_status(pod, status, old.as_ref(), &ctx);
-    if let Some((reason, message)) = failed {
-        api.phase = Some(crate::status::generate::FAILED.into());
-        api.reason = Some(reason.into());
-        api.message = Some(message.into());
-    }
+    let api = inputs.generate(pod, old.as_ref(), shared.prober.results());
     let running = api.phase.as_deref() == Some("Running");
-    shared.reporter.set_status(pod, api);
+    // A pod with probes keeps its inputs with the status manager, which
+    // takes a readiness or startup change into its status without a sync.
+    let keep = crate::prober::has_probes(pod).then_some(inputs);
+    shared.reporter.set_generated(pod, api, keep);
     running
 }
 
