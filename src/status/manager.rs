@@ -505,6 +505,9 @@ impl Worker {
                 }
                 self.run_job(job);
             }
+            // A job that failed just now is retried at its own time, which
+            // the plan made before it could not know.
+            let next = [next, self.next_retry()].into_iter().flatten().min();
             let timeout = next.map(|t| t.saturating_duration_since(Instant::now()));
             crossbeam_channel::select! {
                 recv(stop) -> _ => return,
@@ -512,6 +515,12 @@ impl Worker {
                 recv(timeout.map(crossbeam_channel::after).unwrap_or_else(crossbeam_channel::never)) -> _ => {}
             }
         }
+    }
+
+    /// The earliest retry any pod waits for.
+    fn next_retry(&self) -> Option<Instant> {
+        let t = self.shared.table.lock();
+        t.pods.values().filter_map(|e| e.retry_at).min()
     }
 
     /// Decides the jobs to run now and when to look again.
