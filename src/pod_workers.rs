@@ -784,8 +784,6 @@ fn report_failed(
     reasons: &WaitingReasons,
     failed: Option<(&str, &str)>,
 ) -> bool {
-    let uid = pod_uid(pod);
-    let old = shared.reporter.status(uid).or_else(|| pod.status.clone());
     let inputs = StatusInputs {
         runtime: status.clone(),
         waiting_reasons: reasons.clone(),
@@ -793,13 +791,13 @@ fn report_failed(
         runtime_name: shared.runtime_name.clone(),
         failed: failed.map(|(r, m)| (r.to_string(), m.to_string())),
     };
-    let api = inputs.generate(pod, old.as_ref(), shared.prober.results());
-    let running = api.phase.as_deref() == Some("Running");
     // A pod with probes keeps its inputs with the status manager, which
     // takes a readiness or startup change into its status without a sync.
-    let keep = crate::prober::has_probes(pod).then_some(inputs);
-    shared.reporter.set_generated(pod, api, keep);
-    running
+    let keep = crate::prober::has_probes(pod);
+    let api = shared
+        .reporter
+        .report(pod, inputs, shared.prober.results(), keep);
+    api.phase.as_deref() == Some("Running")
 }
 
 /// Stops the pod's containers and sandbox and removes them, retrying until it

@@ -335,9 +335,8 @@ fn a_readiness_change_goes_to_the_status_manager_and_not_the_sync_loop() {
         runtime_name: "containerd".into(),
         failed: None,
     };
-    let first = inputs.generate(&pod, None, Some(&results));
+    let first = reporter.report(&pod, inputs, Some(&results), true);
     assert_eq!(first.phase.as_deref(), Some("Running"));
-    reporter.set_generated(&pod, first, Some(inputs));
     prober.handle().update_pod(&pod, &status, None);
 
     let ready = || {

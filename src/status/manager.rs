@@ -110,6 +110,11 @@ struct Entry {
     status: Option<PodStatus>,
     /// What `status` was generated from, for a pod with probes.
     inputs: Option<Box<StatusInputs>>,
+    /// The sync loop set a terminal status (the pod was rejected or
+    /// evicted): the worker's reports, made while it stops the pod, keep
+    /// its phase, reason and message, as upstream applies the status a pod
+    /// was killed with to every status generated through its termination.
+    decided: bool,
     version: u64,
     /// The version the server has.
     sent: u64,
@@ -221,22 +226,52 @@ impl StatusReporter {
 
     /// Records `status` for `pod`; it is sent if it differs from the last one.
     pub fn set_status(&self, pod: &Arc<Pod>, status: PodStatus) {
-        self.set_generated(pod, status, None);
+        self.store(pod, false, move |_| (status, None));
     }
 
-    /// [`set_status`](Self::set_status), keeping what the status was
-    /// generated from (`inputs`) to generate it again when a readiness or
-    /// startup result changes ([`probe_changed`](Self::probe_changed)).
-    pub fn set_generated(&self, pod: &Arc<Pod>, status: PodStatus, inputs: Option<StatusInputs>) {
+    /// Generates `pod`'s status from `inputs`, its latest status (the API
+    /// pod's before the first) and the probe results, records it as
+    /// [`set_status`](Self::set_status) does, and returns it. With `keep`
+    /// (a pod with probes), the inputs are kept to generate the status
+    /// again when a readiness or startup result changes
+    /// ([`probe_changed`](Self::probe_changed)). The status is generated
+    /// under the table's lock, which `probe_changed` holds too, after the
+    /// prober wrote its result: a status generated with the older result
+    /// never overwrites the one with the newer.
+    pub fn report(
+        &self,
+        pod: &Arc<Pod>,
+        inputs: StatusInputs,
+        probes: Option<&ProbeResults>,
+        keep: bool,
+    ) -> PodStatus {
+        self.store(pod, true, move |old| {
+            let status = inputs.generate(pod, old.or(pod.status.as_ref()), probes);
+            (status, keep.then_some(inputs))
+        })
+    }
+
+    /// Records the status `make` returns from the latest one, with the
+    /// inputs to keep, and returns it. A worker's report (`by_worker`)
+    /// keeps the phase, reason and message of a terminal status the sync
+    /// loop set.
+    fn store(
+        &self,
+        pod: &Arc<Pod>,
+        by_worker: bool,
+        make: impl FnOnce(Option<&PodStatus>) -> (PodStatus, Option<StatusInputs>),
+    ) -> PodStatus {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut t = self.shared.table.lock();
+        let (mut status, inputs) = make(t.pods.get(&uid).and_then(|e| e.status.as_ref()));
         if t.was_deleted(&uid) {
-            return;
+            return status;
         }
         let e = t.pods.entry(uid).or_insert_with(|| Entry {
             pod: pod.clone(),
             status: None,
             inputs: None,
+            decided: false,
             version: 0,
             sent: 0,
             finished: None,
@@ -247,16 +282,26 @@ impl StatusReporter {
         });
         e.pod = pod.clone();
         if e.finished.is_some() {
-            return;
+            return status;
+        }
+        if by_worker && e.decided {
+            keep_decided(e.status.as_ref(), &mut status);
+        } else if !by_worker {
+            let phase = status.phase.as_deref();
+            e.decided = matches!(
+                phase,
+                Some(super::generate::FAILED | super::generate::SUCCEEDED)
+            );
         }
         e.inputs = inputs.map(Box::new);
         if e.status.as_ref() == Some(&status) {
-            return;
+            return status;
         }
-        e.status = Some(status);
+        e.status = Some(status.clone());
         e.version += 1;
         drop(t);
         self.shared.wake();
+        status
     }
 
     /// A readiness or startup result of pod `uid` changed (upstream's
@@ -277,7 +322,10 @@ impl StatusReporter {
         let (Some(inputs), Some(old)) = (e.inputs.as_deref(), e.status.as_ref()) else {
             return;
         };
-        let status = inputs.generate(&e.pod, Some(old), Some(probes));
+        let mut status = inputs.generate(&e.pod, Some(old), Some(probes));
+        if e.decided {
+            keep_decided(Some(old), &mut status);
+        }
         if *old == status {
             return;
         }
@@ -315,6 +363,7 @@ impl StatusReporter {
                         pod: pod.clone(),
                         status: None,
                         inputs: None,
+                        decided: false,
                         version: 0,
                         sent: 0,
                         finished: Some(delete_object),
@@ -344,6 +393,7 @@ impl StatusReporter {
                 pod: pod.clone(),
                 status: None,
                 inputs: None,
+                decided: false,
                 version: 0,
                 sent: 0,
                 finished: None,
@@ -413,6 +463,16 @@ impl StatusReporter {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+}
+
+/// Gives `status` the phase, reason and message of the terminal status
+/// the sync loop `decided` for the pod.
+fn keep_decided(decided: Option<&PodStatus>, status: &mut PodStatus) {
+    if let Some(d) = decided {
+        status.phase.clone_from(&d.phase);
+        status.reason.clone_from(&d.reason);
+        status.message.clone_from(&d.message);
     }
 }
 
@@ -893,11 +953,7 @@ mod tests {
             runtime_name: "containerd".into(),
             failed: None,
         };
-        r.set_generated(
-            &pod,
-            inputs.generate(&pod, None, Some(&results)),
-            Some(inputs.clone()),
-        );
+        r.report(&pod, inputs.clone(), Some(&results), true);
         let ready = |r: &StatusReporter| {
             let s = r.status("u2").unwrap();
             let cond = s
@@ -923,11 +979,7 @@ mod tests {
             failed: Some(("DeadlineExceeded".into(), "too long".into())),
             ..inputs
         };
-        r.set_generated(
-            &pod,
-            failed.generate(&pod, r.status("u2").as_ref(), Some(&results)),
-            Some(failed),
-        );
+        r.report(&pod, failed, Some(&results), true);
         results.set_for_test(&id, ProbeKind::Readiness, ProbeResult::Failure);
         r.probe_changed("u2", &results);
         let s = r.status("u2").unwrap();
@@ -940,6 +992,41 @@ mod tests {
         r.set_status(&plain, PodStatus::default());
         r.probe_changed("u3", &results);
         assert_eq!(r.status("u3"), Some(PodStatus::default()));
+    }
+
+    #[test]
+    fn a_workers_report_keeps_the_terminal_status_the_sync_loop_set() {
+        use crate::runtime::fake::test_manager;
+        let (_fake, rm) = test_manager("sm-decided");
+        let pod = Arc::new(test_pod("u4", "web"));
+        let st = rm.get_pod_status("u4", "web", "default").unwrap();
+        rm.sync_pod(&pod, &st).result.unwrap();
+        let r = StatusReporter::standalone();
+        // Rejected while its worker was syncing it.
+        r.set_status(
+            &pod,
+            PodStatus {
+                phase: Some("Failed".into()),
+                reason: Some("StaticPodNameConflict".into()),
+                message: Some("Pod was rejected: taken".into()),
+                ..Default::default()
+            },
+        );
+        let inputs = StatusInputs {
+            runtime: rm.get_pod_status("u4", "web", "default").unwrap(),
+            waiting_reasons: Default::default(),
+            host_ip: None,
+            runtime_name: "containerd".into(),
+            failed: None,
+        };
+        let reported = r.report(&pod, inputs, None, false);
+        let s = r.status("u4").unwrap();
+        assert_eq!(reported, s);
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(s.reason.as_deref(), Some("StaticPodNameConflict"));
+        assert_eq!(s.message.as_deref(), Some("Pod was rejected: taken"));
+        // The rest is the worker's.
+        assert_eq!(s.container_statuses.unwrap().len(), 1);
     }
 
     #[test]
