@@ -709,8 +709,9 @@ impl Kubelet {
             Event::Evict(e) => self.evict(e),
             Event::Probe(uid) => {
                 // The pod's worker acts on the result: a kill and restart
-                // for a failed liveness or startup probe, a new status for
-                // readiness.
+                // for a failed liveness or startup probe, the next init
+                // container after a sidecar's startup probe passed.
+                // Readiness goes from the prober to the status manager.
                 if let Some(pod) = self.pods.get(&uid).cloned() {
                     self.dispatch(pod, UpdateType::Sync, None);
                 }

@@ -750,6 +750,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         runtime.clone(),
         probe_results,
         recorder.clone(),
+        Some(Box::new(reporter.clone())),
         probe_tx,
         DEFAULT_RUNNERS,
     )

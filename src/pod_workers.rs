@@ -27,6 +27,11 @@
 //! (`activeDeadlineSeconds`, see `crate::active_deadline`) each turn only
 //! stops what runs and reports the pod Failed: nothing starts again.
 //!
+//! What a turn decides (what the work means, when to sync again, how
+//! long before a retry, when the pod's start is recorded) is `state`'s
+//! `PodSyncState`, a plain state machine that tests step with their own
+//! clock; the worker thread drives it and does the I/O.
+//!
 //! The workers keep one figure for the sync loop's shutdown line: the
 //! longest a pod's update waited, from the moment the sync loop handed it
 //! over (the oldest of the updates it coalesced) until its worker started
@@ -50,25 +55,14 @@ use crate::pleg::{PodCache, Wait};
 use crate::pod::{pod_full_name, pod_name, pod_namespace, pod_uid};
 use crate::prober::ProberHandle;
 use crate::runtime::PodStatus;
-use crate::runtime::{RuntimeManager, SyncError};
-use crate::status::generate::{generate_pod_status, StatusContext};
-use crate::status::manager::StatusReporter;
+use crate::runtime::{RuntimeManager, SyncError, WaitingReasons};
+use crate::status::manager::{StatusInputs, StatusReporter};
 use crate::thread::{spawn_named, JoinOnDrop};
 use crate::volume::VolumeManager;
 
-/// Delay before retrying a pod whose sync failed (upstream backOffPeriod).
-pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
-/// The first wait before a termination that panicked is tried again; it
-/// doubles with each panic in a row, up to [`ERROR_BACKOFF`].
-const KILL_PANIC_RETRY: Duration = Duration::from_millis(250);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpdateType {
-    Create,
-    Update,
-    Sync,
-    Kill,
-}
+mod state;
+use state::{PodSyncState, Step, SyncEnd};
+pub use state::{UpdateType, ERROR_BACKOFF};
 
 #[derive(Debug, Clone)]
 pub struct PodWork {
@@ -172,9 +166,7 @@ impl Mailbox {
             let mut p = self.pending.lock();
             match p.as_mut() {
                 // A kill is never replaced by a sync.
-                Some((w, _))
-                    if w.update_type == UpdateType::Kill
-                        && work.update_type != UpdateType::Kill => {}
+                Some((w, _)) if !state::replaces(w.update_type, work.update_type) => {}
                 // Replaced: the wait started with the first pending update.
                 Some((w, _)) => *w = work,
                 None => *p = Some((work, Instant::now())),
@@ -474,25 +466,6 @@ impl Drop for PodWorkers {
     }
 }
 
-/// What a worker keeps between its turns.
-#[derive(Default)]
-struct WorkerState {
-    last_sync: Option<Instant>,
-    /// The full name this worker holds in [`FullNames`].
-    claimed: Option<String>,
-    last_pod: Option<Arc<Pod>>,
-    /// Panics in a row while terminating: each retry waits longer.
-    kill_panics: u32,
-    /// When the sync loop first handed this pod over (the kubelet first
-    /// saw it), until its start was recorded for
-    /// `kubelet_pod_start_duration_seconds`.
-    first_seen: Option<Instant>,
-    start_recorded: bool,
-    /// The pod's active deadline passed: its containers were stopped and
-    /// are never started again.
-    deadline_exceeded: bool,
-}
-
 /// How a worker goes on after one turn.
 enum Turn {
     /// Wait for the next wake-up.
@@ -504,7 +477,8 @@ enum Turn {
 }
 
 fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, uid: String) {
-    let mut state = WorkerState::default();
+    let mut state = PodSyncState::default();
+    let mut last_pod = None;
     loop {
         if wake.recv().is_err() || mailbox.is_closed() {
             break;
@@ -513,8 +487,8 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             continue;
         };
         let full_name = pod_full_name(&work.pod);
-        state.first_seen.get_or_insert(handed_over);
-        state.last_pod = Some(work.pod.clone());
+        state.handed_over(handed_over);
+        last_pod = Some(work.pod.clone());
         // A panic (a bug, or input nothing checked) must not end the
         // worker: the pod would never be synced, killed or deleted again.
         // Locks are parking_lot's, released on unwind and never poisoned.
@@ -535,14 +509,10 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             Ok(Turn::Finished) => return,
             Err(payload) => {
                 let what = panic_message(payload.as_ref());
-                state.last_sync = Some(Instant::now());
-                if work.update_type == UpdateType::Kill {
+                if state.step(work.update_type) == Step::Terminate {
                     // Stop again, without the grace period (and so without
                     // the preStop hooks) that may be what panicked.
-                    state.kill_panics = state.kill_panics.saturating_add(1);
-                    let delay = KILL_PANIC_RETRY
-                        .saturating_mul(1 << state.kill_panics.min(5))
-                        .min(ERROR_BACKOFF);
+                    let delay = state.kill_panicked(Instant::now());
                     error!(
                         "pod {full_name}: worker panicked while terminating: {what}; \
                          stopping it again without grace in {}s",
@@ -555,7 +525,8 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
                     });
                 } else {
                     error!("pod {full_name}: worker panicked while syncing: {what}; will retry");
-                    shared.queue.enqueue(&uid, ERROR_BACKOFF);
+                    let delay = state.sync_panicked(Instant::now());
+                    shared.queue.enqueue(&uid, delay);
                 }
             }
         }
@@ -565,7 +536,7 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
     }
     debug!(
         "pod {}: worker stopped",
-        state.last_pod.map(|p| pod_full_name(&p)).unwrap_or(uid)
+        last_pod.map(|p| pod_full_name(&p)).unwrap_or(uid)
     );
 }
 
@@ -582,17 +553,17 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 fn worker_turn(
     shared: &Shared,
     mailbox: &Mailbox,
-    state: &mut WorkerState,
+    state: &mut PodSyncState,
     work: &PodWork,
     handed_over: Instant,
     uid: &str,
     full_name: &str,
 ) -> Turn {
-    if work.update_type == UpdateType::Kill {
+    if state.step(work.update_type) == Step::Terminate {
         shared.waits.record(full_name, handed_over.elapsed());
         shared.prober.remove_pod(&work.pod);
         let began = Instant::now();
-        if !terminate(shared, mailbox, work, uid, full_name) {
+        if !terminate(shared, mailbox, state, work, uid, full_name) {
             return Turn::Stop;
         }
         crate::metrics::pod_worker_sync(crate::metrics::WorkerOperation::Kill, began.elapsed());
@@ -637,26 +608,17 @@ fn worker_turn(
     let work = taken.as_ref().unwrap_or(work);
     if let Some(e) = err {
         warn!("pod {full_name}: status unknown ({e}), will retry");
-        state.last_sync = Some(Instant::now());
-        shared.queue.enqueue(uid, ERROR_BACKOFF);
+        let delay = state.not_synced(Instant::now());
+        shared.queue.enqueue(uid, delay);
         return Turn::Next;
     }
     shared.waits.record(full_name, handed_over.elapsed());
-    if state.deadline_exceeded
-        || (time_left(shared, &work.pod) == Some(Duration::ZERO)
-            && !ended_on_its_own(shared, &work.pod))
-    {
+    if state.is_past_deadline(|| {
+        time_left(shared, &work.pod) == Some(Duration::ZERO) && !ended_on_its_own(shared, &work.pod)
+    }) {
         past_deadline(shared, state, &work.pod, &status, uid, full_name);
         return Turn::Next;
     }
-    // Woken at the deadline at the latest, not at the next resync (read
-    // after the status report, which sets the start time of a new pod).
-    let enqueue = |after: Duration| {
-        let left = time_left(shared, &work.pod).filter(|d| !d.is_zero());
-        shared
-            .queue
-            .enqueue(uid, left.map_or(after, |d| after.min(d)))
-    };
     debug!("pod {full_name}: sync ({:?})", work.update_type);
     crate::fault::point("sync-begin", full_name);
     let began = Instant::now();
@@ -669,41 +631,56 @@ fn worker_turn(
     // WaitForAttachAndMount).
     if let Err(e) = shared.volumes.setup(&work.pod) {
         warn!("pod {full_name}: {e}; will retry");
-        state.last_sync = Some(Instant::now());
-        report_status(shared, &work.pod, &status);
-        enqueue(ERROR_BACKOFF);
+        let delay = state.not_synced(Instant::now());
+        report_status(shared, &work.pod, &status, &state.reasons);
+        // Woken at the deadline at the latest (read after the status
+        // report, which sets the start time of a new pod).
+        let left = time_left(shared, &work.pod).filter(|d| !d.is_zero());
+        shared
+            .queue
+            .enqueue(uid, left.map_or(delay, |d| delay.min(d)));
         return Turn::Next;
     }
     crate::fault::point("volumes-set-up", full_name);
-    let result = shared.runtime.sync_pod(&work.pod, &status);
-    state.last_sync = Some(Instant::now());
-    // The status seen at the start of this sync, with the reasons it found.
-    let running = report_status(shared, &work.pod, &status);
+    let synced = shared.runtime.sync_pod(&work.pod, &status);
+    let synced_at = Instant::now();
+    synced.update_reasons(&mut state.reasons);
+    // The status after this sync (the one it started from when it changed
+    // nothing), with the reasons it found: what the sync did reaches the
+    // status manager now, not at the next relist.
+    let after = synced.status.as_ref().unwrap_or(&status);
+    let running = report_status(shared, &work.pod, after, &state.reasons);
     crate::metrics::pod_worker_sync(operation, began.elapsed());
-    if running && !state.start_recorded {
-        // As upstream: from first seen to the first status that says Running.
-        state.start_recorded = true;
-        if let Some(seen) = state.first_seen {
-            crate::metrics::pod_started(seen.elapsed());
-        }
-    }
-    shared
-        .prober
-        .update_pod(&work.pod, &status, shared.host_ip.as_deref());
-    match result {
-        Ok(()) => {
-            shared.runtime.prune_dead(&status);
-            enqueue(shared.resync_interval);
-        }
+    let end = match synced.result {
+        Ok(()) => SyncEnd::Done,
         Err(SyncError::BackOff(msg, left)) => {
             info!("{msg}: next try in {}s", left.as_secs().max(1));
-            enqueue(left);
+            SyncEnd::BackOff(left)
         }
         Err(e) => {
             warn!("sync failed: {e}");
-            enqueue(ERROR_BACKOFF);
+            SyncEnd::Failed
         }
+    };
+    // The time left before the deadline is read after the status report,
+    // which sets the start time of a new pod.
+    let next = state.synced(
+        synced_at,
+        end,
+        running,
+        shared.resync_interval,
+        time_left(shared, &work.pod),
+    );
+    if let Some(took) = next.started {
+        crate::metrics::pod_started(took);
     }
+    shared
+        .prober
+        .update_pod(&work.pod, after, shared.host_ip.as_deref());
+    if end == SyncEnd::Done {
+        shared.runtime.prune_dead(&status);
+    }
+    shared.queue.enqueue(uid, next.resync);
     Turn::Next
 }
 
@@ -758,15 +735,14 @@ fn ended_on_its_own(shared: &Shared, pod: &Pod) -> bool {
 /// (its worker and stopped containers) until its source removes it.
 fn past_deadline(
     shared: &Shared,
-    state: &mut WorkerState,
+    state: &mut PodSyncState,
     pod: &Arc<Pod>,
     status: &PodStatus,
     uid: &str,
     full_name: &str,
 ) {
     use crate::active_deadline::{MESSAGE, REASON};
-    if !state.deadline_exceeded {
-        state.deadline_exceeded = true;
+    if state.deadline_reached(Instant::now()) {
         info!("pod {full_name}: {MESSAGE}; stopping it");
         // Upstream records it at each status generation and lets the
         // event correlator count the repeats; once is enough here.
@@ -775,7 +751,6 @@ fn past_deadline(
             .pod_event(pod, crate::events::EventType::Normal, REASON, MESSAGE);
         shared.prober.remove_pod(pod);
     }
-    state.last_sync = Some(Instant::now());
     let stopped = shared.runtime.kill_pod(pod, status, None).and_then(|()| {
         shared
             .runtime
@@ -783,20 +758,26 @@ fn past_deadline(
     });
     match stopped {
         Ok(st) => {
-            report_failed(shared, pod, &st, Some((REASON, MESSAGE)));
+            report_failed(shared, pod, &st, &state.reasons, Some((REASON, MESSAGE)));
         }
         Err(e) => {
             warn!("pod {full_name}: stopping it after its deadline: {e}; will retry");
-            report_failed(shared, pod, status, Some((REASON, MESSAGE)));
+            report_failed(shared, pod, status, &state.reasons, Some((REASON, MESSAGE)));
             shared.queue.enqueue(uid, ERROR_BACKOFF);
         }
     }
 }
 
-/// Generates the pod's API status from `status` and hands it to the
-/// reporter; true when its phase is Running.
-fn report_status(shared: &Shared, pod: &Arc<Pod>, status: &PodStatus) -> bool {
-    report_failed(shared, pod, status, None)
+/// Generates the pod's API status from `status` and the containers'
+/// waiting `reasons`, and hands it to the reporter; true when its phase is
+/// Running.
+fn report_status(
+    shared: &Shared,
+    pod: &Arc<Pod>,
+    status: &PodStatus,
+    reasons: &WaitingReasons,
+) -> bool {
+    report_failed(shared, pod, status, reasons, None)
 }
 
 /// [`report_status`], with the pod Failed for `failed` (reason, message)
@@ -805,27 +786,23 @@ fn report_failed(
     shared: &Shared,
     pod: &Arc<Pod>,
     status: &PodStatus,
+    reasons: &WaitingReasons,
     failed: Option<(&str, &str)>,
 ) -> bool {
-    let uid = pod_uid(pod);
-    let reasons = shared.runtime.waiting_reasons(uid);
-    let old = shared.reporter.status(uid).or_else(|| pod.status.clone());
-    let ctx = StatusContext {
-        host_ip: shared.host_ip.as_deref(),
-        runtime_name: &shared.runtime_name,
-        waiting_reasons: &reasons,
-        now: k8s_openapi::jiff::Timestamp::now(),
-        probes: shared.prober.results(),
+    let inputs = StatusInputs {
+        runtime: status.clone(),
+        waiting_reasons: reasons.clone(),
+        host_ip: shared.host_ip.clone(),
+        runtime_name: shared.runtime_name.clone(),
+        failed: failed.map(|(r, m)| (r.to_string(), m.to_string())),
     };
-    let mut api = generate_pod_status(pod, status, old.as_ref(), &ctx);
-    if let Some((reason, message)) = failed {
-        api.phase = Some(crate::status::generate::FAILED.into());
-        api.reason = Some(reason.into());
-        api.message = Some(message.into());
-    }
-    let running = api.phase.as_deref() == Some("Running");
-    shared.reporter.set_status(pod, api);
-    running
+    // A pod with probes keeps its inputs with the status manager, which
+    // takes a readiness or startup change into its status without a sync.
+    let keep = crate::prober::has_probes(pod);
+    let api = shared
+        .reporter
+        .report(pod, inputs, shared.prober.results(), keep);
+    api.phase.as_deref() == Some("Running")
 }
 
 /// Stops the pod's containers and sandbox and removes them, retrying until it
@@ -833,13 +810,15 @@ fn report_failed(
 fn terminate(
     shared: &Shared,
     mailbox: &Mailbox,
+    state: &mut PodSyncState,
     work: &PodWork,
     uid: &str,
     full_name: &str,
 ) -> bool {
     info!("pod {full_name}: terminating");
-    let mut delay = Duration::from_millis(500);
+    state.terminate_begins();
     loop {
+        let reasons = &state.reasons;
         let pod = &work.pod;
         let result = shared
             .runtime
@@ -861,7 +840,7 @@ fn terminate(
                 if deleted_from_api(pod) {
                     // The final status, with the containers' exit codes,
                     // before they are removed.
-                    report_status(shared, pod, &st);
+                    report_status(shared, pod, &st, reasons);
                 }
                 if let Err(e) = shared.volumes.teardown(uid) {
                     warn!("pod {full_name}: unmounting its volumes: {e}");
@@ -876,12 +855,12 @@ fn terminate(
             }
             Err(_) if mailbox.is_closed() => return false,
             Err(e) => {
+                let delay = state.terminate_failed();
                 warn!(
                     "pod {full_name}: terminate: {e}; retrying in {}s",
                     delay.as_secs_f32()
                 );
                 std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_secs(10));
             }
         }
     }
@@ -958,6 +937,31 @@ mod tests {
         assert!(r.fake.containers().is_empty());
         assert_eq!(r.fake.count("RunPodSandbox"), 1);
         assert!(r.workers.is_empty());
+    }
+
+    #[test]
+    fn the_status_after_a_sync_shows_what_it_started_without_a_relist() {
+        let mut r = rig();
+        r.workers.update_pod(PodWork {
+            pod: pod("u7", "web"),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
+        // No relist ever comes in this test: the status the worker reports
+        // is the one it read after its sync.
+        wait_for("a Running status", || {
+            r.workers
+                .shared
+                .reporter
+                .status("u7")
+                .is_some_and(|s| s.phase.as_deref() == Some("Running"))
+        });
+        let status = r.workers.shared.reporter.status("u7").unwrap();
+        let app = &status.container_statuses.unwrap()[0];
+        assert!(app.state.as_ref().is_some_and(|s| s.running.is_some()));
+        assert!(app.container_id.is_some());
+        r.workers.shutdown(Duration::from_secs(2));
     }
 
     #[test]
@@ -1139,7 +1143,14 @@ mod tests {
         assert_eq!(fake.count("StartContainer"), 2);
         let due = *queue.due.lock().get("u4").unwrap();
         assert!(due > Instant::now() + Duration::from_secs(8), "{due:?}");
-        assert_eq!(rm.waiting_reasons("u4")["app"].0, "CrashLoopBackOff");
+        // The reason it waits is the new worker's to report.
+        let status = second.shared.reporter.status("u4").unwrap();
+        let app = &status.container_statuses.unwrap()[0];
+        let waiting = app.state.as_ref().and_then(|s| s.waiting.as_ref());
+        assert_eq!(
+            waiting.and_then(|w| w.reason.as_deref()),
+            Some("CrashLoopBackOff")
+        );
         second.shutdown(Duration::from_secs(2));
     }
 

@@ -19,9 +19,16 @@
 //!   by the runtime manager (a failed liveness or startup probe kills and
 //!   restarts the container, on the pod's worker) and by status generation
 //!   (`ready`, `started`, the Ready and ContainersReady conditions);
-//! - when a pod's standing result changes, its UID goes to the sync loop
-//!   (bounded; when full, the UID is kept and sent again 100 ms later), and
-//!   the sync loop has the pod's worker sync it.
+//! - when a readiness or startup result changes, the prober tells the
+//!   status manager at once ([`ProbeStatus`], upstream's
+//!   `SetContainerReadiness` and `SetContainerStartup`), which generates
+//!   the pod's status again from what its worker last reported: no sync is
+//!   needed for a readiness flip;
+//! - when a liveness or startup result changes, the pod's UID goes to the
+//!   sync loop (bounded; when full, the UID is kept and sent again 100 ms
+//!   later), and the sync loop has the pod's worker sync it (a failed
+//!   probe kills and restarts the container; a sidecar that started lets
+//!   the next init container start).
 
 pub mod run;
 pub mod spec;
@@ -45,7 +52,7 @@ use crate::thread::{spawn_named, JoinOnDrop};
 
 pub use spec::ProbeKind;
 pub use worker::{has_probes, ProbeResult, ProbeResults};
-use worker::{Job, Now, Outcome, PodInput, ProbeId, Probes, SeenContainer};
+use worker::{Changed, Job, Now, Outcome, PodInput, ProbeId, Probes, SeenContainer};
 
 /// Probe runner threads at most, unless configured otherwise.
 pub const DEFAULT_RUNNERS: usize = 4;
@@ -55,6 +62,13 @@ pub const UPDATES_CAPACITY: usize = 256;
 const RESEND: Duration = Duration::from_millis(100);
 /// The longest the prober thread sleeps with nothing due.
 const IDLE: Duration = Duration::from_secs(60);
+
+/// Where a pod's changed readiness or startup result goes at once: the
+/// status manager, which takes `results` into the pod's status without a
+/// sync. Called on the prober thread; must not block.
+pub trait ProbeStatus: Send {
+    fn probe_changed(&self, uid: &str, results: &ProbeResults);
+}
 
 /// Pods waiting for the prober thread: latest wins per pod; `None` removes.
 struct Inbox {
@@ -152,13 +166,15 @@ pub struct Prober {
 }
 
 impl Prober {
-    /// Starts the prober thread. Standing results go to `results`; the UID
-    /// of a pod whose result changed goes to `updates`. Runs use `runtime`
-    /// for exec probes and report failures to `recorder`.
+    /// Starts the prober thread. Standing results go to `results`; a
+    /// changed readiness or startup result goes to `status`, the UID of a
+    /// pod whose liveness or startup result changed to `updates`. Runs use
+    /// `runtime` for exec probes and report failures to `recorder`.
     pub fn start(
         runtime: Arc<RuntimeManager>,
         results: Arc<ProbeResults>,
         recorder: EventRecorder,
+        status: Option<Box<dyn ProbeStatus>>,
         updates: Sender<String>,
         runners: usize,
     ) -> io::Result<Prober> {
@@ -178,6 +194,7 @@ impl Prober {
             probes: Probes::new(results.clone()),
             started: Instant::now(),
             wake: wake_rx,
+            status,
             updates,
             unsent: BTreeSet::new(),
             queue: VecDeque::new(),
@@ -225,6 +242,8 @@ struct Actor {
     probes: Probes,
     started: Instant,
     wake: Receiver<()>,
+    /// Where readiness and startup changes go (none in some tests).
+    status: Option<Box<dyn ProbeStatus>>,
     /// Pod UIDs to the sync loop; bounded(UPDATES_CAPACITY), see `unsent`.
     updates: Sender<String>,
     /// UIDs that found `updates` full, sent again after `RESEND`.
@@ -295,7 +314,7 @@ impl Actor {
         debug!("prober stopped");
     }
 
-    fn finished(&mut self, id: ProbeId, outcome: Outcome, changed: &mut Vec<String>) {
+    fn finished(&mut self, id: ProbeId, outcome: Outcome, changed: &mut Vec<Changed>) {
         self.busy = self.busy.saturating_sub(1);
         self.probes.complete(id, outcome, Instant::now(), changed);
     }
@@ -346,10 +365,23 @@ impl Actor {
         }
     }
 
-    fn notify(&mut self, changed: Vec<String>) {
-        for uid in changed {
-            debug!("prober: a probe result of pod {uid} changed");
-            self.unsent.insert(uid);
+    fn notify(&mut self, changed: Vec<Changed>) {
+        let mut status_told = BTreeSet::new();
+        for (uid, kind) in changed {
+            debug!(
+                "prober: a {} probe result of pod {uid} changed",
+                kind.name()
+            );
+            if kind != ProbeKind::Liveness && !status_told.contains(&uid) {
+                if let Some(status) = &self.status {
+                    status.probe_changed(&uid, self.probes.results());
+                }
+                status_told.insert(uid.clone());
+            }
+            // A readiness change needs no sync: the status manager has it.
+            if kind != ProbeKind::Readiness {
+                self.unsent.insert(uid);
+            }
         }
         while let Some(uid) = self.unsent.pop_first() {
             match self.updates.try_send(uid) {

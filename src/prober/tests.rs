@@ -33,7 +33,7 @@ fn probed_pod(uid: &str, liveness: Option<Probe>, readiness: Option<Probe>) -> A
 /// Runs the pod on the fake and returns its runtime status.
 fn run_pod(rm: &RuntimeManager, pod: &Pod) -> PodStatus {
     let st = rm.get_pod_status(pod_uid(pod), "web", "default").unwrap();
-    rm.sync_pod(pod, &st).unwrap();
+    rm.sync_pod(pod, &st).result.unwrap();
     rm.get_pod_status(pod_uid(pod), "web", "default").unwrap()
 }
 
@@ -52,6 +52,7 @@ fn exec_liveness_failure_reaches_the_sync_loop_and_sync_pod_restarts() {
         rm.clone(),
         results.clone(),
         EventRecorder::disabled(),
+        None,
         tx,
         2,
     )
@@ -87,7 +88,7 @@ fn exec_liveness_failure_reaches_the_sync_loop_and_sync_pod_restarts() {
         assert!(Instant::now() < deadline, "no update for u1");
     }
     let status = rm.get_pod_status("u1", "web", "default").unwrap();
-    rm.sync_pod(&pod, &status).unwrap();
+    rm.sync_pod(&pod, &status).result.unwrap();
     let after = rm.get_pod_status("u1", "web", "default").unwrap();
     let newest = after.latest("app").unwrap();
     assert_ne!(newest.id, id);
@@ -263,6 +264,7 @@ fn sidecar_probes_run_gate_the_next_init_container_and_restart_it() {
         rm.clone(),
         results.clone(),
         EventRecorder::disabled(),
+        None,
         tx,
         2,
     )
@@ -297,12 +299,63 @@ fn sidecar_probes_run_gate_the_next_init_container_and_restart_it() {
         results.get(&side_id, ProbeKind::Liveness) == Some(ProbeResult::Failure)
     });
     let status = rm.get_pod_status("u2", "web", "default").unwrap();
-    rm.sync_pod(&pod, &status).unwrap();
+    rm.sync_pod(&pod, &status).result.unwrap();
     let status = rm.get_pod_status("u2", "web", "default").unwrap();
-    rm.sync_pod(&pod, &status).unwrap();
+    rm.sync_pod(&pod, &status).result.unwrap();
     let after = rm.get_pod_status("u2", "web", "default").unwrap();
     let side = after.latest("side").unwrap();
     assert_ne!(side.id, side_id, "the sidecar was replaced");
     assert_eq!(side.state, ContainerState::Running);
+    prober.handle().remove_pod(&pod);
+}
+
+#[test]
+fn a_readiness_change_goes_to_the_status_manager_and_not_the_sync_loop() {
+    use crate::status::manager::{StatusInputs, StatusReporter};
+    let (_fake, rm) = test_manager("prober-direct");
+    let results = Arc::new(ProbeResults::default());
+    let reporter = StatusReporter::standalone();
+    let (tx, rx) = bounded(8);
+    let prober = Prober::start(
+        rm.clone(),
+        results.clone(),
+        EventRecorder::disabled(),
+        Some(Box::new(reporter.clone())),
+        tx,
+        2,
+    )
+    .unwrap();
+    let pod = probed_pod("u3", None, Some(exec_probe("ready", 1, 1)));
+    let status = run_pod(&rm, &pod);
+    // What the pod's worker reports after its sync: running, not ready.
+    let inputs = StatusInputs {
+        runtime: status.clone(),
+        waiting_reasons: Default::default(),
+        host_ip: None,
+        runtime_name: "containerd".into(),
+        failed: None,
+    };
+    let first = reporter.report(&pod, inputs, Some(&results), true);
+    assert_eq!(first.phase.as_deref(), Some("Running"));
+    prober.handle().update_pod(&pod, &status, None);
+
+    let ready = || {
+        let s = reporter.status("u3").unwrap();
+        let c = &s.container_statuses.as_ref().unwrap()[0];
+        let cond = |t: &str| {
+            s.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == t)
+                .map(|c| c.status.clone())
+        };
+        (c.ready, cond("ContainersReady"), cond("Ready"))
+    };
+    wait_for("ready in the pod's status", || {
+        ready() == (true, Some("True".into()), Some("True".into()))
+    });
+    // No sync was asked for: the readiness probe's results went straight
+    // to the status manager.
+    assert!(rx.try_recv().is_err());
     prober.handle().remove_pod(&pod);
 }

@@ -105,6 +105,9 @@ impl ProbeResults {
     }
 }
 
+/// A pod whose standing result changed (its UID), and the kind of probe.
+pub type Changed = (String, ProbeKind);
+
 /// A container as its pod's worker last saw it in the runtime.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SeenContainer {
@@ -235,6 +238,11 @@ impl Probes {
         self.probes.len()
     }
 
+    /// The standing results these probes write.
+    pub fn results(&self) -> &ProbeResults {
+        &self.results
+    }
+
     pub fn is_empty(&self) -> bool {
         self.probes.is_empty()
     }
@@ -317,8 +325,8 @@ impl Probes {
     }
 
     /// Runs the ticks due at `now`: returns the jobs to run, and adds the
-    /// pods whose results changed to `changed`.
-    pub fn due(&mut self, now: Now, changed: &mut Vec<String>) -> Vec<Job> {
+    /// pods whose results changed to `changed`, with the kind of probe.
+    pub fn due(&mut self, now: Now, changed: &mut Vec<Changed>) -> Vec<Job> {
         let mut jobs = Vec::new();
         while let Some(Reverse((t, id))) = self.heap.peek().copied() {
             if t > now.mono {
@@ -364,7 +372,7 @@ impl Probes {
     }
 
     /// One tick of one probe: upstream `doProbe` up to the run itself.
-    fn tick(&mut self, id: ProbeId, now: Now, changed: &mut Vec<String>) -> Tick {
+    fn tick(&mut self, id: ProbeId, now: Now, changed: &mut Vec<Changed>) -> Tick {
         let Some(p) = self.probes.get_mut(&id) else {
             return Tick::Stop;
         };
@@ -390,7 +398,7 @@ impl Probes {
                 ProbeKind::Startup => ProbeResult::Unknown,
             };
             if self.results.set(&c.id, p.kind, initial) {
-                changed.push(p.uid.clone());
+                changed.push((p.uid.clone(), p.kind));
             }
             p.on_hold = false;
         }
@@ -399,7 +407,7 @@ impl Probes {
         }
         if !c.running {
             if self.results.set(&c.id, p.kind, ProbeResult::Failure) {
-                changed.push(p.uid.clone());
+                changed.push((p.uid.clone(), p.kind));
             }
             let never = input
                 .pod
@@ -449,7 +457,7 @@ impl Probes {
         id: ProbeId,
         outcome: Outcome,
         now: Instant,
-        changed: &mut Vec<String>,
+        changed: &mut Vec<Changed>,
     ) {
         let Some(p) = self.probes.get_mut(&id) else {
             return;
@@ -494,7 +502,7 @@ impl Probes {
             return;
         }
         if self.results.set(&p.container_id, p.kind, result) {
-            changed.push(p.uid.clone());
+            changed.push((p.uid.clone(), p.kind));
         }
         if p.kind != ProbeKind::Readiness && result == ProbeResult::Failure {
             // The container will be killed: no more runs until it is replaced.
@@ -562,7 +570,7 @@ mod tests {
         t0: Instant,
         /// Seconds since t0; the container started at wall 0.
         now: i64,
-        changed: Vec<String>,
+        changed: Vec<Changed>,
     }
 
     impl Rig {
@@ -668,7 +676,7 @@ mod tests {
             r.result("c1", ProbeKind::Liveness),
             Some(ProbeResult::Success)
         );
-        assert_eq!(r.changed, vec!["u1".to_string()]);
+        assert_eq!(r.changed, vec![("u1".to_string(), ProbeKind::Liveness)]);
         r.changed.clear();
         // Nothing between ticks.
         assert!(r.step(5).is_empty());
@@ -683,7 +691,7 @@ mod tests {
             r.result("c1", ProbeKind::Liveness),
             Some(ProbeResult::Failure)
         );
-        assert_eq!(r.changed, vec!["u1".to_string()]);
+        assert_eq!(r.changed, vec![("u1".to_string(), ProbeKind::Liveness)]);
         // On hold until the container is replaced.
         assert!(r.step(30).is_empty());
         assert!(r.step(40).is_empty());

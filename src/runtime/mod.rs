@@ -52,7 +52,7 @@ use parking_lot::Mutex;
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
 use crate::images::{ImageManager, ImageOptions};
-use crate::pod::{pod_full_name, pod_uid};
+use crate::pod::{pod_full_name, pod_name, pod_namespace, pod_uid};
 use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
 use kill::Kill;
@@ -122,6 +122,56 @@ impl std::fmt::Display for SyncError {
 /// Why containers are waiting, by container name: `(reason, message)`.
 pub type WaitingReasons = BTreeMap<String, (String, String)>;
 
+/// What one SyncPod found (upstream's `PodSyncResult`, with the status its
+/// pod worker reads next): how it ended, why the containers it tried are
+/// waiting, and the pod's runtime status after its actions.
+#[derive(Debug)]
+pub struct SyncResult {
+    pub result: Result<(), SyncError>,
+    /// The containers this sync tried to start, by name: why each waits
+    /// (`Some((reason, message))`), or `None` for one that started. A
+    /// container not tried keeps the reason it had.
+    pub reasons: BTreeMap<String, Option<(String, String)>>,
+    /// The runtime status read after the sync's actions; `None` when the
+    /// sync changed nothing in the runtime (the status it was given still
+    /// stands) or when that read failed.
+    pub status: Option<PodStatus>,
+}
+
+impl SyncResult {
+    /// Brings `reasons` (kept by the caller between syncs, as upstream's
+    /// `ReasonCache`) up to this sync.
+    pub fn update_reasons(&self, reasons: &mut WaitingReasons) {
+        for (name, r) in &self.reasons {
+            match r {
+                Some(r) => {
+                    reasons.insert(name.clone(), r.clone());
+                }
+                None => {
+                    reasons.remove(name);
+                }
+            }
+        }
+    }
+}
+
+/// What a SyncPod gathers on its way: reasons, and whether it changed
+/// anything in the runtime.
+#[derive(Default)]
+struct Found {
+    reasons: BTreeMap<String, Option<(String, String)>>,
+    changed: bool,
+}
+
+impl Found {
+    fn set_reason(&mut self, container: &str, reason: Option<(&str, String)>) {
+        self.reasons.insert(
+            container.to_string(),
+            reason.map(|(r, m)| (r.to_string(), m)),
+        );
+    }
+}
+
 pub struct RuntimeManager {
     runtime: Arc<dyn RuntimeService>,
     images: Arc<dyn ImageService>,
@@ -129,9 +179,6 @@ pub struct RuntimeManager {
     logs_root: PathBuf,
     backoff: Mutex<Backoff>,
     recorder: EventRecorder,
-    /// Why each pod's containers could not start in the last sync, by pod
-    /// UID and container name (upstream `ReasonCache`), for pod status.
-    reasons: Mutex<HashMap<String, WaitingReasons>>,
     /// Exited instances kept per container (`--maximum-dead-containers-per-container`).
     max_dead_per_container: u32,
     clock: Arc<dyn Clock>,
@@ -195,7 +242,6 @@ impl RuntimeManager {
             logs_root,
             backoff: Mutex::new(Backoff::default()),
             recorder: EventRecorder::disabled(),
-            reasons: Mutex::new(HashMap::new()),
             max_dead_per_container: 1,
             clock: Arc::new(SystemClock),
             startup: Arc::new(actions::NoProber),
@@ -285,32 +331,6 @@ impl RuntimeManager {
         self
     }
 
-    /// Why containers of pod `uid` are waiting, by container name:
-    /// `(reason, message)` from the last sync.
-    pub fn waiting_reasons(&self, uid: &str) -> WaitingReasons {
-        self.reasons.lock().get(uid).cloned().unwrap_or_default()
-    }
-
-    fn set_reason(&self, pod: &Pod, container: &str, reason: Option<(&str, String)>) {
-        let mut all = self.reasons.lock();
-        let uid = pod_uid(pod);
-        match reason {
-            Some((r, m)) => {
-                all.entry(uid.to_string())
-                    .or_default()
-                    .insert(container.to_string(), (r.to_string(), m));
-            }
-            None => {
-                if let Some(map) = all.get_mut(uid) {
-                    map.remove(container);
-                    if map.is_empty() {
-                        all.remove(uid);
-                    }
-                }
-            }
-        }
-    }
-
     /// Records an event about the pod itself (a `DeadlineExceeded`, ...).
     pub fn pod_event(&self, pod: &Pod, kind: EventType, reason: &str, message: &str) {
         self.recorder
@@ -333,8 +353,37 @@ impl RuntimeManager {
         );
     }
 
-    /// Brings the pod's runtime state to its spec: the six steps.
-    pub fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
+    /// Brings the pod's runtime state to its spec (the six steps), and
+    /// reads its status again when that changed anything.
+    pub fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
+        let mut found = Found::default();
+        let result = self.sync_steps(pod, status, &mut found);
+        let status = if found.changed {
+            self.get_pod_status(pod_uid(pod), pod_name(pod), pod_namespace(pod))
+                .map_err(|e| {
+                    debug!(
+                        "pod {}: status after sync: {e}; reported at the next relist",
+                        pod_full_name(pod)
+                    )
+                })
+                .ok()
+        } else {
+            None
+        };
+        SyncResult {
+            result,
+            reasons: found.reasons,
+            status,
+        }
+    }
+
+    /// The six steps of SyncPod.
+    fn sync_steps(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        found: &mut Found,
+    ) -> Result<(), SyncError> {
         let who = pod_full_name(pod);
         let mut actions = compute_pod_actions(pod, status, self.startup.as_ref());
         let probe_kills = self.probe_kills(pod, status, &mut actions);
@@ -347,6 +396,7 @@ impl RuntimeManager {
         if actions.kill_pod {
             if !status.sandbox_statuses.is_empty() || !status.container_statuses.is_empty() {
                 info!("pod {who}: stopping its containers and sandbox (sandbox changed or pod finished)");
+                found.changed = true;
                 self.kill_pod(pod, status, None)
                     .map_err(|e| fail("kill pod", &e))?;
             }
@@ -354,6 +404,7 @@ impl RuntimeManager {
             let pod_ip = status.ips.first().map(String::as_str);
             for (id, name, message) in &actions.containers_to_kill {
                 info!("pod {who}: stopping container {name:?} ({id:.12}): {message}");
+                found.changed = true;
                 let kill = Kill {
                     id,
                     name,
@@ -375,6 +426,7 @@ impl RuntimeManager {
                     restored: None,
                 };
                 // The probe's own grace period, when it has one.
+                found.changed = true;
                 self.kill_container(pod, &kill, k.grace, pod_ip, None)
                     .map_err(|e| fail(&format!("stop container {:?}", k.name), &e))?;
             }
@@ -403,6 +455,7 @@ impl RuntimeManager {
                 .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
             let start = std::time::Instant::now();
             crate::fault::point("sandbox-create", &who);
+            found.changed = true;
             sandbox_id = self
                 .runtime
                 .run_pod_sandbox(&sandbox_config, "")
@@ -436,7 +489,7 @@ impl RuntimeManager {
                 continue;
             };
             let c = actions::ephemeral_container(e);
-            if let Err(e) = self.start_container(pod, &c, status, &sandbox) {
+            if let Err(e) = self.start_container(pod, &c, status, &sandbox, found) {
                 if let Some(prev) = first_err.replace(e) {
                     warn!("{prev}");
                 }
@@ -451,7 +504,7 @@ impl RuntimeManager {
             else {
                 continue;
             };
-            if let Err(e) = self.start_container(pod, c, status, &sandbox) {
+            if let Err(e) = self.start_container(pod, c, status, &sandbox, found) {
                 if !is_restartable_init(c) {
                     return Err(e);
                 }
@@ -465,7 +518,7 @@ impl RuntimeManager {
             let Some(c) = spec.and_then(|s| s.containers.get(i)) else {
                 continue;
             };
-            if let Err(e) = self.start_container(pod, c, status, &sandbox) {
+            if let Err(e) = self.start_container(pod, c, status, &sandbox, found) {
                 if let Some(prev) = first_err.replace(e) {
                     // Several containers failed: log all but the one returned.
                     warn!("{prev}");
@@ -535,6 +588,7 @@ impl RuntimeManager {
         c: &Container,
         status: &PodStatus,
         sandbox: &SandboxRef,
+        found: &mut Found,
     ) -> Result<(), SyncError> {
         let (sandbox_id, sandbox_config) = (sandbox.id, sandbox.config);
         let who = pod_full_name(pod);
@@ -554,7 +608,7 @@ impl RuntimeManager {
                     c.name,
                     hooks::format_pod(pod)
                 );
-                self.set_reason(pod, &c.name, Some(("CrashLoopBackOff", message)));
+                found.set_reason(&c.name, Some(("CrashLoopBackOff", message)));
                 self.container_event(
                     pod,
                     c,
@@ -581,7 +635,7 @@ impl RuntimeManager {
             SyncError::Failed(format!("pod {who}: container {:?}: {step}: {e}", c.name))
         };
 
-        let image_ref = self.ensure_image(pod, c, sandbox_config)?;
+        let image_ref = self.ensure_image(pod, c, sandbox_config, found)?;
         let volumes_dir = config::pod_dir(&self.root_dir, pod_uid(pod))
             .map_err(|e| fail("volumes", &e))?
             .join("volumes");
@@ -609,11 +663,7 @@ impl RuntimeManager {
             }) {
             Ok(cfg) => cfg,
             Err(e) => {
-                self.set_reason(
-                    pod,
-                    &c.name,
-                    Some(("CreateContainerConfigError", e.to_string())),
-                );
+                found.set_reason(&c.name, Some(("CreateContainerConfigError", e.to_string())));
                 self.container_event(pod, c, EventType::Warning, "Failed", format!("Error: {e}"));
                 return Err(SyncError::Failed(format!("pod {who}: {e}")));
             }
@@ -633,13 +683,14 @@ impl RuntimeManager {
             .map_err(|e| fail("create log directory", &e))?;
         create_log_dir(&log_dir)
             .map_err(|e| fail(&format!("create log directory {}", log_dir.display()), &e))?;
+        found.changed = true;
         let id = match self
             .runtime
             .create_container(sandbox_id, &cfg, sandbox_config)
         {
             Ok(id) => id,
             Err(e) => {
-                self.set_reason(pod, &c.name, Some(("CreateContainerError", e.to_string())));
+                found.set_reason(&c.name, Some(("CreateContainerError", e.to_string())));
                 self.container_event(pod, c, EventType::Warning, "Failed", format!("Error: {e}"));
                 return Err(fail("create", &e));
             }
@@ -653,7 +704,7 @@ impl RuntimeManager {
         );
         crate::fault::point("container-created", format_args!("{who}/{}", c.name));
         if let Err(e) = self.runtime.start_container(&id) {
-            self.set_reason(pod, &c.name, Some(("RunContainerError", e.to_string())));
+            found.set_reason(&c.name, Some(("RunContainerError", e.to_string())));
             self.container_event(pod, c, EventType::Warning, "Failed", format!("Error: {e}"));
             return Err(fail("start", &e));
         }
@@ -692,11 +743,11 @@ impl RuntimeManager {
                         c.name
                     );
                 }
-                self.set_reason(pod, &c.name, Some(("PostStartHookError", message)));
+                found.set_reason(&c.name, Some(("PostStartHookError", message)));
                 return Err(fail("postStart hook", &"PostStartHookError"));
             }
         }
-        self.set_reason(pod, &c.name, None);
+        found.set_reason(&c.name, None);
         Ok(())
     }
 
@@ -776,12 +827,13 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
         sandbox_config: &api::PodSandboxConfig,
+        found: &mut Found,
     ) -> Result<String, SyncError> {
         let container = ObjectRef::container(pod, &c.name, is_init_container(pod, &c.name));
         self.image_manager
             .ensure_image(pod, c, sandbox_config, &self.recorder, &container)
             .map_err(|e| {
-                self.set_reason(pod, &c.name, Some((e.reason, e.message.clone())));
+                found.set_reason(&c.name, Some((e.reason, e.message.clone())));
                 self.container_event(
                     pod,
                     c,
@@ -839,9 +891,6 @@ impl RuntimeManager {
         }
         self.backoff.lock().forget_prefix(&format!("{uid}/"));
         self.image_manager.forget_pod(uid);
-        let mut reasons = self.reasons.lock();
-        reasons.remove(uid);
-        crate::malloc::shrink_map(&mut reasons);
         Ok(())
     }
 
@@ -981,6 +1030,8 @@ mod tests {
         pub(super) fake: Arc<FakeRuntime>,
         pub(super) rm: RuntimeManager,
         events: Seen,
+        /// The waiting reasons found so far, as a pod worker keeps them.
+        reasons: std::cell::RefCell<WaitingReasons>,
         _broadcaster: EventBroadcaster,
         _dir: tempfile::TempDir,
     }
@@ -1003,6 +1054,7 @@ mod tests {
             fake,
             rm,
             events,
+            reasons: Default::default(),
             _broadcaster: broadcaster,
             _dir: dir,
         }
@@ -1019,8 +1071,17 @@ mod tests {
                 .unwrap()
         }
 
+        /// Syncs `pod` from its current status, keeping the waiting
+        /// reasons the sync found as a pod worker does.
         pub(super) fn sync(&self, pod: &Pod) -> Result<(), SyncError> {
-            self.rm.sync_pod(pod, &self.status(pod))
+            let found = self.rm.sync_pod(pod, &self.status(pod));
+            found.update_reasons(&mut self.reasons.borrow_mut());
+            found.result
+        }
+
+        /// Why containers wait, after the syncs so far.
+        pub(super) fn waiting_reasons(&self) -> WaitingReasons {
+            self.reasons.borrow().clone()
         }
 
         fn exit(&self, name: &str, code: i32) {
@@ -1069,6 +1130,50 @@ mod tests {
     }
 
     #[test]
+    fn a_sync_returns_the_status_after_its_actions_and_reads_none_when_idle() {
+        let r = rig();
+        let pod = test_pod("u1", "web");
+        let found = r.rm.sync_pod(&pod, &r.status(&pod));
+        found.result.unwrap();
+        assert_eq!(found.reasons.get("app"), Some(&None));
+        let after = found
+            .status
+            .expect("the status after a sync that started a container");
+        let app = after.latest("app").unwrap();
+        assert_eq!(app.state, ContainerState::Running);
+        assert_eq!(after.sandbox_statuses.len(), 1);
+        // Nothing left to do: no action, and no status read either.
+        let before = r.status(&pod);
+        let lists = r.fake.count("ListPodSandbox");
+        let found = r.rm.sync_pod(&pod, &before);
+        found.result.unwrap();
+        assert!(found.status.is_none());
+        assert!(found.reasons.is_empty());
+        assert_eq!(r.fake.count("ListPodSandbox"), lists);
+    }
+
+    #[test]
+    fn a_container_in_back_off_changes_nothing_and_keeps_its_reason() {
+        let r = rig();
+        let pod = test_pod("u1", "web");
+        r.sync(&pod).unwrap();
+        r.exit("app", 1);
+        r.sync(&pod).unwrap();
+        r.exit("app", 1);
+        let found = r.rm.sync_pod(&pod, &r.status(&pod));
+        assert!(matches!(found.result, Err(SyncError::BackOff(..))));
+        assert!(found.status.is_none(), "a back-off starts nothing");
+        let mut reasons = WaitingReasons::new();
+        reasons.insert("other".into(), ("Old".into(), "kept".into()));
+        found.update_reasons(&mut reasons);
+        assert_eq!(reasons["app"].0, "CrashLoopBackOff");
+        assert_eq!(
+            reasons["other"].0, "Old",
+            "a container not tried keeps its reason"
+        );
+    }
+
+    #[test]
     fn a_sub_path_through_a_planted_symlink_fails_its_container_alone() {
         let r = rig();
         // What a planted link would expose: a directory outside the volume
@@ -1105,7 +1210,7 @@ mod tests {
         }
         let e = r.sync(&pod).unwrap_err();
         assert!(e.to_string().contains("subPath \"x\""), "{e}");
-        let reasons = r.rm.waiting_reasons("u1");
+        let reasons = r.waiting_reasons();
         let (reason, message) = reasons.get("app").cloned().unwrap_or_default();
         assert_eq!(reason, "CreateContainerConfigError");
         assert!(
@@ -1207,7 +1312,7 @@ mod tests {
                 other => panic!("want back-off {want:?}, got {other:?}"),
             }
             assert_eq!(
-                r.rm.waiting_reasons("u1").get("app"),
+                r.waiting_reasons().get("app"),
                 Some(&(
                     "CrashLoopBackOff".to_string(),
                     format!("back-off {text} restarting failed container=app pod=web_default(u1)")
@@ -1219,7 +1324,7 @@ mod tests {
             r.fake.advance(Duration::from_secs(1));
             r.sync(&pod).unwrap();
             assert_eq!(r.fake.count("StartContainer"), starts + 1);
-            assert!(r.rm.waiting_reasons("u1").is_empty());
+            assert!(r.waiting_reasons().is_empty());
         }
         assert_eq!(
             r.event("spec.containers{app}", "BackOff"),
@@ -1402,7 +1507,7 @@ mod tests {
             other => panic!("want a failure, got {other:?}"),
         }
         assert!(!r.running("app"));
-        let (reason, message) = r.rm.waiting_reasons("u1").remove("app").unwrap();
+        let (reason, message) = r.waiting_reasons().remove("app").unwrap();
         assert_eq!(reason, "PostStartHookError");
         assert!(
             message.starts_with(

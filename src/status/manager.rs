@@ -25,13 +25,15 @@ use log::{debug, info, warn};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::generate::keep_foreign_conditions;
+use super::generate::{generate_pod_status, keep_foreign_conditions, StatusContext};
 use super::patch::{status_equal, status_patch};
 use crate::kube::{ApiError, Client, PatchKind};
 use crate::node::NodeStateReader;
 use crate::pod::{
     is_static_pod, pod_full_name, CONFIG_HASH_ANNOTATION_KEY, CONFIG_MIRROR_ANNOTATION_KEY,
 };
+use crate::prober::{ProbeResults, ProbeStatus};
+use crate::runtime::WaitingReasons;
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// A mirror pod as the API server holds it.
@@ -59,9 +61,60 @@ impl MirrorPod {
     }
 }
 
+/// What a pod's API status is generated from, besides the pod, its previous
+/// status and the probe results. The status manager keeps it with the
+/// status of a pod that has probes, so that a readiness or startup change
+/// generates the status again at once, without a sync.
+#[derive(Debug, Clone)]
+pub struct StatusInputs {
+    /// The runtime status the pod's worker last saw (after its sync).
+    pub runtime: crate::runtime::PodStatus,
+    pub waiting_reasons: WaitingReasons,
+    /// The node's IP for `status.hostIP`.
+    pub host_ip: Option<String>,
+    /// The runtime's name for container IDs (`containerd://...`).
+    pub runtime_name: String,
+    /// `(reason, message)` of a pod that failed whatever its containers
+    /// say (its active deadline passed).
+    pub failed: Option<(String, String)>,
+}
+
+impl StatusInputs {
+    /// The pod's API status, from these inputs, its previous status `old`
+    /// (for transition times and the start time) and the probe results.
+    pub fn generate(
+        &self,
+        pod: &Pod,
+        old: Option<&PodStatus>,
+        probes: Option<&ProbeResults>,
+    ) -> PodStatus {
+        let ctx = StatusContext {
+            host_ip: self.host_ip.as_deref(),
+            runtime_name: &self.runtime_name,
+            waiting_reasons: &self.waiting_reasons,
+            now: k8s_openapi::jiff::Timestamp::now(),
+            probes,
+        };
+        let mut api = generate_pod_status(pod, &self.runtime, old, &ctx);
+        if let Some((reason, message)) = &self.failed {
+            api.phase = Some(super::generate::FAILED.into());
+            api.reason = Some(reason.clone());
+            api.message = Some(message.clone());
+        }
+        api
+    }
+}
+
 struct Entry {
     pod: Arc<Pod>,
     status: Option<PodStatus>,
+    /// What `status` was generated from, for a pod with probes.
+    inputs: Option<Box<StatusInputs>>,
+    /// The sync loop set a terminal status (the pod was rejected or
+    /// evicted): the worker's reports, made while it stops the pod, keep
+    /// its phase, reason and message, as upstream applies the status a pod
+    /// was killed with to every status generated through its termination.
+    decided: bool,
     version: u64,
     /// The version the server has.
     sent: u64,
@@ -173,14 +226,52 @@ impl StatusReporter {
 
     /// Records `status` for `pod`; it is sent if it differs from the last one.
     pub fn set_status(&self, pod: &Arc<Pod>, status: PodStatus) {
+        self.store(pod, false, move |_| (status, None));
+    }
+
+    /// Generates `pod`'s status from `inputs`, its latest status (the API
+    /// pod's before the first) and the probe results, records it as
+    /// [`set_status`](Self::set_status) does, and returns it. With `keep`
+    /// (a pod with probes), the inputs are kept to generate the status
+    /// again when a readiness or startup result changes
+    /// ([`probe_changed`](Self::probe_changed)). The status is generated
+    /// under the table's lock, which `probe_changed` holds too, after the
+    /// prober wrote its result: a status generated with the older result
+    /// never overwrites the one with the newer.
+    pub fn report(
+        &self,
+        pod: &Arc<Pod>,
+        inputs: StatusInputs,
+        probes: Option<&ProbeResults>,
+        keep: bool,
+    ) -> PodStatus {
+        self.store(pod, true, move |old| {
+            let status = inputs.generate(pod, old.or(pod.status.as_ref()), probes);
+            (status, keep.then_some(inputs))
+        })
+    }
+
+    /// Records the status `make` returns from the latest one, with the
+    /// inputs to keep, and returns it. A worker's report (`by_worker`)
+    /// keeps the phase, reason and message of a terminal status the sync
+    /// loop set.
+    fn store(
+        &self,
+        pod: &Arc<Pod>,
+        by_worker: bool,
+        make: impl FnOnce(Option<&PodStatus>) -> (PodStatus, Option<StatusInputs>),
+    ) -> PodStatus {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut t = self.shared.table.lock();
+        let (mut status, inputs) = make(t.pods.get(&uid).and_then(|e| e.status.as_ref()));
         if t.was_deleted(&uid) {
-            return;
+            return status;
         }
         let e = t.pods.entry(uid).or_insert_with(|| Entry {
             pod: pod.clone(),
             status: None,
+            inputs: None,
+            decided: false,
             version: 0,
             sent: 0,
             finished: None,
@@ -190,9 +281,55 @@ impl StatusReporter {
             failures: 0,
         });
         e.pod = pod.clone();
-        if e.finished.is_some() || e.status.as_ref() == Some(&status) {
+        if e.finished.is_some() {
+            return status;
+        }
+        if by_worker && e.decided {
+            keep_decided(e.status.as_ref(), &mut status);
+        } else if !by_worker {
+            let phase = status.phase.as_deref();
+            e.decided = matches!(
+                phase,
+                Some(super::generate::FAILED | super::generate::SUCCEEDED)
+            );
+        }
+        e.inputs = inputs.map(Box::new);
+        if e.status.as_ref() == Some(&status) {
+            return status;
+        }
+        e.status = Some(status.clone());
+        e.version += 1;
+        drop(t);
+        self.shared.wake();
+        status
+    }
+
+    /// A readiness or startup result of pod `uid` changed (upstream's
+    /// `SetContainerReadiness` and `SetContainerStartup`): its status is
+    /// generated again, with `probes`, from what its worker last reported
+    /// it from (the containers' `ready` and `started`, the Ready,
+    /// ContainersReady and Initialized conditions, the phase), and sent if
+    /// that changed it. A pod not reported yet gets the results with its
+    /// first status.
+    pub fn probe_changed(&self, uid: &str, probes: &ProbeResults) {
+        let mut t = self.shared.table.lock();
+        let Some(e) = t.pods.get_mut(uid) else {
+            return;
+        };
+        if e.finished.is_some() {
             return;
         }
+        let (Some(inputs), Some(old)) = (e.inputs.as_deref(), e.status.as_ref()) else {
+            return;
+        };
+        let mut status = inputs.generate(&e.pod, Some(old), Some(probes));
+        if e.decided {
+            keep_decided(Some(old), &mut status);
+        }
+        if *old == status {
+            return;
+        }
+        debug!("pod {}: status after a probe result", pod_full_name(&e.pod));
         e.status = Some(status);
         e.version += 1;
         drop(t);
@@ -225,6 +362,8 @@ impl StatusReporter {
                     Entry {
                         pod: pod.clone(),
                         status: None,
+                        inputs: None,
+                        decided: false,
                         version: 0,
                         sent: 0,
                         finished: Some(delete_object),
@@ -253,6 +392,8 @@ impl StatusReporter {
             .or_insert_with(|| Entry {
                 pod: pod.clone(),
                 status: None,
+                inputs: None,
+                decided: false,
                 version: 0,
                 sent: 0,
                 finished: None,
@@ -322,6 +463,22 @@ impl StatusReporter {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+}
+
+/// Gives `status` the phase, reason and message of the terminal status
+/// the sync loop `decided` for the pod.
+fn keep_decided(decided: Option<&PodStatus>, status: &mut PodStatus) {
+    if let Some(d) = decided {
+        status.phase.clone_from(&d.phase);
+        status.reason.clone_from(&d.reason);
+        status.message.clone_from(&d.message);
+    }
+}
+
+impl ProbeStatus for StatusReporter {
+    fn probe_changed(&self, uid: &str, results: &ProbeResults) {
+        StatusReporter::probe_changed(self, uid, results);
     }
 }
 
@@ -408,6 +565,9 @@ impl Worker {
                 }
                 self.run_job(job);
             }
+            // A job that failed just now is retried at its own time, which
+            // the plan made before it could not know.
+            let next = [next, self.next_retry()].into_iter().flatten().min();
             let timeout = next.map(|t| t.saturating_duration_since(Instant::now()));
             crossbeam_channel::select! {
                 recv(stop) -> _ => return,
@@ -415,6 +575,12 @@ impl Worker {
                 recv(timeout.map(crossbeam_channel::after).unwrap_or_else(crossbeam_channel::never)) -> _ => {}
             }
         }
+    }
+
+    /// The earliest retry any pod waits for.
+    fn next_retry(&self) -> Option<Instant> {
+        let t = self.shared.table.lock();
+        t.pods.values().filter_map(|e| e.retry_at).min()
     }
 
     /// Decides the jobs to run now and when to look again.
@@ -764,6 +930,104 @@ pub fn static_hash(pod: &Pod) -> String {
 mod tests {
     use super::*;
     use crate::runtime::fake::test_pod;
+
+    #[test]
+    fn a_probe_change_regenerates_a_probed_pods_status_and_keeps_its_failure() {
+        use crate::prober::{ProbeKind, ProbeResult};
+        use crate::runtime::fake::test_manager;
+        let (fake, rm) = test_manager("sm-probe");
+        let mut p = test_pod("u2", "web");
+        p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Default::default());
+        let pod = Arc::new(p);
+        let st = rm.get_pod_status("u2", "web", "default").unwrap();
+        rm.sync_pod(&pod, &st).result.unwrap();
+        let st = rm.get_pod_status("u2", "web", "default").unwrap();
+        let id = fake.container_id("app").unwrap();
+        let results = ProbeResults::default();
+        results.set_for_test(&id, ProbeKind::Readiness, ProbeResult::Failure);
+        let r = StatusReporter::standalone();
+        let inputs = StatusInputs {
+            runtime: st,
+            waiting_reasons: Default::default(),
+            host_ip: None,
+            runtime_name: "containerd".into(),
+            failed: None,
+        };
+        r.report(&pod, inputs.clone(), Some(&results), true);
+        let ready = |r: &StatusReporter| {
+            let s = r.status("u2").unwrap();
+            let cond = s
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "Ready")
+                .cloned();
+            (s.container_statuses.unwrap()[0].ready, cond.unwrap())
+        };
+        let (was, before) = ready(&r);
+        assert!(!was);
+        assert_eq!(before.status, "False");
+        results.set_for_test(&id, ProbeKind::Readiness, ProbeResult::Success);
+        r.probe_changed("u2", &results);
+        let (now, after) = ready(&r);
+        assert!(now);
+        assert_eq!(after.status, "True");
+        assert_eq!(after.reason, None);
+
+        // A pod that failed (its deadline) stays failed through a probe change.
+        let failed = StatusInputs {
+            failed: Some(("DeadlineExceeded".into(), "too long".into())),
+            ..inputs
+        };
+        r.report(&pod, failed, Some(&results), true);
+        results.set_for_test(&id, ProbeKind::Readiness, ProbeResult::Failure);
+        r.probe_changed("u2", &results);
+        let s = r.status("u2").unwrap();
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(s.reason.as_deref(), Some("DeadlineExceeded"));
+        assert!(!s.container_statuses.unwrap()[0].ready);
+
+        // A status set without its inputs is left alone.
+        let plain = Arc::new(test_pod("u3", "other"));
+        r.set_status(&plain, PodStatus::default());
+        r.probe_changed("u3", &results);
+        assert_eq!(r.status("u3"), Some(PodStatus::default()));
+    }
+
+    #[test]
+    fn a_workers_report_keeps_the_terminal_status_the_sync_loop_set() {
+        use crate::runtime::fake::test_manager;
+        let (_fake, rm) = test_manager("sm-decided");
+        let pod = Arc::new(test_pod("u4", "web"));
+        let st = rm.get_pod_status("u4", "web", "default").unwrap();
+        rm.sync_pod(&pod, &st).result.unwrap();
+        let r = StatusReporter::standalone();
+        // Rejected while its worker was syncing it.
+        r.set_status(
+            &pod,
+            PodStatus {
+                phase: Some("Failed".into()),
+                reason: Some("StaticPodNameConflict".into()),
+                message: Some("Pod was rejected: taken".into()),
+                ..Default::default()
+            },
+        );
+        let inputs = StatusInputs {
+            runtime: rm.get_pod_status("u4", "web", "default").unwrap(),
+            waiting_reasons: Default::default(),
+            host_ip: None,
+            runtime_name: "containerd".into(),
+            failed: None,
+        };
+        let reported = r.report(&pod, inputs, None, false);
+        let s = r.status("u4").unwrap();
+        assert_eq!(reported, s);
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(s.reason.as_deref(), Some("StaticPodNameConflict"));
+        assert_eq!(s.message.as_deref(), Some("Pod was rejected: taken"));
+        // The rest is the worker's.
+        assert_eq!(s.container_statuses.unwrap().len(), 1);
+    }
 
     #[test]
     fn a_standalone_reporter_forgets_a_finished_pod() {
