@@ -10,33 +10,45 @@
 //! It also tells `src/version.rs` the target triple and the git commit the
 //! binary is built from (`TINYLET_COMMIT` in the environment overrides it,
 //! for builds from a tarball), without ever failing the build over git.
+//!
+//! The CRI code is generated only with the `cri` feature (the default);
+//! without it (the fuzz targets' build) only the build facts are set.
 
 use std::env;
+#[cfg(feature = "cri")]
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
+#[cfg(feature = "cri")]
 const PROTO_ROOT: &str = "proto";
+#[cfg(feature = "cri")]
 const PROTO_FILE: &str = "proto/runtime/v1/api.proto";
 /// Generated messages, included by `src/cri/api.rs`.
+#[cfg(feature = "cri")]
 const API_OUT: &str = "cri_api.rs";
 /// Generated grpcio stubs, included by `src/cri/grpc.rs`.
+#[cfg(feature = "cri")]
 const GRPC_OUT: &str = "cri_grpc.rs";
 /// Path from the stubs module to the messages module.
+#[cfg(feature = "cri")]
 const API_MOD: &str = "super::api";
 
 fn main() -> ExitCode {
-    println!("cargo:rerun-if-changed={PROTO_FILE}");
     println!("cargo:rerun-if-changed=build.rs");
     describe_build();
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+    // The CRI code only with the `cri` feature (on by default): the fuzz
+    // targets build the library without it.
+    #[cfg(feature = "cri")]
+    {
+        println!("cargo:rerun-if-changed={PROTO_FILE}");
+        if let Err(e) = run() {
             eprintln!("error: generating CRI code from {PROTO_FILE}: {e}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
     }
+    ExitCode::SUCCESS
 }
 
 /// Sets `TINYLET_TARGET` and `TINYLET_GIT_COMMIT` for `src/version.rs`.
@@ -118,6 +130,7 @@ fn git(dir: &Path, args: &[&str]) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+#[cfg(feature = "cri")]
 fn run() -> Result<(), String> {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
     generate_messages(&out_dir)?;
@@ -127,6 +140,7 @@ fn run() -> Result<(), String> {
 /// Runs protobuf-codegen into a scratch directory and copies its output to
 /// `OUT_DIR/cri_api.rs` without the inner attributes and `//!` lines, which
 /// `include!` does not accept; `src/cri/api.rs` sets the lint allowances.
+#[cfg(feature = "cri")]
 fn generate_messages(out_dir: &Path) -> Result<(), String> {
     let scratch = out_dir.join("protobuf-codegen");
     fs::create_dir_all(&scratch).map_err(|e| format!("creating {}: {e}", scratch.display()))?;
@@ -160,6 +174,7 @@ fn generate_messages(out_dir: &Path) -> Result<(), String> {
 
 /// Writes `OUT_DIR/cri_grpc.rs`: per service a method table, a blocking
 /// client and a server trait with its `create_*` function.
+#[cfg(feature = "cri")]
 fn generate_stubs(out_dir: &Path) -> Result<(), String> {
     let parsed = protobuf_parse::Parser::new()
         .pure()
@@ -205,12 +220,14 @@ fn generate_stubs(out_dir: &Path) -> Result<(), String> {
     write_file(&out_dir.join(GRPC_OUT), &code)
 }
 
+#[cfg(feature = "cri")]
 struct Service {
     package: String,
     name: String,
     methods: Vec<Rpc>,
 }
 
+#[cfg(feature = "cri")]
 struct Rpc {
     name: String,
     input: String,
@@ -220,6 +237,7 @@ struct Rpc {
 /// Maps a fully qualified proto type (`.runtime.v1.VersionRequest`) to its
 /// path in the messages module. Only top-level messages of our own package
 /// can be RPC arguments here.
+#[cfg(feature = "cri")]
 fn rust_type(package: &str, proto_type: &str) -> Result<String, String> {
     let prefix = format!(".{package}.");
     match proto_type.strip_prefix(&prefix) {
@@ -231,6 +249,7 @@ fn rust_type(package: &str, proto_type: &str) -> Result<String, String> {
 }
 
 /// `RunPodSandbox` -> `run_pod_sandbox`.
+#[cfg(feature = "cri")]
 fn snake_case(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 4);
     let chars: Vec<char> = name.chars().collect();
@@ -250,6 +269,7 @@ fn snake_case(name: &str) -> String {
     out
 }
 
+#[cfg(feature = "cri")]
 fn write_service(w: &mut String, svc: &Service) -> std::fmt::Result {
     let svc_snake = snake_case(&svc.name);
     let svc_upper = svc_snake.to_ascii_uppercase();
@@ -348,6 +368,7 @@ fn write_service(w: &mut String, svc: &Service) -> std::fmt::Result {
     Ok(())
 }
 
+#[cfg(feature = "cri")]
 fn write_file(path: &Path, text: &str) -> Result<(), String> {
     // Rewrite only on change so that dependants are not rebuilt needlessly.
     if fs::read_to_string(path).is_ok_and(|old| old == text) {

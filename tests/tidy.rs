@@ -185,6 +185,28 @@ fn no_async_runtime_in_the_dependency_tree() {
     }
 }
 
+/// The fuzz targets build the library without its `cri` feature: their
+/// sanitizer build compiles no gRPC C core (minutes on a fresh machine).
+/// Their lock file, as cargo resolves it, says what that build compiles.
+#[test]
+fn the_fuzz_build_compiles_no_grpc() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lock =
+        std::fs::read_to_string(root.join("tests/fuzz/Cargo.lock")).expect("tests/fuzz/Cargo.lock");
+    assert!(
+        lock.contains("name = \"tinylet\""),
+        "tests/fuzz/Cargo.lock does not name tinylet"
+    );
+    for package in ["grpcio", "grpcio-sys", "protobuf", "protobuf-codegen"] {
+        let entry = format!("name = \"{package}\"\n");
+        assert!(
+            !lock.contains(&entry),
+            "{package} is in tests/fuzz/Cargo.lock: the fuzz crate must depend on \
+             tinylet with default-features = false (no `cri` feature)"
+        );
+    }
+}
+
 /// The configuration fields `apply_config_file` reads: the string patterns
 /// of its match arms (`"staticPodPath" =>`, `"a" | "b" =>`).
 fn config_fields_read() -> std::collections::BTreeSet<String> {

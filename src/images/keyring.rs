@@ -9,6 +9,7 @@ use base64::Engine;
 use log::warn;
 use serde_json::Value;
 
+#[cfg(feature = "cri")]
 use crate::cri::api;
 use crate::image_reference::DEFAULT_REGISTRY_HOST;
 use crate::volume::Keys;
@@ -27,6 +28,7 @@ pub struct Credential {
 impl Credential {
     /// The CRI form. The server address stays empty, as upstream sends it:
     /// the runtime then uses the login for the host the image is on.
+    #[cfg(feature = "cri")]
     pub fn auth_config(&self) -> api::AuthConfig {
         let mut a = api::AuthConfig::new();
         a.username = self.username.clone();

@@ -19,24 +19,45 @@
 //! `crate::image_reference`.
 
 pub mod backoff;
+#[cfg(feature = "cri")]
 pub mod gc;
 pub mod keyring;
+#[cfg(feature = "cri")]
 pub mod puller;
 
+// What is marked `cri` is the image manager's: it pulls through the CRI
+// image service, so it is built only with the `cri` feature (the default).
+// The pull policy, the keyring and the back-off need no CRI client.
+#[cfg(feature = "cri")]
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "cri")]
+use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Container;
+#[cfg(feature = "cri")]
+use k8s_openapi::api::core::v1::Pod;
+#[cfg(feature = "cri")]
 use log::{info, warn};
+#[cfg(feature = "cri")]
 use parking_lot::Mutex;
 
+#[cfg(feature = "cri")]
 use crate::cri::{api, ImageService};
+#[cfg(feature = "cri")]
 use crate::events::{EventRecorder, EventType, ObjectRef};
-use crate::image_reference::{apply_default_tag, parse_image_name};
+#[cfg(feature = "cri")]
+use crate::image_reference::apply_default_tag;
+use crate::image_reference::parse_image_name;
+#[cfg(feature = "cri")]
 use crate::pod::{pod_full_name, pod_namespace, pod_uid};
+#[cfg(feature = "cri")]
 use crate::volume::{Keys, ObjectSource};
+#[cfg(feature = "cri")]
 use backoff::{PullBackoff, PullBucket};
+#[cfg(feature = "cri")]
 use keyring::{Credential, Keyring};
+#[cfg(feature = "cri")]
 use puller::{go_error, go_millis, Puller};
 
 /// After a failed pull the pod is synced again this soon, so its status
@@ -108,6 +129,7 @@ pub struct ImageError {
     pub retry_after: Option<Duration>,
 }
 
+#[cfg(feature = "cri")]
 pub struct ImageManager {
     images: Arc<dyn ImageService>,
     puller: Puller,
@@ -116,6 +138,7 @@ pub struct ImageManager {
     secrets: Option<Arc<dyn ObjectSource>>,
 }
 
+#[cfg(feature = "cri")]
 impl ImageManager {
     pub fn new(images: Arc<dyn ImageService>, opts: ImageOptions) -> Self {
         ImageManager {
