@@ -73,8 +73,17 @@ fn fake_proc(dir: &std::path::Path) {
     .unwrap();
 }
 
+/// The CPU rate cache is process-wide and keyed by container ID, and every
+/// fake runtime numbers its containers the same way: tests that read
+/// statistics take turns, or one's samples would become another's baseline.
+fn one_at_a_time() -> parking_lot::MutexGuard<'static, ()> {
+    static SAMPLES: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+    SAMPLES.lock()
+}
+
 #[test]
 fn summary_has_upstreams_shape_with_rates_from_the_second_call() {
+    let _samples = one_at_a_time();
     let fake = FakeRuntime::with_images(&[TEST_IMAGE]);
     let uid = "uid-summary-1";
     let ids = running_pod(&fake, uid);
@@ -148,6 +157,7 @@ fn summary_has_upstreams_shape_with_rates_from_the_second_call() {
 
 #[test]
 fn summary_fails_naming_the_runtime_call() {
+    let _samples = one_at_a_time();
     let fake = FakeRuntime::with_images(&[TEST_IMAGE]);
     fake.fail_next("ListContainerStats", 1);
     let dir = tempfile::tempdir().unwrap();
@@ -157,6 +167,7 @@ fn summary_fails_naming_the_runtime_call() {
 
 #[test]
 fn resource_metrics_have_the_series_metrics_server_reads() {
+    let _samples = one_at_a_time();
     let fake = FakeRuntime::with_images(&[TEST_IMAGE]);
     let ids = running_pod(&fake, "uid-resource-1");
     fake.set_stats(&ids[0], 2_000_000_000, 10 << 20, 0);
@@ -236,6 +247,7 @@ fn resource_metrics_read_the_node_from_the_proc_root() {
 
 #[test]
 fn summary_measures_volumes_and_logs_and_sums_ephemeral_storage() {
+    let _samples = one_at_a_time();
     let fake = FakeRuntime::with_images(&[TEST_IMAGE]);
     let uid = "uid-volumes-1";
     let ids = running_pod(&fake, uid);
