@@ -15,15 +15,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 /// The pod status reason and event reason of a pod past its deadline.
-pub const REASON: &str = "DeadlineExceeded";
+pub(crate) const REASON: &str = "DeadlineExceeded";
 /// The pod status message and event message of a pod past its deadline.
-pub const MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
+pub(crate) const MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
 /// The time left before `pod`'s active deadline, counted from `start` (its
 /// `status.startTime`): `None` when it has no deadline or no start time
 /// yet, zero once the deadline has passed (upstream: active for at least
 /// the allowed duration).
-pub fn time_left(pod: &Pod, start: Option<&Time>, now: Timestamp) -> Option<Duration> {
+pub(crate) fn time_left(pod: &Pod, start: Option<&Time>, now: Timestamp) -> Option<Duration> {
     let deadline = pod.spec.as_ref()?.active_deadline_seconds?;
     let start = start?;
     // Whole seconds, as the API's times are; a start in the future (a clock

@@ -29,22 +29,23 @@ use crate::quantity::parse_quantity_scaled;
 use crate::sysctl::Allowlist;
 
 /// Reason when the pod's `kubernetes.io/os` label names another OS.
-pub const POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH: &str = "PodOSSelectorNodeLabelDoesNotMatch";
+pub(crate) const POD_OS_SELECTOR_NODE_LABEL_DOES_NOT_MATCH: &str =
+    "PodOSSelectorNodeLabelDoesNotMatch";
 /// Reason when the pod's `spec.os.name` names another OS.
-pub const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
+pub(crate) const POD_OS_NOT_SUPPORTED: &str = "PodOSNotSupported";
 /// Reason when the pod's resource quantities cannot be read.
-pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+pub(crate) const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
 /// Prefix of the reason for a resource the node has too little of.
-pub const INSUFFICIENT_RESOURCE_PREFIX: &str = "OutOf";
+pub(crate) const INSUFFICIENT_RESOURCE_PREFIX: &str = "OutOf";
 /// Predicate name (and reason) for a failed node selector or node affinity.
-pub const NODE_AFFINITY: &str = "NodeAffinity";
+pub(crate) const NODE_AFFINITY: &str = "NodeAffinity";
 /// Predicate name (and reason) for `spec.nodeName` naming another node.
-pub const NODE_NAME: &str = "NodeName";
+pub(crate) const NODE_NAME: &str = "NodeName";
 /// Predicate name (and reason) for a host port already taken.
-pub const NODE_PORTS: &str = "NodePorts";
+pub(crate) const NODE_PORTS: &str = "NodePorts";
 /// Reason when a privileged container or a host namespace is refused
 /// (`--allow-privileged=false`).
-pub const PRIVILEGED_FORBIDDEN: &str = "PrivilegedForbidden";
+pub(crate) const PRIVILEGED_FORBIDDEN: &str = "PrivilegedForbidden";
 
 /// Reason when a pod asks for a user namespace (`spec.hostUsers: false`):
 /// tinylet's own. The CRI runtimes tinylet targets (containerd 1.6 and 1.7,
@@ -53,15 +54,15 @@ pub const PRIVILEGED_FORBIDDEN: &str = "PrivilegedForbidden";
 /// sandbox creation, with the feature gate's or the runtime's error
 /// (FailedCreatePodSandBox, the pod Pending for ever); refusing it at
 /// admission reports it Failed at once, with a reason that says why.
-pub const USER_NAMESPACES_UNSUPPORTED: &str = "UserNamespacesNotSupported";
+pub(crate) const USER_NAMESPACES_UNSUPPORTED: &str = "UserNamespacesNotSupported";
 
 /// Reason when an API pod has the full name of a static pod of this node
 /// (tinylet's own: upstream has no such check).
-pub const STATIC_POD_NAME_CONFLICT: &str = "StaticPodNameConflict";
+pub(crate) const STATIC_POD_NAME_CONFLICT: &str = "StaticPodNameConflict";
 
 /// The rejection of an API pod named as the static pod `full_name` of
 /// `source` (a manifest file or URL) is.
-pub fn static_name_conflict(full_name: &str, source: &str) -> Rejection {
+pub(crate) fn static_name_conflict(full_name: &str, source: &str) -> Rejection {
     Rejection {
         reason: STATIC_POD_NAME_CONFLICT.into(),
         message: format!(
@@ -105,9 +106,9 @@ pub struct NodeInfo {
 
 /// Why a pod was not admitted: the pod status' `reason` and `message`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    pub reason: String,
-    pub message: String,
+pub(crate) struct Rejection {
+    pub(crate) reason: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for Rejection {
@@ -118,23 +119,23 @@ impl fmt::Display for Rejection {
 
 /// A pod's effective resource requests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Requests {
-    pub milli_cpu: i64,
+pub(crate) struct Requests {
+    pub(crate) milli_cpu: i64,
     /// Bytes.
-    pub memory: i64,
+    pub(crate) memory: i64,
     /// Bytes.
-    pub ephemeral_storage: i64,
+    pub(crate) ephemeral_storage: i64,
     /// Other node-level resources that the fit check counts (`hugepages-*`,
     /// `attachable-volumes-*`, `*kubernetes.io/*`), in whole units.
-    pub scalar: BTreeMap<String, i64>,
+    pub(crate) scalar: BTreeMap<String, i64>,
 }
 
 /// A resource quantity in a pod spec that is not a Kubernetes quantity.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuantityError {
+pub(crate) struct QuantityError {
     /// Where it is, e.g. `spec.containers[0].resources.requests.cpu`.
-    pub field: String,
-    pub value: String,
+    pub(crate) field: String,
+    pub(crate) value: String,
 }
 
 impl fmt::Display for QuantityError {
@@ -147,7 +148,7 @@ impl std::error::Error for QuantityError {}
 
 /// Decides whether `pod` may start on `node`, next to the `active` pods
 /// (admitted and not yet terminated, `pod` itself not among them).
-pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejection> {
+pub(crate) fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejection> {
     // Sysctls first, as upstream's sysctl admit handler runs before its
     // predicates.
     node.sysctls.admit(pod).map_err(|message| Rejection {
@@ -212,7 +213,7 @@ pub fn admit(pod: &Pod, active: &[&Pod], node: &NodeInfo) -> Result<(), Rejectio
 /// pod edited in place keeps its UID): its sysctls and, under
 /// `--allow-privileged=false`, privileged containers and host namespaces.
 /// Resources, affinity and host ports were settled when it was admitted.
-pub fn admit_update(pod: &Pod, node: &NodeInfo) -> Result<(), Rejection> {
+pub(crate) fn admit_update(pod: &Pod, node: &NodeInfo) -> Result<(), Rejection> {
     node.sysctls.admit(pod).map_err(|message| Rejection {
         reason: crate::sysctl::SYSCTL_FORBIDDEN.into(),
         message,
@@ -237,7 +238,7 @@ fn check_privileged(pod: &Pod, node: &NodeInfo) -> Result<(), Rejection> {
 
 /// What in `pod` needs privileges: a host namespace or a privileged
 /// (init, or ephemeral) container; `None` when nothing does.
-pub fn privileged_use(pod: &Pod) -> Option<String> {
+pub(crate) fn privileged_use(pod: &Pod) -> Option<String> {
     let spec = pod.spec.as_ref()?;
     for (on, what) in [
         (spec.host_network, "host networking"),
@@ -344,13 +345,13 @@ fn insufficient_resource(want: &Requests, active: &[&Pod], node: &NodeInfo) -> O
 /// before it); pod-level `spec.resources.requests` for cpu and memory replace
 /// the containers' sum; then `spec.overhead` is added. A quantity that cannot
 /// be parsed counts as zero; [`try_pod_requests`] reports it instead.
-pub fn pod_requests(pod: &Pod) -> Requests {
+pub(crate) fn pod_requests(pod: &Pod) -> Requests {
     compute_requests(pod, &mut |_| {})
 }
 
 /// Like [`pod_requests`], but fails on the first quantity that cannot be
 /// parsed.
-pub fn try_pod_requests(pod: &Pod) -> Result<Requests, QuantityError> {
+pub(crate) fn try_pod_requests(pod: &Pod) -> Result<Requests, QuantityError> {
     let mut first = None;
     let r = compute_requests(pod, &mut |e| {
         first.get_or_insert(e);
@@ -490,7 +491,7 @@ fn max_into(into: &mut Requests, r: &Requests) {
 /// in the node's labels) and its required node affinity (the terms ORed,
 /// the expressions and fields inside a term ANDed; an empty term or an
 /// invalid one matches nothing).
-pub fn matches_node_affinity(pod: &Pod, node: &NodeInfo) -> bool {
+pub(crate) fn matches_node_affinity(pod: &Pod, node: &NodeInfo) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return true;
     };

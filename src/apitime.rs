@@ -15,7 +15,7 @@ fn split(t: SystemTime) -> (i64, u32) {
 }
 
 /// `2026-11-22T00:45:16Z`
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let (secs, _) = split(t);
     match Timestamp::from_second(secs) {
         Ok(ts) => ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
@@ -24,7 +24,7 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 /// `2026-11-22T00:45:16.681566Z`
-pub fn micro_time(t: SystemTime) -> String {
+pub(crate) fn micro_time(t: SystemTime) -> String {
     let (secs, nanos) = split(t);
     match Timestamp::from_second(secs) {
         Ok(ts) => format!("{}.{:06}Z", ts.strftime("%Y-%m-%dT%H:%M:%S"), nanos / 1000),
@@ -37,7 +37,7 @@ pub fn now() -> String {
 }
 
 /// Parses a Go-style duration: a sequence of number+unit (ns, us, ms, s, m, h).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || format!("invalid duration {s:?} (want e.g. 20s, 1m30s, 500ms)");
     if s == "0" {
         return Ok(Duration::ZERO);

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 /// How hard a write tries to survive a power cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
+pub(crate) enum Durability {
     /// The file is flushed before the rename and the directory after it:
     /// for state read back after a reboot (pod checkpoints).
     Fsync,
@@ -23,7 +23,7 @@ pub enum Durability {
 }
 
 /// The dotfile `write_file` stages `path`'s new content in.
-pub fn temp_path(path: &Path) -> PathBuf {
+pub(crate) fn temp_path(path: &Path) -> PathBuf {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -33,7 +33,12 @@ pub fn temp_path(path: &Path) -> PathBuf {
 
 /// Replaces `path` with `data` (file mode `mode`) in one rename. On error
 /// `path` is as it was and the staging file is gone.
-pub fn write_file(path: &Path, data: &[u8], mode: u32, durability: Durability) -> io::Result<()> {
+pub(crate) fn write_file(
+    path: &Path,
+    data: &[u8],
+    mode: u32,
+    durability: Durability,
+) -> io::Result<()> {
     let tmp = temp_path(path);
     let result = stage(&tmp, data, mode, durability).and_then(|()| {
         crate::fault::point("file-staged", path.display());

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 /// Why bytes are not an object document.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DocumentError {
+pub(crate) enum DocumentError {
     /// Nothing but whitespace or comments.
     Empty,
     /// The bytes are not valid JSON (when they look like JSON) nor YAML.
@@ -38,7 +38,7 @@ impl std::error::Error for DocumentError {}
 
 /// Reads the bytes into a JSON object: JSON when they start with `{`, YAML
 /// otherwise (and as a fallback, since a YAML flow mapping starts with `{` too).
-pub fn parse_object(bytes: &[u8]) -> Result<Value, DocumentError> {
+pub(crate) fn parse_object(bytes: &[u8]) -> Result<Value, DocumentError> {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     let value = match first {
@@ -83,7 +83,7 @@ fn parse_yaml(bytes: &[u8]) -> Result<Value, DocumentError> {
 }
 
 /// What kind of JSON value `v` is, for error messages ("a list").
-pub fn kind_of(v: &Value) -> &'static str {
+pub(crate) fn kind_of(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -97,7 +97,7 @@ pub fn kind_of(v: &Value) -> &'static str {
 /// serde's type errors from a `Value` carry no position, only what was found
 /// ("invalid type: integer `3600`, expected a string"). Finds the leaves of
 /// the document that render the same way and names them when there are few.
-pub fn locate_error(value: &Value, message: &str) -> Option<String> {
+pub(crate) fn locate_error(value: &Value, message: &str) -> Option<String> {
     let rest = message
         .strip_prefix("invalid type: ")
         .or_else(|| message.strip_prefix("invalid value: "))?;

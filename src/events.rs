@@ -38,7 +38,7 @@ use crate::kube::{ApiError, Client, PatchKind};
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// Events queued for the `events` thread, as upstream's broadcaster queue.
-pub const QUEUE_CAPACITY: usize = 1000;
+pub(crate) const QUEUE_CAPACITY: usize = 1000;
 /// Entries of each correlation cache (least recently used go first).
 const CACHE_ENTRIES: usize = 4096;
 /// Different messages of similar events that make the aggregator combine.
@@ -60,7 +60,7 @@ pub trait Clock: Send + Sync {
 }
 
 /// The wall clock.
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
@@ -103,7 +103,7 @@ pub enum EventType {
 }
 
 impl EventType {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EventType::Normal => "Normal",
             EventType::Warning => "Warning",
@@ -116,20 +116,20 @@ impl EventType {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectRef {
     /// `Pod` or `Node`.
-    pub kind: &'static str,
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
+    pub(crate) kind: &'static str,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) uid: String,
     /// `v1` for pods; empty for the node, as the kubelet sends it.
-    pub api_version: &'static str,
-    pub resource_version: String,
+    pub(crate) api_version: &'static str,
+    pub(crate) resource_version: String,
     /// `spec.containers{name}`, `spec.initContainers{name}` or empty.
-    pub field_path: String,
+    pub(crate) field_path: String,
 }
 
 impl ObjectRef {
     /// A reference to `pod` as a whole.
-    pub fn pod(pod: &Pod) -> Self {
+    pub(crate) fn pod(pod: &Pod) -> Self {
         let m = &pod.metadata;
         ObjectRef {
             kind: "Pod",
@@ -144,7 +144,7 @@ impl ObjectRef {
 
     /// A reference to one container of `pod` (`init` for an init container;
     /// an ephemeral container is found by its name).
-    pub fn container(pod: &Pod, container_name: &str, init: bool) -> Self {
+    pub(crate) fn container(pod: &Pod, container_name: &str, init: bool) -> Self {
         let ephemeral = !init
             && pod.spec.as_ref().is_some_and(|s| {
                 !s.containers.iter().any(|c| c.name == container_name)
@@ -281,15 +281,15 @@ impl RecorderInner {
 
 /// Settings of the `events` thread.
 #[derive(Clone)]
-pub struct BroadcasterOptions {
-    pub clock: Arc<dyn Clock>,
+pub(crate) struct BroadcasterOptions {
+    pub(crate) clock: Arc<dyn Clock>,
     /// Capacity of the event queue.
-    pub queue: usize,
+    pub(crate) queue: usize,
     /// Attempts to write one event when the apiserver cannot be reached.
-    pub tries: u32,
+    pub(crate) tries: u32,
     /// Pause between attempts (the first one is shortened at random, so that
     /// nodes do not retry in step after an apiserver outage).
-    pub retry_delay: Duration,
+    pub(crate) retry_delay: Duration,
 }
 
 impl Default for BroadcasterOptions {
@@ -324,7 +324,7 @@ impl EventBroadcaster {
     }
 
     /// As [`EventBroadcaster::start`], with the given options.
-    pub fn start_with(
+    pub(crate) fn start_with(
         sink: Box<dyn EventSink>,
         component: &str,
         host: &str,

@@ -13,11 +13,11 @@
 use std::sync::OnceLock;
 
 /// The environment variable that arms a kill point.
-pub const ENV: &str = "TINYLET_KILL_POINT";
+pub(crate) const ENV: &str = "TINYLET_KILL_POINT";
 
 /// Every kill point, in the order a pod meets them; `point` refuses (in
 /// debug builds) a name not listed, so the list stays the truth.
-pub const POINTS: &[&str] = &[
+pub(crate) const POINTS: &[&str] = &[
     "manifest-read",
     "sync-begin",
     "volumes-set-up",
@@ -76,7 +76,7 @@ pub fn init() {
 
 /// Kill point `name`, reached for `context` (formatted only when `name` is
 /// the armed point).
-pub fn point(name: &str, context: impl std::fmt::Display) {
+pub(crate) fn point(name: &str, context: impl std::fmt::Display) {
     debug_assert!(
         POINTS.contains(&name),
         "kill point {name:?} is not in POINTS"

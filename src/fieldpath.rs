@@ -17,10 +17,10 @@ use crate::quantity::parse_quantity_wide;
 
 /// A field path or resource that has no value here.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldPathError {
+pub(crate) struct FieldPathError {
     /// The field path (`metadata.labels['a']`) or resource (`limits.cpu`).
-    pub path: String,
-    pub message: String,
+    pub(crate) path: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for FieldPathError {
@@ -43,9 +43,9 @@ fn error(path: &str, message: impl Into<String>) -> FieldPathError {
 /// the Node's `status.allocatable` has them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeAllocatable {
-    pub cpu: Option<String>,
-    pub memory: Option<String>,
-    pub ephemeral_storage: Option<String>,
+    pub(crate) cpu: Option<String>,
+    pub(crate) memory: Option<String>,
+    pub(crate) ephemeral_storage: Option<String>,
 }
 
 impl NodeAllocatable {
@@ -70,7 +70,7 @@ impl NodeAllocatable {
 
 /// Splits `metadata.labels['key']` into `("metadata.labels", "key")`; any
 /// other path has no subscript.
-pub fn split_subscript(path: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_subscript(path: &str) -> Option<(&str, &str)> {
     let inner = path.strip_suffix("']")?;
     let (base, key) = inner.split_once("['")?;
     (!base.is_empty()).then_some((base, key))
@@ -85,7 +85,7 @@ pub fn split_subscript(path: &str) -> Option<(&str, &str)> {
 /// `status.hostIP`, `status.hostIPs` (lists comma-separated). The status
 /// fields come from `pod.status`; a caller that knows better (the runtime
 /// at container creation) substitutes its own values.
-pub fn field_value(pod: &Pod, path: &str) -> Result<String, FieldPathError> {
+pub(crate) fn field_value(pod: &Pod, path: &str) -> Result<String, FieldPathError> {
     let meta = &pod.metadata;
     if let Some((base, key)) = split_subscript(path) {
         return match base {
@@ -175,7 +175,7 @@ fn check_subscript(path: &str, key: &str) -> Result<(), FieldPathError> {
 /// A label or annotation map the way the downward API writes it: one
 /// `key="value"` line per key in key order, the value quoted as Go's `%q`
 /// does, no newline after the last.
-pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
+pub(crate) fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
     let Some(map) = map else {
         return String::new();
     };
@@ -189,7 +189,7 @@ pub fn format_map(map: Option<&BTreeMap<String, String>>) -> String {
 /// A string quoted as Go's `strconv.Quote`: `"` and `\` escaped, the usual
 /// C escapes, other non-printable characters as `\xNN`, `\uNNNN` or
 /// `\UNNNNNNNN`.
-pub fn go_quote(s: &str) -> String {
+pub(crate) fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -231,7 +231,7 @@ fn is_go_printable(c: char) -> bool {
 /// divided by `divisor` (default and `0`: 1) and rounded up, as the
 /// downward API gives it. A cpu, memory or ephemeral-storage limit that is
 /// missing or zero is the node's allocatable amount, as upstream.
-pub fn resource_value(
+pub(crate) fn resource_value(
     container: &Container,
     resource: &str,
     divisor: Option<&str>,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// How long the PLEG may go without a successful relist before the node
 /// is unhealthy (upstream's `relistThreshold`).
-pub const RELIST_THRESHOLD: Duration = Duration::from_secs(3 * 60);
+pub(crate) const RELIST_THRESHOLD: Duration = Duration::from_secs(3 * 60);
 
 /// When the sync loop last turned and the PLEG last relisted.
 #[derive(Debug)]
@@ -53,7 +53,7 @@ impl Health {
         self.sync_loop_turned_at(Instant::now());
     }
 
-    pub fn sync_loop_turned_at(&self, at: Instant) {
+    pub(crate) fn sync_loop_turned_at(&self, at: Instant) {
         self.sync_loop.store(self.stamp(at), Ordering::Relaxed);
     }
 
@@ -62,13 +62,13 @@ impl Health {
         self.relisted_at(Instant::now());
     }
 
-    pub fn relisted_at(&self, at: Instant) {
+    pub(crate) fn relisted_at(&self, at: Instant) {
         self.relist.store(self.stamp(at), Ordering::Relaxed);
     }
 
     /// The sync loop's check (upstream's `syncloop`): healthy before its
     /// first turn, then while the last turn is within the threshold.
-    pub fn check_sync_loop(&self, now: Instant) -> Result<(), String> {
+    pub(crate) fn check_sync_loop(&self, now: Instant) -> Result<(), String> {
         match self.since(&self.sync_loop, now) {
             Some(d) if d > self.sync_threshold => Err(format!(
                 "sync Loop took longer than expected: last turn {}s ago; threshold is {}s",
@@ -80,7 +80,7 @@ impl Health {
     }
 
     /// The PLEG's check (upstream's `pleg`).
-    pub fn check_pleg(&self, now: Instant) -> Result<(), String> {
+    pub(crate) fn check_pleg(&self, now: Instant) -> Result<(), String> {
         match self.since(&self.relist, now) {
             None => Err("pleg has yet to be successful".into()),
             Some(d) if d > RELIST_THRESHOLD => Err(format!(

@@ -10,15 +10,15 @@ use std::io::Read;
 use std::time::Duration;
 
 /// Redirects to the same host followed (Go's client stops after 10).
-pub const MAX_REDIRECTS: usize = 10;
+pub(crate) const MAX_REDIRECTS: usize = 10;
 
 /// Upstream reads at most this much of a response body.
-pub const MAX_BODY: u64 = 10 * 1024;
+pub(crate) const MAX_BODY: u64 = 10 * 1024;
 
 /// Whether the agent takes a proxy from the environment (`HTTP_PROXY` and
 /// the like) or always connects directly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Proxy {
+pub(crate) enum Proxy {
     Direct,
     FromEnv,
 }
@@ -26,7 +26,7 @@ pub enum Proxy {
 /// An agent for httpGet requests sending `user_agent`: HTTPS without
 /// certificate verification, redirects left to [`get`], every status an
 /// answer, no kept connections, `Accept: */*` unless the request sets one.
-pub fn agent(user_agent: &str, proxy: Proxy) -> ureq::Agent {
+pub(crate) fn agent(user_agent: &str, proxy: Proxy) -> ureq::Agent {
     let tls = ureq::tls::TlsConfig::builder()
         .disable_verification(true)
         .build();
@@ -48,20 +48,20 @@ pub fn agent(user_agent: &str, proxy: Proxy) -> ureq::Agent {
 
 /// The answer an httpGet ends with.
 #[derive(Debug)]
-pub struct Response {
+pub(crate) struct Response {
     /// The URL that answered (after the redirects followed).
-    pub url: String,
-    pub status: u16,
+    pub(crate) url: String,
+    pub(crate) status: u16,
     /// The first [`MAX_BODY`] bytes of the body, or why it could not be read.
-    pub body: std::io::Result<Vec<u8>>,
+    pub(crate) body: std::io::Result<Vec<u8>>,
     /// The location of a redirect to another host, not followed: this
     /// response is then the redirect itself.
-    pub refused_redirect: Option<String>,
+    pub(crate) refused_redirect: Option<String>,
 }
 
 /// Why an httpGet got no answer.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// The request to `url` failed.
     Request { url: String, error: ureq::Error },
     /// More than [`MAX_REDIRECTS`] redirects to the same host: `Get "<url>":
@@ -72,7 +72,7 @@ pub enum Failure {
 /// GETs `url` with `headers` (in order; they win over the agent's
 /// User-Agent and Accept), each request bounded by `timeout`, following
 /// redirects to the same host.
-pub fn get(
+pub(crate) fn get(
     agent: &ureq::Agent,
     url: &str,
     headers: &[(&str, &str)],
@@ -168,7 +168,7 @@ fn resolve_location(base: &str, location: &str) -> String {
 /// the request's original URL (the port may differ, as Go compares host
 /// names). `None`: a redirect to another host, not followed. Shared by
 /// probes and lifecycle hooks.
-pub fn same_host_redirect(first: &str, url: &str, location: &str) -> Option<String> {
+pub(crate) fn same_host_redirect(first: &str, url: &str, location: &str) -> Option<String> {
     let next = resolve_location(url, location);
     (url_hostname(&next) == url_hostname(first)).then_some(next)
 }

@@ -10,26 +10,26 @@ use std::fmt;
 
 /// The registry Docker Hub's legacy credentials and names are stored under;
 /// a reference naming it is normalized to `docker.io`.
-pub const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
+pub(crate) const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
 
 /// Longest repository name (with its domain, normalized) a registry accepts.
 const NAME_TOTAL_MAX: usize = 255;
 
 /// A parsed image reference (upstream `parsers.ParseImageName`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageName {
+pub(crate) struct ImageName {
     /// The normalized repository: `docker.io/library/busybox`.
-    pub repo: String,
+    pub(crate) repo: String,
     /// The tag; `latest` when neither tag nor digest is given.
-    pub tag: String,
-    pub digest: String,
+    pub(crate) tag: String,
+    pub(crate) digest: String,
 }
 
 /// The first thing wrong with a reference, in the order docker checks:
 /// digest, tag, an empty name, upper case in the repository path, the
 /// registry host, each path component, the length.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReferenceError {
+pub(crate) enum ReferenceError {
     /// The digest after `@`, and what is wrong with it.
     Digest {
         digest: String,
@@ -155,7 +155,7 @@ fn digest_problem(digest: &str) -> Option<&'static str> {
 /// Parses and normalizes an image reference the way Docker does: a first
 /// component without `.` or `:` (and not `localhost`) is a Docker Hub path,
 /// and Docker Hub names without a `/` live under `library/`.
-pub fn parse_reference(image: &str) -> Result<ImageName, ReferenceError> {
+pub(crate) fn parse_reference(image: &str) -> Result<ImageName, ReferenceError> {
     let (rest, digest) = match image.split_once('@') {
         Some((r, d)) => (r, Some(d)),
         None => (image, None),
@@ -233,7 +233,7 @@ pub fn parse_reference(image: &str) -> Result<ImageName, ReferenceError> {
 
 /// `parse_reference` with the error as docker prints it (the image
 /// manager's InvalidImageName message).
-pub fn parse_image_name(image: &str) -> Result<ImageName, String> {
+pub(crate) fn parse_image_name(image: &str) -> Result<ImageName, String> {
     parse_reference(image).map_err(|e| {
         let why = match e {
             ReferenceError::Uppercase { repository, .. } => {
@@ -250,7 +250,7 @@ pub fn parse_image_name(image: &str) -> Result<ImageName, String> {
 
 /// The image as the runtime is asked for it: with `:latest` appended when
 /// it names neither tag nor digest (the name itself stays short).
-pub fn apply_default_tag(image: &str) -> Result<String, String> {
+pub(crate) fn apply_default_tag(image: &str) -> Result<String, String> {
     let r = parse_image_name(image)?;
     if r.digest.is_empty() && !image.ends_with(&format!(":{}", r.tag)) {
         Ok(format!("{image}:{}", r.tag))

@@ -35,12 +35,12 @@ use crate::volume::sweeper::OrphanSweeper;
 /// The reason (status and event) of a pod refused for names that cannot
 /// become paths on this node; the event reason upstream gives a pod that
 /// fails validation.
-pub const FAILED_VALIDATION: &str = "FailedValidation";
+pub(crate) const FAILED_VALIDATION: &str = "FailedValidation";
 
 /// How often due resyncs are dispatched (upstream: 1 s).
-pub const SYNC_TICK: Duration = Duration::from_secs(1);
+pub(crate) const SYNC_TICK: Duration = Duration::from_secs(1);
 /// How often housekeeping runs (upstream: 2 s).
-pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+pub(crate) const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 /// Housekeeping turns (2 s apart) that hand memory back after pods went away.
 const TRIMS_AFTER_WORK: u8 = 3;
 /// After the first drop of the executable's code pages (once the sources
@@ -50,13 +50,13 @@ const TRIMS_AFTER_WORK: u8 = 3;
 const SECOND_CODE_DROP: Duration = Duration::from_secs(60);
 /// A housekeeping turn longer than this is logged (upstream's
 /// housekeepingWarningDuration).
-pub const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
+pub(crate) const HOUSEKEEPING_WARNING: Duration = Duration::from_secs(1);
 /// Any other turn longer than this is logged: it only dispatches.
-pub const TURN_WARNING: Duration = Duration::from_millis(100);
+pub(crate) const TURN_WARNING: Duration = Duration::from_millis(100);
 
 /// Everything the sync loop reacts to.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     Config(PodUpdate),
     SyncTick,
     Housekeeping,
@@ -72,7 +72,7 @@ pub enum Event {
 
 impl Event {
     /// What kind of event this is, without its payload: cheap to keep.
-    pub fn kind(&self) -> EventKind {
+    pub(crate) fn kind(&self) -> EventKind {
         match self {
             Event::Config(u) => EventKind::Config {
                 op: u.op,
@@ -90,7 +90,7 @@ impl Event {
 
 /// An [`Event`] without its payload, for the loop's measurements and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
+pub(crate) enum EventKind {
     Config { op: PodOperation, pods: usize },
     SyncTick,
     Housekeeping,
@@ -102,7 +102,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// How long a turn handling this kind of event is expected to take.
-    pub fn expected(self) -> Duration {
+    pub(crate) fn expected(self) -> Duration {
         match self {
             EventKind::Housekeeping => HOUSEKEEPING_WARNING,
             _ => TURN_WARNING,
@@ -127,17 +127,17 @@ impl std::fmt::Display for EventKind {
 /// The sync loop's own figures: turns handled and the longest one. Plain
 /// numbers, updated in place on every turn.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct LoopStats {
-    pub turns: u64,
-    pub longest: Duration,
+pub(crate) struct LoopStats {
+    pub(crate) turns: u64,
+    pub(crate) longest: Duration,
     /// The kind of event the longest turn handled.
-    pub longest_kind: Option<EventKind>,
+    pub(crate) longest_kind: Option<EventKind>,
 }
 
 impl LoopStats {
     /// Counts one turn of `kind` that took `took`; true when it took longer
     /// than such a turn is expected to.
-    pub fn record(&mut self, kind: EventKind, took: Duration) -> bool {
+    pub(crate) fn record(&mut self, kind: EventKind, took: Duration) -> bool {
         self.turns += 1;
         if took > self.longest {
             self.longest = took;
@@ -239,7 +239,7 @@ impl PodView {
     }
 
     /// Replaces the pods, unless they are the very same ones.
-    pub fn publish(&self, pods: Vec<Arc<Pod>>) {
+    pub(crate) fn publish(&self, pods: Vec<Arc<Pod>>) {
         let mut cur = self.0.lock();
         let same = cur.len() == pods.len() && cur.iter().zip(&pods).all(|(a, b)| Arc::ptr_eq(a, b));
         if !same {
@@ -636,7 +636,7 @@ impl Kubelet {
     }
 
     /// The shutdown line: the loop's turns and the longest pod worker wait.
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let wait = match self.workers.longest_wait() {
             Some((d, pod)) => format!("{} ms ({pod})", d.as_millis()),
             None => "none".into(),
@@ -664,7 +664,7 @@ impl Kubelet {
         }
     }
 
-    pub fn handle_event(&mut self, event: Event) {
+    pub(crate) fn handle_event(&mut self, event: Event) {
         match event {
             Event::Config(u) => self.handle_config(u),
             Event::SyncTick => {

@@ -32,7 +32,7 @@ pub fn limit_arenas() {
 ///   over the heap, kept ~1.5 MiB of pages resident that trimming cannot
 ///   return. Without the per-thread cache RSS came back to 1.3 MiB of idle
 ///   (from 2.7), and the pod start benchmark shows no cost.
-pub const TUNABLES: [(&str, &str); 2] = [
+pub(crate) const TUNABLES: [(&str, &str); 2] = [
     ("glibc.pthread.stack_cache_size", "1048576"),
     ("glibc.malloc.tcache_count", "0"),
 ];
@@ -127,7 +127,7 @@ fn with_tunables(current: &str) -> Option<String> {
 /// otherwise stay resident. Costs a walk over the free lists: call it when
 /// work has ended, not on every turn. The code only the burst ran goes
 /// too ([`drop_code_pages`]).
-pub fn give_back() {
+pub(crate) fn give_back() {
     #[cfg(target_env = "gnu")]
     {
         // SAFETY: malloc_trim only releases free memory of the allocator.
@@ -142,7 +142,7 @@ pub fn give_back() {
 /// has room for (after a burst of pods went away). Maps never shrink on
 /// their own, and a big table left in the middle of the heap also keeps
 /// the free pages around it from being returned.
-pub fn shrink_map<K, V, S>(map: &mut std::collections::HashMap<K, V, S>)
+pub(crate) fn shrink_map<K, V, S>(map: &mut std::collections::HashMap<K, V, S>)
 where
     K: Eq + std::hash::Hash,
     S: std::hash::BuildHasher,
@@ -167,7 +167,7 @@ where
 /// fault. Writable segments and the RELRO range (written at start by
 /// relocations) are left alone, since dropping a written private page
 /// would lose what was written.
-pub fn drop_code_pages() -> usize {
+pub(crate) fn drop_code_pages() -> usize {
     #[cfg(target_os = "linux")]
     {
         let ranges = code_ranges();

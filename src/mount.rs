@@ -25,7 +25,7 @@ pub fn is_mount_point(dir: &Path) -> io::Result<bool> {
 
 /// Mounts a fresh tmpfs on `dir` unless one is there already (a restarted
 /// tinylet finds its earlier mounts). `size` is in bytes (0: tmpfs default).
-pub fn ensure_tmpfs(dir: &Path, size: u64) -> io::Result<()> {
+pub(crate) fn ensure_tmpfs(dir: &Path, size: u64) -> io::Result<()> {
     if is_mount_point(dir)? {
         return Ok(());
     }
@@ -60,7 +60,7 @@ pub fn mounts_below(dir: &Path) -> io::Result<Vec<PathBuf>> {
 }
 
 /// The mount points in `mountinfo` text at or below `dir`, deepest first.
-pub fn mounts_below_in(mountinfo: &str, dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn mounts_below_in(mountinfo: &str, dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = mountinfo
         .lines()
         .filter_map(|l| l.split(' ').nth(4))

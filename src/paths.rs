@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 /// characters and static pods' are 32; the bound only keeps the names of
 /// the directories built from a UID (`<ns>_<name>_<uid>` among them) within
 /// what file systems take.
-pub const UID_MAX: usize = 128;
+pub(crate) const UID_MAX: usize = 128;
 
 /// Modes of the directories tinylet makes under `--root-dir`: the root,
 /// `pods`, each pod's directory, its `volumes` and plugin directories
@@ -35,7 +35,7 @@ pub const PRIVATE_DIR_MODE: u32 = 0o750;
 
 /// Why `name` cannot be one element of a path, if it cannot: empty, `.` or
 /// `..`, or holding a `/` or a NUL.
-pub fn element_error(name: &str) -> Option<&'static str> {
+pub(crate) fn element_error(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         Some("must not be empty")
     } else if name == "." || name == ".." {
@@ -50,7 +50,7 @@ pub fn element_error(name: &str) -> Option<&'static str> {
 }
 
 /// Why `uid` cannot be a pod's UID, if it cannot (see `UID_MAX`).
-pub fn uid_error(uid: &str) -> Option<String> {
+pub(crate) fn uid_error(uid: &str) -> Option<String> {
     if let Some(why) = element_error(uid) {
         return Some(why.to_string());
     }
@@ -62,7 +62,7 @@ pub fn uid_error(uid: &str) -> Option<String> {
 
 /// `root/name`, where `name` must be one plain path element: the result
 /// stays directly under `root` whatever `name` is, or this fails.
-pub fn join(root: &Path, name: &str) -> io::Result<PathBuf> {
+pub(crate) fn join(root: &Path, name: &str) -> io::Result<PathBuf> {
     match element_error(name) {
         None => Ok(root.join(name)),
         Some(why) => Err(io::Error::new(
@@ -76,7 +76,7 @@ pub fn join(root: &Path, name: &str) -> io::Result<PathBuf> {
 }
 
 /// The directory of the pod `uid`: `<root_dir>/pods/<uid>`.
-pub fn pod_dir(root_dir: &Path, uid: &str) -> io::Result<PathBuf> {
+pub(crate) fn pod_dir(root_dir: &Path, uid: &str) -> io::Result<PathBuf> {
     if let Some(why) = uid_error(uid) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -114,7 +114,7 @@ pub fn ensure_dir(dir: &Path, mode: u32) -> io::Result<()> {
 /// Makes the directories `base/names[0]/names[1]/...`, each with `mode`
 /// (see `ensure_dir`). `base` must exist; every name is checked by `join`.
 /// Returns the deepest one.
-pub fn ensure_dirs_under(base: &Path, names: &[&str], mode: u32) -> io::Result<PathBuf> {
+pub(crate) fn ensure_dirs_under(base: &Path, names: &[&str], mode: u32) -> io::Result<PathBuf> {
     let mut dir = base.to_path_buf();
     for name in names {
         dir = join(&dir, name)?;
@@ -125,7 +125,7 @@ pub fn ensure_dirs_under(base: &Path, names: &[&str], mode: u32) -> io::Result<P
 
 /// Makes `<root_dir>/pods/<uid>` and the directories `names` below it, all
 /// of `PRIVATE_DIR_MODE`. Returns the deepest one.
-pub fn ensure_pod_dirs(root_dir: &Path, uid: &str, names: &[&str]) -> io::Result<PathBuf> {
+pub(crate) fn ensure_pod_dirs(root_dir: &Path, uid: &str, names: &[&str]) -> io::Result<PathBuf> {
     let pod = pod_dir(root_dir, uid)?;
     ensure_dir(&root_dir.join("pods"), PRIVATE_DIR_MODE)?;
     ensure_dir(&pod, PRIVATE_DIR_MODE)?;
@@ -248,7 +248,7 @@ fn is_dir(st: &libc::stat) -> bool {
 /// leaving it all in place, when anything is still mounted at or below
 /// `dir`. A `dir` that does not exist is fine; a symlink or file at `dir`
 /// is removed itself, never what it points to.
-pub fn remove_tree(dir: &Path) -> io::Result<()> {
+pub(crate) fn remove_tree(dir: &Path) -> io::Result<()> {
     let meta = match fs::symlink_metadata(dir) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -344,13 +344,13 @@ pub fn remove_tree(dir: &Path) -> io::Result<()> {
 /// `du` counts them, each hard-linked inode once) and inodes (every entry,
 /// the top directory included), and the top directory's device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DiskUsage {
-    pub bytes: u64,
-    pub inodes: u64,
-    pub dev: u64,
+pub(crate) struct DiskUsage {
+    pub(crate) bytes: u64,
+    pub(crate) inodes: u64,
+    pub(crate) dev: u64,
     /// False when the walk stopped at `max_entries` or at the depth bound:
     /// the counts are then what was seen, a lower bound.
-    pub complete: bool,
+    pub(crate) complete: bool,
 }
 
 /// How deep `disk_usage` descends (one open descriptor per level).
@@ -362,7 +362,7 @@ const USAGE_MAX_DEPTH: usize = 32;
 /// walk is bounded: at most `max_entries` entries are looked at and
 /// [`USAGE_MAX_DEPTH`] levels entered, so what a container wrote into a
 /// volume cannot make it costly.
-pub fn disk_usage(dir: &Path, max_entries: u64) -> io::Result<DiskUsage> {
+pub(crate) fn disk_usage(dir: &Path, max_entries: u64) -> io::Result<DiskUsage> {
     let top = Dir::open_at(libc::AT_FDCWD, &cstr(dir)?)?;
     let st = top.stat()?;
     let dev = st.st_dev;

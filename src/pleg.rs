@@ -32,9 +32,9 @@ use crate::thread::{spawn_named, JoinOnDrop};
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// Longest wait between relists while they fail (the period doubles from
 /// [`RELIST_PERIOD`] up to this): a restarted runtime is seen within it.
-pub const MAX_RELIST_BACKOFF: Duration = Duration::from_secs(5);
+pub(crate) const MAX_RELIST_BACKOFF: Duration = Duration::from_secs(5);
 /// How often a runtime that stays down is mentioned again in the log.
-pub const RUNTIME_DOWN_REMINDER: Duration = Duration::from_secs(60);
+pub(crate) const RUNTIME_DOWN_REMINDER: Duration = Duration::from_secs(60);
 /// Capacity of the events channel (upstream: 1000). When it is full, a
 /// relist's events are dropped with a log line; the resync catches up.
 pub const EVENTS_CAPACITY: usize = 1000;
@@ -49,10 +49,10 @@ pub enum PodLifecycleEventType {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodLifecycleEvent {
-    pub uid: String,
-    pub kind: PodLifecycleEventType,
+    pub(crate) uid: String,
+    pub(crate) kind: PodLifecycleEventType,
     /// The container (or sandbox) the event is about.
-    pub data: String,
+    pub(crate) data: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +81,7 @@ fn state_of(pod: Option<&RuntimePod>, id: &str) -> PlegState {
 }
 
 /// The events between two relists of one pod.
-pub fn compute_events(
+pub(crate) fn compute_events(
     uid: &str,
     old: Option<&RuntimePod>,
     new: Option<&RuntimePod>,
@@ -149,10 +149,10 @@ pub struct PodCache {
 }
 
 /// A status read from the cache: the status, or why it could not be read.
-pub type CachedStatus = (Arc<PodStatus>, Option<String>);
+pub(crate) type CachedStatus = (Arc<PodStatus>, Option<String>);
 
 /// How a wait for a fresh status ended.
-pub enum Wait {
+pub(crate) enum Wait {
     Fresh(CachedStatus),
     /// The caller's abort condition held (e.g. a kill arrived).
     Aborted,
@@ -165,7 +165,7 @@ impl PodCache {
         Arc::new(PodCache::default())
     }
 
-    pub fn get(&self, uid: &str) -> CachedStatus {
+    pub(crate) fn get(&self, uid: &str) -> CachedStatus {
         let inner = self.inner.lock();
         Self::read(&inner, uid)
     }
@@ -195,7 +195,7 @@ impl PodCache {
 
     /// Like `get_newer_than`, but gives up when `abort` says so; `abort` is
     /// checked whenever the cache changes or [`PodCache::interrupt`] is called.
-    pub fn wait_newer_than(
+    pub(crate) fn wait_newer_than(
         &self,
         uid: &str,
         min: Option<Instant>,
@@ -220,12 +220,12 @@ impl PodCache {
     }
 
     /// Wakes every waiter to re-check its abort condition.
-    pub fn interrupt(&self) {
+    pub(crate) fn interrupt(&self) {
         let _guard = self.inner.lock();
         self.changed.notify_all();
     }
 
-    pub fn set(&self, uid: &str, status: PodStatus, error: Option<String>, at: Instant) {
+    pub(crate) fn set(&self, uid: &str, status: PodStatus, error: Option<String>, at: Instant) {
         let mut inner = self.inner.lock();
         inner.pods.insert(
             uid.to_string(),
@@ -239,14 +239,14 @@ impl PodCache {
         self.changed.notify_all();
     }
 
-    pub fn delete(&self, uid: &str) {
+    pub(crate) fn delete(&self, uid: &str) {
         let mut inner = self.inner.lock();
         inner.pods.remove(uid);
         crate::malloc::shrink_map(&mut inner.pods);
     }
 
     /// Marks every entry as fresh as of `at` and publishes the relist.
-    pub fn update_time(&self, at: Instant, runtime_pods: Arc<Vec<RuntimePod>>) {
+    pub(crate) fn update_time(&self, at: Instant, runtime_pods: Arc<Vec<RuntimePod>>) {
         let mut inner = self.inner.lock();
         inner.timestamp = Some(at);
         inner.runtime_pods = runtime_pods;
@@ -255,13 +255,13 @@ impl PodCache {
     }
 
     /// The pods found by the last relist and when it started.
-    pub fn runtime_pods(&self) -> (Option<Instant>, Arc<Vec<RuntimePod>>) {
+    pub(crate) fn runtime_pods(&self) -> (Option<Instant>, Arc<Vec<RuntimePod>>) {
         let inner = self.inner.lock();
         (inner.timestamp, inner.runtime_pods.clone())
     }
 
     /// Wakes every waiter for good (shutdown).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.inner.lock().closed = true;
         self.changed.notify_all();
     }
@@ -335,7 +335,7 @@ struct Relister {
 pub struct RunningPods(Mutex<Arc<Vec<RuntimePod>>>);
 
 impl RunningPods {
-    pub fn pods(&self) -> Arc<Vec<RuntimePod>> {
+    pub(crate) fn pods(&self) -> Arc<Vec<RuntimePod>> {
         self.0.lock().clone()
     }
 
@@ -349,7 +349,7 @@ impl RunningPods {
 
 /// A log line the relist owes about the runtime's health.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HealthNote {
+pub(crate) enum HealthNote {
     /// The first failed relist: the runtime is down (or refuses to list).
     Down(String),
     /// Still failing, `RUNTIME_DOWN_REMINDER` after the last line.
@@ -383,7 +383,7 @@ impl std::fmt::Display for HealthNote {
 /// The runtime's health as the relists see it: pure, stepped with the
 /// time of each relist, so tests need no clock.
 #[derive(Debug, Default)]
-pub struct RuntimeHealth {
+pub(crate) struct RuntimeHealth {
     down_since: Option<Instant>,
     last_note: Option<Instant>,
     failures: u32,
@@ -392,7 +392,7 @@ pub struct RuntimeHealth {
 impl RuntimeHealth {
     /// A relist failed at `now` with `error`: what to log (None: only a
     /// debug line) and how long to wait before the next relist.
-    pub fn failed(
+    pub(crate) fn failed(
         &mut self,
         now: Instant,
         error: &str,
@@ -423,7 +423,7 @@ impl RuntimeHealth {
 
     /// A relist worked at `now`: the line saying the runtime is back, if
     /// it was down.
-    pub fn succeeded(&mut self, now: Instant) -> Option<HealthNote> {
+    pub(crate) fn succeeded(&mut self, now: Instant) -> Option<HealthNote> {
         let since = self.down_since.take()?;
         let failures = std::mem::take(&mut self.failures);
         self.last_note = None;

@@ -17,45 +17,45 @@ pub const HTTP_SOURCE: &str = "http";
 /// Pods bound to this node in the API server.
 pub const API_SOURCE: &str = "api";
 /// Pseudo-source of a full re-send of the merged state.
-pub const ALL_SOURCE: &str = "*";
+pub(crate) const ALL_SOURCE: &str = "*";
 
 /// Which source a pod came from (`file`, `http`, `api`); set at merge time.
 pub const CONFIG_SOURCE_ANNOTATION_KEY: &str = "kubernetes.io/config.source";
 /// Set on the mirror pod that the API server holds for a static pod.
-pub const CONFIG_MIRROR_ANNOTATION_KEY: &str = "kubernetes.io/config.mirror";
+pub(crate) const CONFIG_MIRROR_ANNOTATION_KEY: &str = "kubernetes.io/config.mirror";
 /// When the merge first saw the pod (RFC 3339 with nanoseconds).
-pub const CONFIG_FIRST_SEEN_ANNOTATION_KEY: &str = "kubernetes.io/config.seen";
+pub(crate) const CONFIG_FIRST_SEEN_ANNOTATION_KEY: &str = "kubernetes.io/config.seen";
 /// The static pod's generated UID (a hash of its source and content).
 pub const CONFIG_HASH_ANNOTATION_KEY: &str = "kubernetes.io/config.hash";
 
 /// The priority from which a pod is critical (upstream's
 /// `SystemCriticalPriority`, the value of `system-cluster-critical`).
-pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+pub(crate) const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 
 /// The pod's name, or "" when it has none.
-pub fn pod_name(pod: &Pod) -> &str {
+pub(crate) fn pod_name(pod: &Pod) -> &str {
     pod.metadata.name.as_deref().unwrap_or("")
 }
 
 /// The pod's namespace; a pod without one is in `default`, as the API's
 /// defaulting and the static-pod defaults put it.
-pub fn pod_namespace(pod: &Pod) -> &str {
+pub(crate) fn pod_namespace(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
 /// The pod's UID, or "" when it has none.
-pub fn pod_uid(pod: &Pod) -> &str {
+pub(crate) fn pod_uid(pod: &Pod) -> &str {
     pod.metadata.uid.as_deref().unwrap_or("")
 }
 
 /// `namespace/name`: the key under which a pod is unique on the node, and
 /// how logs, errors and events name it.
-pub fn pod_full_name(pod: &Pod) -> String {
+pub(crate) fn pod_full_name(pod: &Pod) -> String {
     format!("{}/{}", pod_namespace(pod), pod_name(pod))
 }
 
 /// The source the merge recorded on the pod (`file`, `http`, `api`).
-pub fn config_source(pod: &Pod) -> Option<&str> {
+pub(crate) fn config_source(pod: &Pod) -> Option<&str> {
     pod.metadata
         .annotations
         .as_ref()
@@ -64,12 +64,12 @@ pub fn config_source(pod: &Pod) -> Option<&str> {
 }
 
 /// A static pod: from a source other than the API server.
-pub fn is_static_pod(pod: &Pod) -> bool {
+pub(crate) fn is_static_pod(pod: &Pod) -> bool {
     config_source(pod).is_some_and(|s| s != API_SOURCE)
 }
 
 /// True for the API server's copy of a static pod.
-pub fn is_mirror_pod(pod: &Pod) -> bool {
+pub(crate) fn is_mirror_pod(pod: &Pod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
@@ -78,7 +78,7 @@ pub fn is_mirror_pod(pod: &Pod) -> bool {
 
 /// A static or mirror pod, or one at a system-critical priority: never
 /// evicted, never refused for pressure (upstream `IsCriticalPod`).
-pub fn is_critical(pod: &Pod) -> bool {
+pub(crate) fn is_critical(pod: &Pod) -> bool {
     is_static_pod(pod)
         || is_mirror_pod(pod)
         || pod
@@ -92,7 +92,7 @@ pub fn is_critical(pod: &Pod) -> bool {
 /// init containers count like the others, and an unset request takes the
 /// limit, as API defaulting does. A quantity that does not parse is
 /// ignored (the apiserver would have refused it).
-pub fn qos_class(pod: &Pod) -> &'static str {
+pub(crate) fn qos_class(pod: &Pod) -> &'static str {
     use std::collections::BTreeMap;
     let Some(spec) = pod.spec.as_ref() else {
         return "BestEffort";

@@ -62,14 +62,14 @@ use crate::volume::VolumeManager;
 
 mod state;
 use state::{PodSyncState, Step, SyncEnd};
-pub use state::{UpdateType, ERROR_BACKOFF};
+pub(crate) use state::{UpdateType, ERROR_BACKOFF};
 
 #[derive(Debug, Clone)]
-pub struct PodWork {
-    pub pod: Arc<Pod>,
-    pub update_type: UpdateType,
+pub(crate) struct PodWork {
+    pub(crate) pod: Arc<Pod>,
+    pub(crate) update_type: UpdateType,
     /// Grace period for a kill, overriding the pod's.
-    pub grace_period: Option<i64>,
+    pub(crate) grace_period: Option<i64>,
 }
 
 /// Resync requests from workers, drained by the sync loop's ticker.
@@ -79,7 +79,7 @@ pub struct WorkQueue {
 }
 
 impl WorkQueue {
-    pub fn enqueue(&self, uid: &str, after: Duration) {
+    pub(crate) fn enqueue(&self, uid: &str, after: Duration) {
         let now = Instant::now();
         // An interval from the outside (a back-off, the resync period) that
         // does not fit is as good as never; a year stands for it.
@@ -91,7 +91,7 @@ impl WorkQueue {
     }
 
     /// The pods whose resync is due now, removed from the queue.
-    pub fn take_ready(&self, now: Instant) -> Vec<String> {
+    pub(crate) fn take_ready(&self, now: Instant) -> Vec<String> {
         let mut due = self.due.lock();
         let ready: Vec<String> = due
             .iter()
@@ -104,7 +104,7 @@ impl WorkQueue {
         ready
     }
 
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         let mut due = self.due.lock();
         due.remove(uid);
         crate::malloc::shrink_map(&mut due);
@@ -212,14 +212,14 @@ impl Mailbox {
 
 /// The longest a pod's update waited for its worker to act on it.
 #[derive(Debug, Default)]
-pub struct WaitStats {
+pub(crate) struct WaitStats {
     longest: Mutex<Option<(Duration, String)>>,
 }
 
 impl WaitStats {
     /// Notes that pod `full_name`'s update waited `waited`; allocates only
     /// for a new longest wait.
-    pub fn record(&self, full_name: &str, waited: Duration) {
+    pub(crate) fn record(&self, full_name: &str, waited: Duration) {
         let mut l = self.longest.lock();
         if l.as_ref().is_none_or(|(d, _)| waited > *d) {
             *l = Some((waited, full_name.to_string()));
@@ -227,19 +227,19 @@ impl WaitStats {
     }
 
     /// The longest wait so far and the pod's full name.
-    pub fn longest(&self) -> Option<(Duration, String)> {
+    pub(crate) fn longest(&self) -> Option<(Duration, String)> {
         self.longest.lock().clone()
     }
 }
 
 /// What workers share: the runtime, the cache, the queue and the name registry.
-pub struct Shared {
-    pub runtime: Arc<RuntimeManager>,
-    pub cache: Arc<PodCache>,
-    pub queue: Arc<WorkQueue>,
-    pub resync_interval: Duration,
+pub(crate) struct Shared {
+    pub(crate) runtime: Arc<RuntimeManager>,
+    pub(crate) cache: Arc<PodCache>,
+    pub(crate) queue: Arc<WorkQueue>,
+    pub(crate) resync_interval: Duration,
     /// A worker sends its pod's UID here when it has finished for good.
-    pub done: Sender<String>,
+    pub(crate) done: Sender<String>,
     full_names: FullNames,
     /// Where each pod's API status goes after every sync.
     reporter: StatusReporter,
@@ -340,7 +340,7 @@ impl PodWorkers {
     }
 
     /// Hands `work` to the pod's worker, starting one for a new pod.
-    pub fn update_pod(&mut self, work: PodWork) {
+    pub(crate) fn update_pod(&mut self, work: PodWork) {
         let uid = pod_uid(&work.pod).to_string();
         if let Some(w) = self.workers.get_mut(&uid) {
             if w.terminating && work.update_type != UpdateType::Kill {
@@ -392,16 +392,16 @@ impl PodWorkers {
     }
 
     /// The longest an update waited for its worker, and the pod's full name.
-    pub fn longest_wait(&self) -> Option<(Duration, String)> {
+    pub(crate) fn longest_wait(&self) -> Option<(Duration, String)> {
         self.shared.waits.longest()
     }
 
-    pub fn is_known(&self, uid: &str) -> bool {
+    pub(crate) fn is_known(&self, uid: &str) -> bool {
         self.workers.contains_key(uid)
     }
 
     /// The UIDs of the pods that have a worker.
-    pub fn uids(&self) -> impl Iterator<Item = &String> {
+    pub(crate) fn uids(&self) -> impl Iterator<Item = &String> {
         self.workers.keys()
     }
 
@@ -418,7 +418,7 @@ impl PodWorkers {
     }
 
     /// Called by the sync loop when a worker reported that it has finished.
-    pub fn forget(&mut self, uid: &str) {
+    pub(crate) fn forget(&mut self, uid: &str) {
         if let Some(mut w) = self.workers.remove(uid) {
             if let Some(t) = w.thread.take() {
                 // It has sent its last message and is about to return.
@@ -431,7 +431,7 @@ impl PodWorkers {
 
     /// Stops every worker after its current step, waiting up to `within`.
     /// Containers keep running.
-    pub fn shutdown(&mut self, within: Duration) {
+    pub(crate) fn shutdown(&mut self, within: Duration) {
         for w in self.workers.values() {
             w.mailbox.close();
         }

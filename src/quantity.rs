@@ -162,7 +162,7 @@ impl<'a> Parts<'a> {
 /// A quantity that does not parse: the message names the quantity and
 /// what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QuantityError(String);
+pub(crate) struct QuantityError(String);
 
 impl fmt::Display for QuantityError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -179,24 +179,24 @@ impl std::error::Error for QuantityError {}
 /// `u` `m` `k` `M` `G` `T` `P` `E`; binary SI `Ki` `Mi` `Gi` `Ti` `Pi`
 /// `Ei`; or a decimal exponent `e<int>` / `E<int>` ("1e3"). No whitespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quantity {
-    pub digits: i128,
-    pub exp: i32,
+pub(crate) struct Quantity {
+    pub(crate) digits: i128,
+    pub(crate) exp: i32,
 }
 
 impl Quantity {
     /// The value rounded away from zero to an integer, as apimachinery's
     /// `Value()`; saturates at the i128 range.
-    pub fn value(&self) -> i128 {
+    pub(crate) fn value(&self) -> i128 {
         self.scaled_away_from_zero(0)
     }
 
     /// The value in thousandths, rounded away from zero (`MilliValue()`).
-    pub fn milli_value(&self) -> i128 {
+    pub(crate) fn milli_value(&self) -> i128 {
         self.scaled_away_from_zero(3)
     }
 
-    pub fn is_negative(&self) -> bool {
+    pub(crate) fn is_negative(&self) -> bool {
         self.digits < 0
     }
 
@@ -232,7 +232,7 @@ fn pow10(e: i32) -> Option<i128> {
 
 /// Parses a Kubernetes quantity ("100m", "1.5Gi", "1e3", "-2"). The error
 /// names the quantity and what is wrong with it.
-pub fn parse_quantity(q: &str) -> Result<Quantity, QuantityError> {
+pub(crate) fn parse_quantity(q: &str) -> Result<Quantity, QuantityError> {
     let err = |why: &str| QuantityError(format!("quantity {q:?}: {why}"));
     let parts = Parts::split(q).map_err(|why| err(&why))?;
     let mut digits = 0i128;
@@ -255,7 +255,7 @@ pub fn parse_quantity(q: &str) -> Result<Quantity, QuantityError> {
 
 /// Canonical decimal-SI text of a value given in thousandths, as
 /// apimachinery prints a DecimalSI quantity: "100m", "2", "110", "1k".
-pub fn format_decimal_si(milli: i128) -> String {
+pub(crate) fn format_decimal_si(milli: i128) -> String {
     if milli % 1000 != 0 {
         return format!("{milli}m");
     }
@@ -272,7 +272,7 @@ pub fn format_decimal_si(milli: i128) -> String {
 /// apimachinery prints a BinarySI quantity: the largest power-of-1024
 /// suffix that keeps it an integer ("24684092Ki", "243497856212", "2Mi");
 /// fractions and values under 1024 in magnitude are printed decimal.
-pub fn format_binary_si(milli: i128) -> String {
+pub(crate) fn format_binary_si(milli: i128) -> String {
     if milli % 1000 != 0 {
         return format_decimal_si(milli);
     }

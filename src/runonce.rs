@@ -38,7 +38,7 @@ use crate::status::manager::StatusReporter;
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// How often the monitor reads the pods' statuses.
-pub const POLL: Duration = Duration::from_millis(200);
+pub(crate) const POLL: Duration = Duration::from_millis(200);
 
 /// How a pod ended up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +86,7 @@ const FAILED_WAITING: &[&str] = &[
 ];
 
 /// What `status` says about `pod`: `None` while it may still come to run.
-pub fn judge(pod: &Pod, status: Option<&ApiPodStatus>) -> Option<Outcome> {
+pub(crate) fn judge(pod: &Pod, status: Option<&ApiPodStatus>) -> Option<Outcome> {
     let status = status?;
     let why = |s: &ApiPodStatus| {
         let mut text = s.reason.clone().unwrap_or_default();

@@ -28,7 +28,7 @@ use crate::pod::CONFIG_SOURCE_ANNOTATION_KEY;
 use crate::runtime::labels;
 
 /// How often `--watch` redraws.
-pub const WATCH_PERIOD: Duration = Duration::from_secs(2);
+pub(crate) const WATCH_PERIOD: Duration = Duration::from_secs(2);
 
 /// Deadline of one request to the node or the runtime.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -297,7 +297,7 @@ fn from_runtime(endpoint: &str) -> Result<Value, String> {
 }
 
 /// kubectl's age: `5s`, `3m10s`, `2h`, `4d` (apimachinery's HumanDuration).
-pub fn human_age(secs: i64) -> String {
+pub(crate) fn human_age(secs: i64) -> String {
     if secs < -1 {
         return "<invalid>".into();
     }
@@ -384,7 +384,7 @@ fn container_state(s: &Value) -> String {
 
 /// The table of `list`'s pods at time `now` (seconds since the epoch);
 /// `wide` adds a row per container below its pod.
-pub fn render(list: &Value, now: i64, wide: bool) -> String {
+pub(crate) fn render(list: &Value, now: i64, wide: bool) -> String {
     let mut rows: Vec<[String; 8]> = vec![[
         "NAMESPACE",
         "NAME",

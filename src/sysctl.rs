@@ -24,10 +24,10 @@ use std::fmt;
 use k8s_openapi::api::core::v1::Pod;
 
 /// The admission reason of a pod with a sysctl this node refuses.
-pub const SYSCTL_FORBIDDEN: &str = "SysctlForbidden";
+pub(crate) const SYSCTL_FORBIDDEN: &str = "SysctlForbidden";
 
 /// Sysctls every pod may set (upstream's safe set, v1.22 to v1.26).
-pub const SAFE_SYSCTLS: &[&str] = &[
+pub(crate) const SAFE_SYSCTLS: &[&str] = &[
     "kernel.shm_rmid_forced",
     "net.ipv4.ip_local_port_range",
     "net.ipv4.tcp_syncookies",
@@ -40,7 +40,7 @@ const MAX_LENGTH: usize = 253;
 
 /// The kernel namespace a sysctl belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Namespace {
+pub(crate) enum Namespace {
     Ipc,
     Net,
 }
@@ -56,7 +56,7 @@ impl fmt::Display for Namespace {
 
 /// The namespace of sysctl `name` (or of every sysctl starting with it),
 /// `None` for a node-level one.
-pub fn namespaced_by(name: &str) -> Option<Namespace> {
+pub(crate) fn namespaced_by(name: &str) -> Option<Namespace> {
     if name == "kernel.sem" {
         return Some(Namespace::Ipc);
     }
@@ -174,7 +174,12 @@ impl Allowlist {
 
     /// Whether a pod with these host namespaces may set sysctl `name`;
     /// the error is upstream's text.
-    pub fn validate(&self, name: &str, host_net: bool, host_ipc: bool) -> Result<(), String> {
+    pub(crate) fn validate(
+        &self,
+        name: &str,
+        host_net: bool,
+        host_ipc: bool,
+    ) -> Result<(), String> {
         let name = dotted(name);
         let ns = match self.exact.get(&name) {
             Some(ns) => Some(*ns),

@@ -10,7 +10,7 @@ use std::thread;
 /// Stack size for tinylet's own threads. They parse manifests and build CRI
 /// requests, nothing deeply recursive; 256 KiB leaves ample headroom for serde
 /// on a large manifest while keeping 110 pod workers cheap.
-pub const DEFAULT_STACK: usize = 256 * 1024;
+pub(crate) const DEFAULT_STACK: usize = 256 * 1024;
 
 /// Starts a named thread with the default stack size.
 pub fn spawn_named<F, T>(name: impl Into<String>, f: F) -> io::Result<JoinOnDrop<T>>
@@ -46,7 +46,7 @@ where
 /// from the caller's stack (`std::thread::scope`); every thread started in
 /// the scope is joined before `scope_named` returns, and a panic in one
 /// that nobody joined panics here.
-pub fn scope_named<'env, F, T>(f: F) -> T
+pub(crate) fn scope_named<'env, F, T>(f: F) -> T
 where
     F: for<'scope> FnOnce(&NamedScope<'scope, 'env>) -> T,
 {
@@ -55,11 +55,11 @@ where
 
 /// The scope [`scope_named`] hands out: its threads are named and get the
 /// default stack size.
-pub struct NamedScope<'scope, 'env: 'scope>(&'scope thread::Scope<'scope, 'env>);
+pub(crate) struct NamedScope<'scope, 'env: 'scope>(&'scope thread::Scope<'scope, 'env>);
 
 impl<'scope, 'env> NamedScope<'scope, 'env> {
     /// Starts a named thread with the default stack size in this scope.
-    pub fn spawn<F, T>(
+    pub(crate) fn spawn<F, T>(
         &self,
         name: impl Into<String>,
         f: F,

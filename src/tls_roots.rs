@@ -28,7 +28,7 @@ const BUNDLES: &[&str] = &[
 const DIRS: &[&str] = &["/etc/ssl/certs", "/etc/pki/tls/certs"];
 
 /// The system's roots, read once per process.
-pub fn system() -> RootCerts {
+pub(crate) fn system() -> RootCerts {
     static ROOTS: OnceLock<Arc<Vec<Certificate<'static>>>> = OnceLock::new();
     let certs = ROOTS.get_or_init(|| {
         let certs = load();

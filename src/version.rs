@@ -6,18 +6,18 @@
 /// The version tinylet reports as `kubeletVersion` (and in its probes'
 /// User-Agent): the Kubernetes API level it implements (clients compare it
 /// like a kubelet's).
-pub const KUBELET_VERSION: &str = "v1.20.2";
+pub(crate) const KUBELET_VERSION: &str = "v1.20.2";
 
 /// The short commit hash the binary was built from, with `-dirty` when the
 /// tree had uncommitted changes, or `unknown` outside a git checkout.
-pub const COMMIT: &str = env!("TINYLET_GIT_COMMIT");
+pub(crate) const COMMIT: &str = env!("TINYLET_GIT_COMMIT");
 
 /// The target triple the binary was built for.
-pub const TARGET: &str = env!("TINYLET_TARGET");
+pub(crate) const TARGET: &str = env!("TINYLET_TARGET");
 
 /// Whether the C runtime is linked in (`crt-static`): one file that runs
 /// without the system's libc.
-pub const STATIC: bool = cfg!(target_feature = "crt-static");
+pub(crate) const STATIC: bool = cfg!(target_feature = "crt-static");
 
 /// The `--version` line, e.g.
 /// `tinylet 0.1.0 (commit 1a2b3c4, x86_64-unknown-linux-gnu, static)`.

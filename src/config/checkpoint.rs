@@ -37,9 +37,9 @@ use crate::pod::{pod_full_name, pod_uid};
 pub const BOOTSTRAP_CHECKPOINT_ANNOTATION_KEY: &str = "node.kubernetes.io/bootstrap-checkpoint";
 
 /// The largest checkpoint written for one pod, in bytes.
-pub const MAX_POD_CHECKPOINT: usize = 512 * 1024;
+pub(crate) const MAX_POD_CHECKPOINT: usize = 512 * 1024;
 /// The most bytes all checkpoints together take.
-pub const MAX_TOTAL_CHECKPOINTS: usize = 32 * 1024 * 1024;
+pub(crate) const MAX_TOTAL_CHECKPOINTS: usize = 32 * 1024 * 1024;
 
 /// What the sync loop decided about each pod's admission, for the
 /// checkpointer: only admitted pods get a checkpoint, and a refused pod
@@ -53,12 +53,12 @@ pub struct Admissions {
 
 impl Admissions {
     /// Pod `uid` was admitted (true) or refused (false).
-    pub fn record(&self, uid: &str, admitted: bool) {
+    pub(crate) fn record(&self, uid: &str, admitted: bool) {
         self.decided.lock().insert(uid.to_string(), admitted);
     }
 
     /// Pod `uid` is gone from the node.
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         let mut d = self.decided.lock();
         d.remove(uid);
         crate::malloc::shrink_map(&mut *d);
@@ -70,7 +70,7 @@ impl Admissions {
     }
 
     /// The decisions about `uids`, read under one lock.
-    pub fn get_all<'a>(&self, uids: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
+    pub(crate) fn get_all<'a>(&self, uids: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
         let d = self.decided.lock();
         uids.map(|u| d.get(u).copied()).collect()
     }
@@ -85,7 +85,7 @@ pub struct Checkpoints {
     /// Pods from valid checkpoints, in file name order.
     pub pods: Vec<Pod>,
     /// Files that were skipped, with the reason (already logged).
-    pub skipped: Vec<(PathBuf, String)>,
+    pub(crate) skipped: Vec<(PathBuf, String)>,
 }
 
 /// FNV-1a, 64 bit.
@@ -131,7 +131,7 @@ pub fn write_checkpoint(dir: &Path, pod: &Pod) -> io::Result<()> {
 }
 
 /// The bytes of `pod`'s checkpoint file.
-pub fn encode_checkpoint(pod: &Pod) -> io::Result<Vec<u8>> {
+pub(crate) fn encode_checkpoint(pod: &Pod) -> io::Result<Vec<u8>> {
     let doc = serde_json::json!({ "Pod": pod, "Checksum": checksum(pod)? });
     serde_json::to_vec(&doc).map_err(|e| {
         io::Error::other(format!(
@@ -142,7 +142,7 @@ pub fn encode_checkpoint(pod: &Pod) -> io::Result<Vec<u8>> {
 }
 
 /// Writes `bytes` ([`encode_checkpoint`]) as `pod`'s checkpoint.
-pub fn write_encoded(dir: &Path, pod: &Pod, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_encoded(dir: &Path, pod: &Pod, bytes: &[u8]) -> io::Result<()> {
     let uid = checked_uid(pod_uid(pod))?;
     fs::create_dir_all(dir).map_err(|e| {
         io::Error::new(e.kind(), format!("create directory {}: {e}", dir.display()))
@@ -152,7 +152,7 @@ pub fn write_encoded(dir: &Path, pod: &Pod, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Removes the checkpoint of the pod with this UID; a missing one is fine.
-pub fn remove_checkpoint(dir: &Path, uid: &str) -> io::Result<()> {
+pub(crate) fn remove_checkpoint(dir: &Path, uid: &str) -> io::Result<()> {
     let path = checkpoint_path(dir, checked_uid(uid)?);
     match fs::remove_file(&path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io::Error::new(

@@ -85,13 +85,13 @@ pub fn decode_pod(bytes: &[u8]) -> Result<Pod, DecodeError> {
 
 /// Decodes a pod from an already parsed JSON value (checking `kind` and
 /// `apiVersion` when present), through the same single `Pod` deserializer.
-pub fn pod_from_json(value: Value) -> Result<Pod, DecodeError> {
+pub(crate) fn pod_from_json(value: Value) -> Result<Pod, DecodeError> {
     pod_from_value(value, "", true)
 }
 
 /// Reads YAML or JSON bytes into a JSON value whose top level is an object
 /// (for configuration files that are not pods).
-pub fn parse_object(bytes: &[u8]) -> Result<Value, DecodeError> {
+pub(crate) fn parse_object(bytes: &[u8]) -> Result<Value, DecodeError> {
     parse_document(bytes)
 }
 

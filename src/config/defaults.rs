@@ -14,7 +14,7 @@ use super::Pod;
 use crate::pod::{CONFIG_HASH_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY, FILE_SOURCE};
 
 /// The namespace of a static pod that names none.
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub(crate) const DEFAULT_NAMESPACE: &str = "default";
 
 /// `NAME-NODENAME`, unique among nodes (the node name lower-cased).
 pub fn generate_pod_name(name: &str, node_name: &str) -> String {

@@ -55,7 +55,7 @@ pub struct HttpSource {
 }
 
 /// Checks that `name: value` can be sent as an HTTP header.
-pub fn check_header(name: &str, value: &str) -> Result<(), String> {
+pub(crate) fn check_header(name: &str, value: &str) -> Result<(), String> {
     // RFC 9110 token characters.
     let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
     if name.is_empty() || !name.chars().all(token) {
@@ -71,7 +71,7 @@ pub fn check_header(name: &str, value: &str) -> Result<(), String> {
 }
 
 /// Checks that `url` is one the source can poll (http or https).
-pub fn check_url(url: &str) -> Result<(), String> {
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
     let lower = url.to_ascii_lowercase();
     let rest = lower
         .strip_prefix("http://")

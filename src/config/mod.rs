@@ -11,17 +11,17 @@
 //! into the minimal ADD/UPDATE/DELETE/REMOVE/RECONCILE/RESTORE (or SET)
 //! notifications on a bounded channel, in order.
 
-pub mod api;
+pub(crate) mod api;
 pub mod checkpoint;
-pub mod decode;
-pub mod defaults;
+pub(crate) mod decode;
+pub(crate) mod defaults;
 pub mod file;
 pub mod http;
 #[cfg(test)]
 mod merge_props;
 mod pod_config;
 pub mod storage;
-pub mod validation;
+pub(crate) mod validation;
 
 use std::sync::Arc;
 
@@ -66,14 +66,14 @@ pub enum PodOperation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodEvent {
     /// `namespace/name` of the pod the event is about.
-    pub pod_full_name: String,
-    pub pod_uid: String,
+    pub(crate) pod_full_name: String,
+    pub(crate) pod_uid: String,
     /// The source the pod came from.
-    pub source: String,
+    pub(crate) source: String,
     /// `Warning` or `Normal`.
-    pub event_type: &'static str,
-    pub reason: &'static str,
-    pub message: String,
+    pub(crate) event_type: &'static str,
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
 }
 
 /// One message on a source channel or on the merged updates channel.
@@ -89,7 +89,7 @@ pub struct PodUpdate {
 }
 
 impl PodUpdate {
-    pub fn new(op: PodOperation, source: &str, pods: Vec<Arc<Pod>>) -> PodUpdate {
+    pub(crate) fn new(op: PodOperation, source: &str, pods: Vec<Arc<Pod>>) -> PodUpdate {
         PodUpdate {
             pods,
             op,

@@ -248,7 +248,7 @@ impl PodConfig {
 
     /// Like [`PodConfig::new`] with a storage built by the caller (tests use
     /// a fixed clock).
-    pub fn with_storage(storage: PodStorage) -> (PodConfig, Receiver<PodUpdate>) {
+    pub(crate) fn with_storage(storage: PodStorage) -> (PodConfig, Receiver<PodUpdate>) {
         let (updates_tx, updates_rx) = bounded(UPDATES_CHANNEL_CAPACITY);
         let (stop_tx, stop_rx) = bounded(0);
         let (requests_tx, requests_rx) = bounded(REQUESTS_CHANNEL_CAPACITY);

@@ -62,7 +62,7 @@ const LOCAL_ANNOTATIONS: [&str; 3] = [
 ];
 
 /// The reason of the event raised for a pod whose name is taken.
-pub const FAILED_VALIDATION_REASON: &str = "FailedValidation";
+pub(crate) const FAILED_VALIDATION_REASON: &str = "FailedValidation";
 
 /// A pod kept aside because another merged pod has its full name.
 #[derive(Debug, Clone)]
@@ -128,7 +128,7 @@ enum Difference {
 
 /// The current time as RFC 3339 with nanoseconds, as the first-seen
 /// annotation records it.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -147,12 +147,12 @@ fn set_annotation(pod: &mut Pod, key: &str, value: String) {
 }
 
 impl PodStorage {
-    pub fn new(mode: NotificationMode) -> PodStorage {
+    pub(crate) fn new(mode: NotificationMode) -> PodStorage {
         PodStorage::with_clock(mode, now_rfc3339)
     }
 
     /// A storage whose first-seen timestamps come from `now`.
-    pub fn with_clock(mode: NotificationMode, now: fn() -> String) -> PodStorage {
+    pub(crate) fn with_clock(mode: NotificationMode, now: fn() -> String) -> PodStorage {
         PodStorage {
             mode,
             pods: BTreeMap::new(),
@@ -174,7 +174,7 @@ impl PodStorage {
     }
 
     /// All merged pods of all sources (by source name, then UID), shared.
-    pub fn merged_state(&self) -> Vec<Arc<Pod>> {
+    pub(crate) fn merged_state(&self) -> Vec<Arc<Pod>> {
         self.pods
             .values()
             .flat_map(|m| m.values().cloned())
@@ -202,13 +202,13 @@ impl PodStorage {
     }
 
     /// The events raised since the last call.
-    pub fn take_events(&mut self) -> Vec<PodEvent> {
+    pub(crate) fn take_events(&mut self) -> Vec<PodEvent> {
         std::mem::take(&mut self.events)
     }
 
     /// Applies `update` from `source` and returns the notifications to
     /// deliver, in order.
-    pub fn merge(&mut self, source: &str, update: PodUpdate) -> Vec<PodUpdate> {
+    pub(crate) fn merge(&mut self, source: &str, update: PodUpdate) -> Vec<PodUpdate> {
         let seen_before = self.sources_seen.contains(source);
         let mut names = self.name_index();
         let mut changes = Changes::default();

@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::SeccompProfile;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
     /// JSON path of the field, e.g. `spec.containers[0].image`.
-    pub field: String,
-    pub message: String,
+    pub(crate) field: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for FieldError {
@@ -30,11 +30,11 @@ impl fmt::Display for FieldError {
 /// A pod that failed validation, with every problem found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidPod {
-    pub errors: Vec<FieldError>,
+    pub(crate) errors: Vec<FieldError>,
 }
 
 impl InvalidPod {
-    pub fn single(field: &str, message: impl Into<String>) -> InvalidPod {
+    pub(crate) fn single(field: &str, message: impl Into<String>) -> InvalidPod {
         InvalidPod {
             errors: vec![FieldError {
                 field: field.to_string(),
@@ -69,7 +69,7 @@ const DNS1123_SUBDOMAIN_MAX: usize = 253;
 
 /// Why `s` is not an RFC 1123 label (lower-case alphanumerics and '-',
 /// starting and ending alphanumeric, at most 63 characters), if it is not.
-pub fn dns1123_label_error(s: &str) -> Option<String> {
+pub(crate) fn dns1123_label_error(s: &str) -> Option<String> {
     if s.len() > DNS1123_LABEL_MAX {
         return Some(format!(
             "Invalid value: {s:?}: must be no more than {DNS1123_LABEL_MAX} characters"
@@ -86,7 +86,7 @@ pub fn dns1123_label_error(s: &str) -> Option<String> {
 
 /// Why `s` is not an RFC 1123 subdomain (labels joined by '.', at most 253
 /// characters), if it is not.
-pub fn dns1123_subdomain_error(s: &str) -> Option<String> {
+pub(crate) fn dns1123_subdomain_error(s: &str) -> Option<String> {
     if s.len() > DNS1123_SUBDOMAIN_MAX {
         return Some(format!(
             "Invalid value: {s:?}: must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
@@ -115,7 +115,7 @@ fn is_label(s: &str) -> bool {
 
 /// Why `image` is not a valid image reference (`[host[:port]/]path[:tag][@digest]`,
 /// the grammar of container registries), if it is not.
-pub fn image_reference_error(image: &str) -> Option<String> {
+pub(crate) fn image_reference_error(image: &str) -> Option<String> {
     let why = image_reference_problem(image)?;
     Some(format!(
         "Invalid value: {image:?}: not a valid image reference: {why}"
@@ -131,12 +131,12 @@ fn image_reference_problem(image: &str) -> Option<String> {
 
 /// The most containers (and, apart, init containers) a pod from a local
 /// source may have.
-pub const MAX_CONTAINERS: usize = 250;
+pub(crate) const MAX_CONTAINERS: usize = 250;
 
 /// Validates a pod from a local source after the static-pod defaults were
 /// applied: everything `validate_api_pod` checks, and containers that can
 /// actually be created (images, at most `MAX_CONTAINERS`).
-pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
+pub(crate) fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
     validate(pod, true)
 }
 
@@ -149,13 +149,13 @@ pub fn validate_pod(pod: &Pod) -> Result<(), InvalidPod> {
 /// as the API server's ValidatePodSpec requires. The API server has checked
 /// these already; a node does not take its word for what it joins into
 /// paths as root.
-pub fn validate_api_pod(pod: &Pod) -> Result<(), InvalidPod> {
+pub(crate) fn validate_api_pod(pod: &Pod) -> Result<(), InvalidPod> {
     validate(pod, false)
 }
 
 /// Whether the pod's name and namespace may be used to address it in the
 /// API (a status patch, an event): both present and valid.
-pub fn addressable(pod: &Pod) -> bool {
+pub(crate) fn addressable(pod: &Pod) -> bool {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
     !name.is_empty()
@@ -352,7 +352,7 @@ fn validate(pod: &Pod, local: bool) -> Result<(), InvalidPod> {
 
 /// Why `path` does not stay below the directory it is joined to: absolute,
 /// or with a `..` element.
-pub fn local_descending_path_error(path: &str) -> Option<&'static str> {
+pub(crate) fn local_descending_path_error(path: &str) -> Option<&'static str> {
     if path.starts_with('/') {
         return Some("must be a relative path");
     }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 /// Longest socket path the kernel accepts (`sun_path` is 108 bytes, one of
 /// which is the terminating NUL).
-pub const MAX_SOCKET_PATH: usize = 107;
+pub(crate) const MAX_SOCKET_PATH: usize = 107;
 
 /// A validated unix-socket endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,7 +18,7 @@ impl Endpoint {
     /// Accepts `unix:///abs/path`, `unix:/abs/path` or a bare `/abs/path`.
     /// Other schemes (`tcp://`, `npipe://`) and relative paths are refused,
     /// with the reason in the error text.
-    pub fn parse(endpoint: &str) -> Result<Endpoint, String> {
+    pub(crate) fn parse(endpoint: &str) -> Result<Endpoint, String> {
         let endpoint = endpoint.trim();
         if endpoint.is_empty() {
             return Err("the endpoint is empty".to_string());
@@ -58,13 +58,13 @@ impl Endpoint {
     }
 
     /// The socket file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The target string for `grpcio::ChannelBuilder::connect`
     /// (`unix:///abs/path`).
-    pub fn target(&self) -> &str {
+    pub(crate) fn target(&self) -> &str {
         &self.target
     }
 }

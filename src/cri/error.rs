@@ -40,7 +40,7 @@ pub enum Code {
 
 impl Code {
     /// The code's number on the wire.
-    pub fn number(self) -> i32 {
+    pub(crate) fn number(self) -> i32 {
         match self {
             Code::Ok => 0,
             Code::Cancelled => 1,
@@ -64,7 +64,7 @@ impl Code {
     }
 
     /// The code numbered `n`.
-    pub fn from_number(n: i32) -> Code {
+    pub(crate) fn from_number(n: i32) -> Code {
         match n {
             0 => Code::Ok,
             1 => Code::Cancelled,
@@ -101,7 +101,7 @@ impl From<Code> for RpcStatusCode {
 }
 
 /// Method name used for errors that happen before any call is made.
-pub const CONNECT: &str = "Connect";
+pub(crate) const CONNECT: &str = "Connect";
 
 /// A failed CRI call (or a failure to set up the client).
 #[derive(Debug)]
@@ -152,7 +152,7 @@ pub enum CriError {
 
 impl CriError {
     /// A `Status` error, e.g. for fakes that mimic a runtime's answers.
-    pub fn status(
+    pub(crate) fn status(
         method: &'static str,
         endpoint: impl Into<String>,
         code: Code,
@@ -204,7 +204,7 @@ impl CriError {
 
     /// The call ran out of time (its deadline, or a time limit inside the
     /// runtime such as an ExecSync timeout).
-    pub fn is_timeout(&self) -> bool {
+    pub(crate) fn is_timeout(&self) -> bool {
         match self {
             CriError::Timeout { .. } => true,
             CriError::Status { code, .. } => *code == Code::DeadlineExceeded,
@@ -302,10 +302,10 @@ impl SocketState {
 
 /// Everything `classify` needs to know about the failed call.
 pub(crate) struct CallContext<'a> {
-    pub method: &'static str,
-    pub endpoint: &'a str,
-    pub path: &'a std::path::Path,
-    pub timeout: Duration,
+    pub(crate) method: &'static str,
+    pub(crate) endpoint: &'a str,
+    pub(crate) path: &'a std::path::Path,
+    pub(crate) timeout: Duration,
 }
 
 /// Sorts a grpcio error into a `CriError`. `socket` and `connected` are

@@ -24,7 +24,7 @@ pub use remote::RemoteRuntime;
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2 * 60);
 
 /// The CRI version tinylet announces in `Version` requests.
-pub const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
+pub(crate) const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
 
 /// Pod sandboxes and containers (CRI `RuntimeService`).
 pub trait RuntimeService: Send + Sync {

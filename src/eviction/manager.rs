@@ -45,11 +45,11 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// A pod the sync loop is to evict.
 #[derive(Debug)]
 pub struct Eviction {
-    pub pod: Arc<Pod>,
+    pub(crate) pod: Arc<Pod>,
     /// The pod's status message.
-    pub message: String,
+    pub(crate) message: String,
     /// Overrides the pod's grace period: 0 for hard thresholds.
-    pub grace_period: i64,
+    pub(crate) grace_period: i64,
 }
 
 /// What the manager works with.
@@ -73,7 +73,7 @@ pub struct EvictionManager {
 
 /// The sync loop's desired pods as last published (its `PodView`), read
 /// through a function so that this module does not import the loop's.
-pub type Pods = Box<dyn Fn() -> Arc<Vec<Arc<Pod>>> + Send>;
+pub(crate) type Pods = Box<dyn Fn() -> Arc<Vec<Arc<Pod>>> + Send>;
 
 struct Manager {
     config: Config,

@@ -28,14 +28,14 @@ use crate::quantity::{format_binary_si, format_decimal_si, parse_quantity};
 use crate::stats::PodUsage;
 
 /// The reason of an evicted pod and of a pod refused under pressure.
-pub const REASON: &str = "Evicted";
+pub(crate) const REASON: &str = "Evicted";
 /// How often the node is observed (upstream's monitoring interval).
 pub const MONITORING_INTERVAL: Duration = Duration::from_secs(10);
 /// `--eviction-hard`'s default on Linux.
-pub const DEFAULT_HARD: &str =
+pub(crate) const DEFAULT_HARD: &str =
     "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%";
 /// `--eviction-pressure-transition-period`'s default.
-pub const DEFAULT_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
 /// An eviction signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Signal {
@@ -48,7 +48,7 @@ pub enum Signal {
 }
 
 impl Signal {
-    pub const ALL: [Signal; 6] = [
+    pub(crate) const ALL: [Signal; 6] = [
         Signal::MemoryAvailable,
         Signal::NodeFsAvailable,
         Signal::NodeFsInodesFree,
@@ -57,7 +57,7 @@ impl Signal {
         Signal::PidAvailable,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Signal::MemoryAvailable => "memory.available",
             Signal::NodeFsAvailable => "nodefs.available",
@@ -76,7 +76,7 @@ impl Signal {
     }
 
     /// The node condition the signal drives.
-    pub fn condition(self) -> Condition {
+    pub(crate) fn condition(self) -> Condition {
         match self {
             Signal::MemoryAvailable => Condition::Memory,
             Signal::PidAvailable => Condition::Pid,
@@ -86,7 +86,7 @@ impl Signal {
 
     /// The resource reclaimed for the signal (upstream `signalToResource`),
     /// named in the eviction message.
-    pub fn resource(self) -> &'static str {
+    pub(crate) fn resource(self) -> &'static str {
         match self {
             Signal::MemoryAvailable => "memory",
             Signal::NodeFsAvailable | Signal::ImageFsAvailable => "ephemeral-storage",
@@ -97,7 +97,7 @@ impl Signal {
 
     /// Whether reclaiming node-level resources (images, dead containers,
     /// rotated logs) can relieve it.
-    pub fn disk(self) -> bool {
+    pub(crate) fn disk(self) -> bool {
         self.condition() == Condition::Disk
     }
 }
@@ -105,7 +105,7 @@ impl Signal {
 /// A threshold's value: a quantity in base units, or a fraction of the
 /// signal's capacity.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     Quantity(i128),
     Fraction(f32),
 }
@@ -113,7 +113,7 @@ pub enum Value {
 impl Value {
     /// In base units, against `capacity` (as upstream: float64 of the
     /// float32 fraction, truncated).
-    pub fn of(self, capacity: i128) -> i128 {
+    pub(crate) fn of(self, capacity: i128) -> i128 {
         match self {
             Value::Quantity(q) => q,
             Value::Fraction(f) => (capacity as f64 * f64::from(f)) as i128,
@@ -124,15 +124,15 @@ impl Value {
 /// One threshold: the signal below `value` is pressure.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Threshold {
-    pub signal: Signal,
-    pub value: Value,
+    pub(crate) signal: Signal,
+    pub(crate) value: Value,
     /// Zero for a hard threshold.
-    pub grace_period: Duration,
-    pub min_reclaim: Option<Value>,
+    pub(crate) grace_period: Duration,
+    pub(crate) min_reclaim: Option<Value>,
 }
 
 impl Threshold {
-    pub fn is_hard(&self) -> bool {
+    pub(crate) fn is_hard(&self) -> bool {
         self.grace_period.is_zero()
     }
 }
@@ -141,10 +141,10 @@ impl Threshold {
 /// them, keyed by signal name.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
-    pub hard: BTreeMap<String, String>,
-    pub soft: BTreeMap<String, String>,
-    pub soft_grace_period: BTreeMap<String, String>,
-    pub minimum_reclaim: BTreeMap<String, String>,
+    pub(crate) hard: BTreeMap<String, String>,
+    pub(crate) soft: BTreeMap<String, String>,
+    pub(crate) soft_grace_period: BTreeMap<String, String>,
+    pub(crate) minimum_reclaim: BTreeMap<String, String>,
     pub pressure_transition_period: Duration,
     /// Seconds; the longest grace period given to a pod evicted for a
     /// soft threshold.
@@ -167,7 +167,7 @@ impl Default for Settings {
 /// Parses a map flag as the kubelet's: `k<v,k2<v2` (`--eviction-hard`,
 /// `--eviction-soft`) or `k=v,...` (the grace periods and minimum
 /// reclaims); spaces around keys and values are dropped, a later key wins.
-pub fn parse_map(text: &str, sep: char) -> Result<BTreeMap<String, String>, String> {
+pub(crate) fn parse_map(text: &str, sep: char) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = pair
@@ -277,17 +277,17 @@ pub fn hard_value(s: &Settings, signal: Signal) -> &str {
 
 /// What a signal measures: available and capacity, in base units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Observation {
-    pub available: i128,
-    pub capacity: i128,
+pub(crate) struct Observation {
+    pub(crate) available: i128,
+    pub(crate) capacity: i128,
 }
 
-pub type Observations = BTreeMap<Signal, Observation>;
+pub(crate) type Observations = BTreeMap<Signal, Observation>;
 
 /// The thresholds `observations` meet (a signal without an observation
 /// meets none); with `enforce_min_reclaim`, available must also be back
 /// above threshold plus minimum reclaim.
-pub fn thresholds_met(
+pub(crate) fn thresholds_met(
     thresholds: &[Threshold],
     observations: &Observations,
     enforce_min_reclaim: bool,
@@ -312,7 +312,7 @@ pub fn thresholds_met(
 /// `thresholdsFirstObservedAt`, `nodeConditionsLastObservedAt` and
 /// `thresholdsMet`), stepped with a given time so tests need no clock.
 #[derive(Debug, Default)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     first_observed: Vec<(Threshold, Instant)>,
     conditions_last_observed: BTreeMap<Condition, Instant>,
     met: Vec<Threshold>,
@@ -321,13 +321,13 @@ pub struct Tracker {
 /// One step's outcome: the pressure conditions to report and the
 /// thresholds whose grace periods are over (they drive evictions).
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Step {
-    pub conditions: Vec<Condition>,
-    pub thresholds: Vec<Threshold>,
+pub(crate) struct Step {
+    pub(crate) conditions: Vec<Condition>,
+    pub(crate) thresholds: Vec<Threshold>,
 }
 
 impl Tracker {
-    pub fn step(
+    pub(crate) fn step(
         &mut self,
         thresholds: &[Threshold],
         observations: &Observations,
@@ -377,7 +377,7 @@ impl Tracker {
 /// memory pressure only BestEffort pods are refused (unless they tolerate
 /// the memory-pressure taint), under any other pressure every pod; critical
 /// pods always pass. Err is the message, "The node had condition: [..]. ".
-pub fn admit(pod: &Pod, conditions: &[Condition]) -> Result<(), String> {
+pub(crate) fn admit(pod: &Pod, conditions: &[Condition]) -> Result<(), String> {
     if conditions.is_empty() || is_critical(pod) {
         return Ok(());
     }
@@ -428,7 +428,7 @@ fn priority(pod: &Pod) -> i32 {
 /// writable layers, logs and local volumes (inodes for the inode
 /// signals, whose requests are 0); for pids, lower priority first.
 /// `usage` gives a pod's statistics (a pod without any uses nothing).
-pub fn rank<'a>(
+pub(crate) fn rank<'a>(
     pods: &mut [&'a Pod],
     signal: Signal,
     usage: &dyn Fn(&Pod) -> Option<&'a PodUsage>,
@@ -471,7 +471,7 @@ pub fn rank<'a>(
 /// The message of a pod evicted for `signal` (upstream
 /// `evictionMessage`): the resource, and each container whose usage
 /// exceeds its request.
-pub fn eviction_message(signal: Signal, pod: &Pod, usage: Option<&PodUsage>) -> String {
+pub(crate) fn eviction_message(signal: Signal, pod: &Pod, usage: Option<&PodUsage>) -> String {
     let resource = signal.resource();
     let mut m = format!("The node was low on resource: {resource}. ");
     let (Some(u), Some(spec)) = (usage, pod.spec.as_ref()) else {
@@ -507,7 +507,7 @@ pub fn eviction_message(signal: Signal, pod: &Pod, usage: Option<&PodUsage>) -> 
 
 /// A quantity's text as apimachinery prints it back: binary suffixes stay
 /// binary, others decimal.
-pub fn canonical(text: &str) -> String {
+pub(crate) fn canonical(text: &str) -> String {
     let Ok(q) = parse_quantity(text) else {
         return text.to_string();
     };
@@ -521,7 +521,7 @@ pub fn canonical(text: &str) -> String {
 /// Whether the pod sets a local storage limit at all: a disk-backed
 /// emptyDir with a `sizeLimit`, or a container's ephemeral-storage limit.
 /// Only such pods need measuring when the node is not under pressure.
-pub fn has_local_storage_limits(pod: &Pod) -> bool {
+pub(crate) fn has_local_storage_limits(pod: &Pod) -> bool {
     let Some(spec) = pod.spec.as_ref() else {
         return false;
     };
@@ -545,7 +545,10 @@ pub fn has_local_storage_limits(pod: &Pod) -> bool {
 /// its `sizeLimit`, else the pod's usage over the sum of its containers'
 /// ephemeral-storage limits, else a container's writable layer and logs
 /// over its own limit.
-pub fn local_storage_violation(pod: &Pod, usage: &PodUsage) -> Option<(&'static str, String)> {
+pub(crate) fn local_storage_violation(
+    pod: &Pod,
+    usage: &PodUsage,
+) -> Option<(&'static str, String)> {
     let spec = pod.spec.as_ref()?;
     for v in spec.volumes.iter().flatten() {
         let Some(ed) = v.empty_dir.as_ref() else {

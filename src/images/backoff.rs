@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Upstream's image pull back-off: 10 s doubling up to 5 min, per pod and image.
-pub const PULL_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
-pub const PULL_BACKOFF_MAX: Duration = Duration::from_secs(300);
+pub(crate) const PULL_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+pub(crate) const PULL_BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone)]
 struct BackoffEntry {
@@ -34,7 +34,7 @@ impl PullBackoff {
 
     /// While `key` is backing off at `now`: the time left, the window and
     /// the error that opened it.
-    pub fn in_backoff(&self, key: &str, now: Instant) -> Option<(Duration, Duration, &str)> {
+    pub(crate) fn in_backoff(&self, key: &str, now: Instant) -> Option<(Duration, Duration, &str)> {
         let e = self.entries.get(key)?;
         if Self::expired(e, now) {
             return None;
@@ -47,7 +47,7 @@ impl PullBackoff {
     }
 
     /// Records a failed pull of `key` at `now`; returns the new window.
-    pub fn failed(&mut self, key: &str, now: Instant, error: String) -> Duration {
+    pub(crate) fn failed(&mut self, key: &str, now: Instant, error: String) -> Duration {
         let window = match self.entries.get(key) {
             Some(e) if !Self::expired(e, now) => (e.window * 2).min(PULL_BACKOFF_MAX),
             _ => PULL_BACKOFF_INITIAL,
@@ -64,12 +64,12 @@ impl PullBackoff {
     }
 
     /// Drops entries quiet for twice the maximum.
-    pub fn gc(&mut self, now: Instant) {
+    pub(crate) fn gc(&mut self, now: Instant) {
         self.entries.retain(|_, e| !Self::expired(e, now));
     }
 
     /// Forgets the keys of a pod that is gone.
-    pub fn forget_pod(&mut self, uid: &str) {
+    pub(crate) fn forget_pod(&mut self, uid: &str) {
         let prefix = format!("{uid}_");
         self.entries.retain(|k, _| !k.starts_with(&prefix));
     }
@@ -88,7 +88,7 @@ impl PullBackoff {
 /// A token bucket that refuses instead of waiting (upstream's throttled
 /// image service: a pull beyond the rate fails with "pull QPS exceeded").
 #[derive(Debug)]
-pub struct PullBucket {
+pub(crate) struct PullBucket {
     qps: f64,
     burst: f64,
     tokens: f64,
@@ -97,7 +97,7 @@ pub struct PullBucket {
 
 impl PullBucket {
     /// None when `qps` is 0 (unlimited).
-    pub fn new(qps: f32, burst: u32, now: Instant) -> Option<PullBucket> {
+    pub(crate) fn new(qps: f32, burst: u32, now: Instant) -> Option<PullBucket> {
         if !(qps.is_finite() && qps > 0.0) {
             return None;
         }
@@ -111,7 +111,7 @@ impl PullBucket {
     }
 
     /// Takes a token if one is there at `now`.
-    pub fn try_accept(&mut self, now: Instant) -> bool {
+    pub(crate) fn try_accept(&mut self, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.last);
         if now > self.last {
             self.last = now;

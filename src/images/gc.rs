@@ -20,17 +20,17 @@ use crate::cri::{api, CriError, ImageService, RuntimeService};
 use crate::events::{EventRecorder, EventType, ObjectRef};
 
 /// How often a pass runs (upstream `ImageGCPeriod`).
-pub const PERIOD: Duration = Duration::from_secs(300);
+pub(crate) const PERIOD: Duration = Duration::from_secs(300);
 
 /// The thresholds and age limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     /// Percent of the image filesystem in use that starts a collection.
-    pub high_threshold: u8,
+    pub(crate) high_threshold: u8,
     /// Percent a collection tries to get down to.
-    pub low_threshold: u8,
+    pub(crate) low_threshold: u8,
     /// Images first seen more recently are left alone.
-    pub min_age: Duration,
+    pub(crate) min_age: Duration,
 }
 
 impl Default for Policy {
@@ -45,7 +45,7 @@ impl Default for Policy {
 
 impl Policy {
     /// The kubelet's validation of the two thresholds.
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if self.high_threshold > 100 {
             return Err(format!(
                 "--image-gc-high-threshold {} must be between 0 and 100",
@@ -74,7 +74,7 @@ impl Policy {
 
     /// Bytes to free on a filesystem of `capacity` bytes with `available`
     /// free, or 0 when use is below the high threshold.
-    pub fn bytes_to_free(&self, capacity: u64, available: u64) -> u64 {
+    pub(crate) fn bytes_to_free(&self, capacity: u64, available: u64) -> u64 {
         if capacity == 0 {
             return 0;
         }
@@ -97,9 +97,9 @@ struct Record {
 
 /// An image as GC sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    pub id: String,
-    pub size: u64,
+pub(crate) struct Candidate {
+    pub(crate) id: String,
+    pub(crate) size: u64,
     first_seen: SystemTime,
     last_used: SystemTime,
 }
@@ -107,7 +107,7 @@ pub struct Candidate {
 /// The images to remove, in order, to free `bytes` (pure): unused, not
 /// protected, old enough, least recently used (then oldest seen) first.
 /// Returns them and the bytes they free.
-pub fn plan(
+pub(crate) fn plan(
     mut candidates: Vec<Candidate>,
     bytes: u64,
     now: SystemTime,
@@ -135,7 +135,7 @@ pub fn plan(
 
 /// The runtime's sandbox (pause) image from its verbose status, where
 /// containerd reports it (`config.sandboxImage`).
-pub fn sandbox_image(info: &HashMap<String, String>) -> Option<String> {
+pub(crate) fn sandbox_image(info: &HashMap<String, String>) -> Option<String> {
     let config: serde_json::Value = serde_json::from_str(info.get("config")?).ok()?;
     config
         .get("sandboxImage")
@@ -158,10 +158,10 @@ pub struct ImageGc {
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Pass {
-    pub wanted: u64,
-    pub freed: u64,
-    pub removed: Vec<String>,
+pub(crate) struct Pass {
+    pub(crate) wanted: u64,
+    pub(crate) freed: u64,
+    pub(crate) removed: Vec<String>,
 }
 
 impl ImageGc {
@@ -211,7 +211,7 @@ impl ImageGc {
 
     /// One pass: measure, and remove what is needed. `fs` gives capacity
     /// and available bytes of the image filesystem's mount point.
-    pub fn collect(
+    pub(crate) fn collect(
         &mut self,
         now: SystemTime,
         fs: &dyn Fn(&Path) -> std::io::Result<(u64, u64)>,
@@ -221,7 +221,7 @@ impl ImageGc {
 
     /// Removes every unused image old enough, whatever the thresholds
     /// (upstream `DeleteUnusedImages`, the eviction manager's reclaim).
-    pub fn free_unused(&mut self, now: SystemTime) -> Result<Pass, String> {
+    pub(crate) fn free_unused(&mut self, now: SystemTime) -> Result<Pass, String> {
         self.pass(now, None)
     }
 
@@ -360,7 +360,7 @@ pub struct ImageGcHandle(
 
 impl ImageGcHandle {
     /// Waits for the pass (the thread may be in a pass of its own first).
-    pub fn free_unused(&self) -> Result<Pass, String> {
+    pub(crate) fn free_unused(&self) -> Result<Pass, String> {
         let (tx, rx) = crossbeam_channel::bounded(1);
         self.0
             .send(tx)
@@ -408,7 +408,7 @@ pub fn start(mut gc: ImageGc, periodic: bool) -> std::io::Result<ImageGcThread> 
 }
 
 /// Capacity and available bytes of the filesystem holding `path`.
-pub fn statfs(path: &Path) -> std::io::Result<(u64, u64)> {
+pub(crate) fn statfs(path: &Path) -> std::io::Result<(u64, u64)> {
     let s = crate::node::machine::fs_stats(path)?;
     Ok((s.capacity, s.available))
 }

@@ -21,15 +21,15 @@ pub const DOCKER_CFG_KEY: &str = ".dockercfg";
 /// One registry login from a docker config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Credential {
-    pub username: String,
-    pub password: String,
+    pub(crate) username: String,
+    pub(crate) password: String,
 }
 
 impl Credential {
     /// The CRI form. The server address stays empty, as upstream sends it:
     /// the runtime then uses the login for the host the image is on.
     #[cfg(feature = "cri")]
-    pub fn auth_config(&self) -> api::AuthConfig {
+    pub(crate) fn auth_config(&self) -> api::AuthConfig {
         let mut a = api::AuthConfig::new();
         a.username = self.username.clone();
         a.password = self.password.clone();
@@ -50,7 +50,7 @@ pub struct Keyring {
 
 /// The registry key of a docker config location: any scheme dropped, a
 /// `/v1/` or `/v2/` path prefix dropped, the host alone when no path is left.
-pub fn registry_key(location: &str) -> Option<String> {
+pub(crate) fn registry_key(location: &str) -> Option<String> {
     let rest = location
         .strip_prefix("https://")
         .or_else(|| location.strip_prefix("http://"))
@@ -296,7 +296,7 @@ fn credential_of(entry: &Value, what: &str) -> Result<Credential, String> {
 impl Keyring {
     /// Adds the login for a docker config location; a location that is not
     /// a registry address is skipped with a warning, as upstream does.
-    pub fn add(&mut self, location: &str, cred: Credential) {
+    pub(crate) fn add(&mut self, location: &str, cred: Credential) {
         let Some(key) = registry_key(location) else {
             warn!("image pull secret entry {location:?} is not a registry address; ignoring it");
             return;
@@ -309,7 +309,7 @@ impl Keyring {
     }
 
     /// Adds every entry of a docker config object (`{location: entry}`).
-    pub fn add_config(&mut self, config: &Value, what: &str) -> Result<(), String> {
+    pub(crate) fn add_config(&mut self, config: &Value, what: &str) -> Result<(), String> {
         let Some(map) = config.as_object() else {
             return Err(format!("{what}: not a JSON object"));
         };

@@ -23,7 +23,7 @@ pub mod backoff;
 pub mod gc;
 pub mod keyring;
 #[cfg(feature = "cri")]
-pub mod puller;
+pub(crate) mod puller;
 
 // What is marked `cri` is the image manager's: it pulls through the CRI
 // image service, so it is built only with the `cri` feature (the default).
@@ -63,7 +63,7 @@ use puller::{go_error, go_millis, Puller};
 /// After a failed pull the pod is synced again this soon, so its status
 /// moves from ErrImagePull to ImagePullBackOff (with the back-off's message)
 /// instead of waiting for the back-off to end in ErrImagePull.
-pub const PULL_FAILED_RESYNC: Duration = Duration::from_secs(1);
+pub(crate) const PULL_FAILED_RESYNC: Duration = Duration::from_secs(1);
 
 /// `--serialize-image-pulls`, `--registry-qps`, `--registry-burst`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -91,7 +91,7 @@ impl Default for ImageOptions {
 /// The apiserver's default pull policy: Always when the tag is `latest`
 /// (given or implied), IfNotPresent otherwise (another tag, a digest, or a
 /// name that does not parse).
-pub fn default_pull_policy(image: &str) -> &'static str {
+pub(crate) fn default_pull_policy(image: &str) -> &'static str {
     match parse_image_name(image) {
         Ok(r) if r.tag == "latest" => "Always",
         _ => "IfNotPresent",
@@ -99,7 +99,7 @@ pub fn default_pull_policy(image: &str) -> &'static str {
 }
 
 /// The container's imagePullPolicy, defaulted from its image.
-pub fn pull_policy(c: &Container) -> &str {
+pub(crate) fn pull_policy(c: &Container) -> &str {
     match c.image_pull_policy.as_deref() {
         Some(p) if !p.is_empty() => p,
         _ => default_pull_policy(c.image.as_deref().unwrap_or("")),
@@ -108,7 +108,7 @@ pub fn pull_policy(c: &Container) -> &str {
 
 /// Whether to pull: Never never does, Always always does, IfNotPresent
 /// (and anything else) when the image is missing.
-pub fn should_pull(policy: &str, present: bool) -> bool {
+pub(crate) fn should_pull(policy: &str, present: bool) -> bool {
     match policy {
         "Never" => false,
         "Always" => true,
@@ -122,15 +122,15 @@ pub fn should_pull(policy: &str, present: bool) -> bool {
 /// ImagePullBackOff, ErrImageNeverPull, InvalidImageName, ImageInspectError)
 /// and message as upstream reports them, and when to try again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageError {
-    pub reason: &'static str,
-    pub message: String,
+pub(crate) struct ImageError {
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
     /// Sync again after this long (a back-off); None: the usual retry.
-    pub retry_after: Option<Duration>,
+    pub(crate) retry_after: Option<Duration>,
 }
 
 #[cfg(feature = "cri")]
-pub struct ImageManager {
+pub(crate) struct ImageManager {
     images: Arc<dyn ImageService>,
     puller: Puller,
     backoff: Mutex<PullBackoff>,
@@ -140,7 +140,7 @@ pub struct ImageManager {
 
 #[cfg(feature = "cri")]
 impl ImageManager {
-    pub fn new(images: Arc<dyn ImageService>, opts: ImageOptions) -> Self {
+    pub(crate) fn new(images: Arc<dyn ImageService>, opts: ImageOptions) -> Self {
         ImageManager {
             puller: Puller::new(
                 images.clone(),
@@ -155,12 +155,12 @@ impl ImageManager {
     }
 
     /// Reads imagePullSecrets from `source` (the apiserver).
-    pub fn set_secrets(&mut self, source: Arc<dyn ObjectSource>) {
+    pub(crate) fn set_secrets(&mut self, source: Arc<dyn ObjectSource>) {
         self.secrets = Some(source);
     }
 
     /// Forgets the back-off of a pod that is gone.
-    pub fn forget_pod(&self, uid: &str) {
+    pub(crate) fn forget_pod(&self, uid: &str) {
         self.backoff.lock().forget_pod(uid);
     }
 
@@ -226,7 +226,7 @@ impl ImageManager {
     /// Makes sure the container's image is there under its pull policy and
     /// returns the image reference to create the container from. Events go
     /// to `recorder` about `container` (and the pod, for pull secrets).
-    pub fn ensure_image(
+    pub(crate) fn ensure_image(
         &self,
         pod: &Pod,
         c: &Container,

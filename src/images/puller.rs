@@ -19,7 +19,7 @@ const SERIAL_QUEUE: usize = 10;
 
 /// A CRI error the way the kubelet prints gRPC errors in events and status
 /// (`rpc error: code = Unknown desc = ...`); other failures as they are.
-pub fn go_error(e: &CriError) -> String {
+pub(crate) fn go_error(e: &CriError) -> String {
     use crate::cri::Code as C;
     let Some(code) = e.code() else {
         return e.to_string();
@@ -52,7 +52,7 @@ pub fn go_error(e: &CriError) -> String {
 
 /// Several failures as one message, duplicates once, like upstream's
 /// aggregate error: `a`, or `[a, b]`.
-pub fn aggregate(errors: &[String]) -> String {
+pub(crate) fn aggregate(errors: &[String]) -> String {
     let mut seen: Vec<&str> = Vec::new();
     for e in errors {
         if !seen.contains(&e.as_str()) {
@@ -226,7 +226,7 @@ impl Puller {
 
 /// Go's printing of a duration truncated to milliseconds: `150ms`, `1.5s`,
 /// `2m3.004s`.
-pub fn go_millis(d: Duration) -> String {
+pub(crate) fn go_millis(d: Duration) -> String {
     let ms = d.as_millis();
     if ms == 0 {
         return "0s".into();

@@ -167,7 +167,7 @@ impl Client {
     /// open new connections. Upstream kubelet does this when heartbeats keep
     /// failing, as a watch on a connection that went silent would otherwise
     /// wait for its read deadline (minutes).
-    pub fn close_all_connections(&self) {
+    pub(crate) fn close_all_connections(&self) {
         let fresh = (self.inner.new_agent)();
         let old = std::mem::replace(&mut *self.inner.agent.lock(), fresh);
         // Shuts down the old pool's sockets, idle and in use.
@@ -180,19 +180,24 @@ impl Client {
     }
 
     /// GET `path` (absolute, with its query) and decode the JSON answer.
-    pub fn get(&self, path: &str) -> Result<Value, ApiError> {
+    pub(crate) fn get(&self, path: &str) -> Result<Value, ApiError> {
         self.json_call("GET", path, None)
     }
     /// POST `body` to `path`.
-    pub fn create(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+    pub(crate) fn create(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
         self.json_call("POST", path, Some(json_payload("application/json", body)))
     }
     /// PUT `body` to `path`.
-    pub fn replace(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
+    pub(crate) fn replace(&self, path: &str, body: &Value) -> Result<Value, ApiError> {
         self.json_call("PUT", path, Some(json_payload("application/json", body)))
     }
     /// PATCH `path` with a body of the given kind.
-    pub fn patch(&self, path: &str, kind: PatchKind, body: &Value) -> Result<Value, ApiError> {
+    pub(crate) fn patch(
+        &self,
+        path: &str,
+        kind: PatchKind,
+        body: &Value,
+    ) -> Result<Value, ApiError> {
         let content_type = match kind {
             PatchKind::Strategic => "application/strategic-merge-patch+json",
             PatchKind::Merge => "application/merge-patch+json",
@@ -201,7 +206,7 @@ impl Client {
         self.json_call("PATCH", path, Some(json_payload(content_type, body)))
     }
     /// DELETE `path` with a `DeleteOptions` body (`Value::Null` for none).
-    pub fn delete(&self, path: &str, options: &Value) -> Result<Value, ApiError> {
+    pub(crate) fn delete(&self, path: &str, options: &Value) -> Result<Value, ApiError> {
         let payload = match options {
             Value::Null => None,
             v => Some(json_payload("application/json", v)),

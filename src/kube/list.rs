@@ -42,8 +42,8 @@ const ITEM_IDENTITY: &[&[&str]] = &[&["metadata", "namespace"], &["metadata", "n
 pub struct ListMeta {
     pub resource_version: String,
     /// The token of the next page, if there is one.
-    pub continue_token: Option<String>,
-    pub remaining_item_count: Option<u64>,
+    pub(crate) continue_token: Option<String>,
+    pub(crate) remaining_item_count: Option<u64>,
     /// Bytes of the body read.
     pub bytes: u64,
 }

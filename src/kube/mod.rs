@@ -96,7 +96,7 @@ pub(crate) fn status_from_value(s: &Value, code: u16, header_retry: Option<u64>)
 
 /// What went wrong with one request.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// The server answered with a non-2xx status (the `Status` body decoded
     /// where there is one; `reason` empty when it has none).
     Status {
@@ -116,42 +116,42 @@ pub enum ErrorKind {
 /// Displays as `PATCH /api/v1/nodes/edge-1/status: 403 Forbidden: <message>`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
-    pub verb: &'static str,
-    pub path: String,
-    pub kind: ErrorKind,
+    pub(crate) verb: &'static str,
+    pub(crate) path: String,
+    pub(crate) kind: ErrorKind,
 }
 
 impl ApiError {
-    pub fn code(&self) -> Option<u16> {
+    pub(crate) fn code(&self) -> Option<u16> {
         match &self.kind {
             ErrorKind::Status { code, .. } => Some(*code),
             _ => None,
         }
     }
-    pub fn reason(&self) -> &str {
+    pub(crate) fn reason(&self) -> &str {
         match &self.kind {
             ErrorKind::Status { reason, .. } => reason,
             _ => "",
         }
     }
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         self.code() == Some(404)
     }
     /// 409 with reason Conflict (stale resourceVersion, failed precondition).
-    pub fn is_conflict(&self) -> bool {
+    pub(crate) fn is_conflict(&self) -> bool {
         self.code() == Some(409) && self.reason() != "AlreadyExists"
     }
-    pub fn is_already_exists(&self) -> bool {
+    pub(crate) fn is_already_exists(&self) -> bool {
         self.code() == Some(409) && self.reason() == "AlreadyExists"
     }
     /// 410 Gone / reason Expired: the resourceVersion is too old.
-    pub fn is_gone(&self) -> bool {
+    pub(crate) fn is_gone(&self) -> bool {
         self.code() == Some(410) || self.reason() == "Expired" || self.reason() == "Gone"
     }
     pub fn is_forbidden(&self) -> bool {
         self.code() == Some(403)
     }
-    pub fn is_transport(&self) -> bool {
+    pub(crate) fn is_transport(&self) -> bool {
         matches!(self.kind, ErrorKind::Transport(_))
     }
 }
@@ -207,8 +207,8 @@ pub enum WatchEvent {
 /// What a reflector lists and watches: a collection path and an optional
 /// field selector (`spec.nodeName=edge-1`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListWatch {
+pub(crate) struct ListWatch {
     /// The collection, e.g. `/api/v1/pods`.
-    pub path: String,
-    pub field_selector: Option<String>,
+    pub(crate) path: String,
+    pub(crate) field_selector: Option<String>,
 }

@@ -79,7 +79,7 @@ pub struct Reflector {
 }
 
 impl Reflector {
-    pub fn start<T>(
+    pub(crate) fn start<T>(
         name: &str,
         client: Client,
         lw: ListWatch,

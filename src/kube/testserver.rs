@@ -17,18 +17,18 @@ use crate::thread::JoinOnDrop;
 /// One request as the server read it.
 #[derive(Debug, Clone)]
 pub(crate) struct Recorded {
-    pub method: String,
+    pub(crate) method: String,
     /// Path with its query, as sent.
-    pub target: String,
+    pub(crate) target: String,
     /// Header names in lower case.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
     /// Which accepted connection it came on (0, 1, ...).
-    pub conn: usize,
+    pub(crate) conn: usize,
 }
 
 impl Recorded {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
@@ -62,7 +62,7 @@ pub(crate) enum End {
 }
 
 impl Reply {
-    pub fn json(status: u16, body: impl Into<Vec<u8>>) -> Reply {
+    pub(crate) fn json(status: u16, body: impl Into<Vec<u8>>) -> Reply {
         Reply::Full {
             status,
             headers: vec![("Content-Type", "application/json".into())],
@@ -82,11 +82,11 @@ pub(crate) struct TestServer {
 }
 
 impl TestServer {
-    pub fn start(script: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> TestServer {
+    pub(crate) fn start(script: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> TestServer {
         Self::start_with(None, script)
     }
 
-    pub fn start_tls(
+    pub(crate) fn start_tls(
         tls: Arc<rustls::ServerConfig>,
         script: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
     ) -> TestServer {
@@ -143,17 +143,17 @@ impl TestServer {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         format!("{scheme}://{}", self.addr)
     }
 
-    pub fn requests(&self) -> Vec<Recorded> {
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
         self.requests.lock().clone()
     }
 
     /// The targets of the requests so far.
-    pub fn targets(&self) -> Vec<String> {
+    pub(crate) fn targets(&self) -> Vec<String> {
         self.requests().into_iter().map(|r| r.target).collect()
     }
 }

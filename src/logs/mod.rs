@@ -22,7 +22,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::cri::{api, RuntimeService};
 use crate::runtime::labels;
 
-pub use stream::LogStream;
+pub(crate) use stream::LogStream;
 
 /// What a `/containerLogs` request asks for (upstream's `PodLogOptions`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -41,7 +41,9 @@ impl LogOptions {
     /// `tailLines`, `limitBytes`, `timestamps`, `previous`, `sinceSeconds`,
     /// `sinceTime`); others are ignored. A bad value, or both since
     /// parameters, is an error naming the parameter.
-    pub fn from_query(pairs: impl Iterator<Item = (String, String)>) -> Result<LogOptions, String> {
+    pub(crate) fn from_query(
+        pairs: impl Iterator<Item = (String, String)>,
+    ) -> Result<LogOptions, String> {
         let mut o = LogOptions::default();
         let mut since_seconds = None;
         let mut since_time = None;
@@ -222,10 +224,10 @@ pub fn open<'a>(
 /// One file of a container's log, oldest first.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct LogFile {
-    pub path: PathBuf,
-    pub gzip: bool,
+    pub(crate) path: PathBuf,
+    pub(crate) gzip: bool,
     /// When it was rotated (from its name); `None` for the live file.
-    pub rotated_at: Option<SystemTime>,
+    pub(crate) rotated_at: Option<SystemTime>,
 }
 
 /// The rotation time in a rotated file's name suffix (`20260102-150405`).

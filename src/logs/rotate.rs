@@ -21,17 +21,17 @@ use log::{debug, warn};
 use crate::cri::{api, RuntimeService};
 
 /// How often logs are looked at (upstream's `logMonitorPeriod`).
-pub const PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const PERIOD: Duration = Duration::from_secs(10);
 /// `--container-log-max-size`'s default: 10Mi.
-pub const DEFAULT_MAX_SIZE: u64 = 10 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_SIZE: u64 = 10 * 1024 * 1024;
 /// `--container-log-max-files`'s default.
-pub const DEFAULT_MAX_FILES: usize = 5;
+pub(crate) const DEFAULT_MAX_FILES: usize = 5;
 
 const COMPRESS_SUFFIX: &str = ".gz";
 const TMP_SUFFIX: &str = ".tmp";
 
 /// The rotation policy over a runtime.
-pub struct LogRotation {
+pub(crate) struct LogRotation {
     runtime: Arc<dyn RuntimeService>,
     max_size: u64,
     max_files: usize,
@@ -39,7 +39,7 @@ pub struct LogRotation {
 
 impl LogRotation {
     /// `max_files` below 2 is taken as 2 (the options refuse it earlier).
-    pub fn new(runtime: Arc<dyn RuntimeService>, max_size: u64, max_files: usize) -> Self {
+    pub(crate) fn new(runtime: Arc<dyn RuntimeService>, max_size: u64, max_files: usize) -> Self {
         LogRotation {
             runtime,
             max_size,
@@ -49,7 +49,7 @@ impl LogRotation {
 
     /// One pass over the running containers; `now` names rotated files.
     /// A container that fails is logged and the others go on.
-    pub fn rotate_logs(&self, now: SystemTime) -> Result<(), String> {
+    pub(crate) fn rotate_logs(&self, now: SystemTime) -> Result<(), String> {
         let containers = self
             .runtime
             .list_containers(None)
@@ -138,7 +138,7 @@ impl LogRotation {
     /// knows (running or exited), leaving the live ones: what the eviction
     /// manager reclaims under disk pressure. Returns the files removed and
     /// their bytes; a container that fails is logged and the others go on.
-    pub fn remove_rotated(&self) -> Result<(usize, u64), String> {
+    pub(crate) fn remove_rotated(&self) -> Result<(usize, u64), String> {
         let containers = self
             .runtime
             .list_containers(None)

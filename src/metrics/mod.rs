@@ -9,7 +9,7 @@
 //! API clients can record into it.
 //!
 
-pub mod process;
+pub(crate) mod process;
 pub mod registry;
 
 use std::time::Duration;
@@ -66,7 +66,7 @@ static RUNTIME_OPS: [RuntimeOp; OPS] = [RUNTIME_OP; OPS];
 
 /// Records one CRI call by its method name (as the CRI client names it):
 /// how long it took and whether it failed. Unknown methods are ignored.
-pub fn runtime_operation(method: &str, took: Duration, failed: bool) {
+pub(crate) fn runtime_operation(method: &str, took: Duration, failed: bool) {
     let Some(i) = OPERATIONS.iter().position(|(m, _)| *m == method) else {
         return;
     };
@@ -119,7 +119,7 @@ pub enum ContainerStateLabel {
 
 /// Sets the running pods (with a ready sandbox) and containers by state,
 /// after a relist.
-pub fn set_running(pods: u64, containers: [u64; 4]) {
+pub(crate) fn set_running(pods: u64, containers: [u64; 4]) {
     RUNNING_PODS.set(pods);
     for (g, v) in RUNNING_CONTAINERS.iter().zip(containers) {
         g.set(v);
@@ -127,13 +127,13 @@ pub fn set_running(pods: u64, containers: [u64; 4]) {
 }
 
 /// A pod went from first seen to running in `d`.
-pub fn pod_started(d: Duration) {
+pub(crate) fn pod_started(d: Duration) {
     POD_START.observe(d);
 }
 
 /// What a pod worker's turn did, for `kubelet_pod_worker_duration_seconds`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WorkerOperation {
+pub(crate) enum WorkerOperation {
     Create = 0,
     Update = 1,
     Sync = 2,
@@ -141,12 +141,12 @@ pub enum WorkerOperation {
 }
 
 /// A pod worker's sync took `d`.
-pub fn pod_worker_sync(op: WorkerOperation, d: Duration) {
+pub(crate) fn pod_worker_sync(op: WorkerOperation, d: Duration) {
     POD_WORKER[op as usize].observe(d);
 }
 
 /// One PLEG relist took `took`, `interval` after the previous one began.
-pub fn pleg_relist(took: Duration, interval: Option<Duration>) {
+pub(crate) fn pleg_relist(took: Duration, interval: Option<Duration>) {
     PLEG_RELIST_DURATION.observe(took);
     if let Some(i) = interval {
         PLEG_RELIST_INTERVAL.observe(i);
@@ -157,14 +157,14 @@ pub fn pleg_relist(took: Duration, interval: Option<Duration>) {
 /// request's path (`/stats`, `/exec`, ...: upstream's label is that root),
 /// `server_type` `readonly` or `readwrite`, `long_running` for streaming
 /// and follow requests.
-pub fn http_request(method: &str, path: &str, server_type: &str, long_running: bool) {
+pub(crate) fn http_request(method: &str, path: &str, server_type: &str, long_running: bool) {
     let long = if long_running { "true" } else { "false" };
     HTTP_REQUESTS.inc(&[method, path, server_type, long]);
 }
 
 /// One answer (or failure, `code` None) of the apiserver to `method` on
 /// `host` (`host:port`).
-pub fn rest_client_request(code: Option<u16>, method: &str, host: &str) {
+pub(crate) fn rest_client_request(code: Option<u16>, method: &str, host: &str) {
     let mut buf = [0u8; 8];
     let code = match code {
         Some(c) => format_u16(c, &mut buf),
@@ -189,7 +189,7 @@ fn format_u16(mut v: u16, buf: &mut [u8; 8]) -> &str {
 /// The eviction manager evicted a pod for `signal` (a threshold's signal,
 /// or `emptydirfs.limit`, `ephemeralpodfs.limit`,
 /// `ephemeralcontainerfs.limit` for local storage limits).
-pub fn eviction(signal: &str) {
+pub(crate) fn eviction(signal: &str) {
     EVICTIONS.inc(&[signal]);
 }
 
@@ -197,7 +197,7 @@ pub fn eviction(signal: &str) {
 pub const PROBE_TYPES: [&str; 3] = ["Liveness", "Readiness", "Startup"];
 
 /// A probe ran and gave `result` (`successful`, `failed` or `unknown`).
-pub fn probe_result(
+pub(crate) fn probe_result(
     probe_type: &str,
     result: &str,
     container: &str,
@@ -209,7 +209,7 @@ pub fn probe_result(
 }
 
 /// A probe stopped: its series go, as upstream deletes them with the worker.
-pub fn probe_removed(probe_type: &str, container: &str, pod_uid: &str) {
+pub(crate) fn probe_removed(probe_type: &str, container: &str, pod_uid: &str) {
     PROBES.remove_where(|k| k[0] == probe_type && k[2] == container && k[5] == pod_uid);
 }
 
@@ -223,7 +223,7 @@ fn alpha_header(out: &mut String, name: &str, help: &str, kind: &str) {
 }
 
 /// `GET /metrics`: the kubelet's metrics and the process's.
-pub fn render_metrics(out: &mut String) {
+pub(crate) fn render_metrics(out: &mut String) {
     let node = NODE_NAME.lock().clone();
     alpha_header(
         out,
@@ -373,7 +373,7 @@ pub fn render_metrics(out: &mut String) {
 }
 
 /// `GET /metrics/probes`: `prober_probe_total`.
-pub fn render_probe_metrics(out: &mut String) {
+pub(crate) fn render_probe_metrics(out: &mut String) {
     alpha_header(
         out,
         "prober_probe_total",

@@ -12,7 +12,7 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
 }
 
 /// The system's boot time (`btime` of /proc/stat), seconds since the epoch.
-pub fn boot_time(proc_stat: &str) -> Option<u64> {
+pub(crate) fn boot_time(proc_stat: &str) -> Option<u64> {
     proc_stat
         .lines()
         .find_map(|l| l.strip_prefix("btime "))
@@ -52,7 +52,7 @@ fn from_stat(stat: &str, btime: Option<u64>, ticks: f64, page: f64) -> Option<(f
 }
 
 /// Writes the process metrics; a fact that cannot be read is left out.
-pub fn render(out: &mut String) {
+pub(crate) fn render(out: &mut String) {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     let btime = std::fs::read_to_string("/proc/stat")
         .ok()

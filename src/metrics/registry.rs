@@ -13,13 +13,13 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 /// Prometheus' default buckets (client_golang `DefBuckets`).
-pub const DEF_BUCKETS: &[f64] = &[
+pub(crate) const DEF_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
 /// `ExponentialBuckets(0.005, 2.5, 14)`, upstream's buckets for runtime
 /// operations.
-pub const RUNTIME_BUCKETS: &[f64] = &[
+pub(crate) const RUNTIME_BUCKETS: &[f64] = &[
     0.005,
     0.0125,
     0.03125,
@@ -43,7 +43,7 @@ const MAX_BUCKETS: usize = 16;
 const MAX_SERIES: usize = 4096;
 
 /// Writes the `# HELP` and `# TYPE` lines of a family.
-pub fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+pub(crate) fn header(out: &mut String, name: &str, help: &str, kind: &str) {
     let _ = write!(out, "# HELP {name} ");
     for c in help.chars() {
         match c {
@@ -56,7 +56,7 @@ pub fn header(out: &mut String, name: &str, help: &str, kind: &str) {
 }
 
 /// Appends a label value, escaped as the text format wants.
-pub fn escape_into(out: &mut String, value: &str) {
+pub(crate) fn escape_into(out: &mut String, value: &str) {
     for c in value.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -69,12 +69,12 @@ pub fn escape_into(out: &mut String, value: &str) {
 
 /// Writes one sample line: `name{k="v",...} value`. `labels` pairs names
 /// with values; `extra` is one more pair (the histogram's `le`).
-pub fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+pub(crate) fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
     sample_at(out, name, labels, value, None);
 }
 
 /// As [`sample`], with a timestamp in milliseconds since the epoch.
-pub fn sample_at(
+pub(crate) fn sample_at(
     out: &mut String,
     name: &str,
     labels: &[(&str, &str)],
@@ -104,7 +104,7 @@ pub fn sample_at(
 }
 
 /// A float as the text format writes it (`+Inf`, `-Inf`, `NaN`).
-pub fn push_value(out: &mut String, v: f64) {
+pub(crate) fn push_value(out: &mut String, v: f64) {
     if v.is_nan() {
         out.push_str("NaN");
     } else if v.is_infinite() {
@@ -115,16 +115,16 @@ pub fn push_value(out: &mut String, v: f64) {
 }
 
 /// A monotonically increasing count.
-pub struct Counter(AtomicU64);
+pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Counter(AtomicU64::new(0))
     }
-    pub fn inc(&self) {
+    pub(crate) fn inc(&self) {
         self.0.fetch_add(1, Relaxed);
     }
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Relaxed)
     }
 }
@@ -136,16 +136,16 @@ impl Default for Counter {
 }
 
 /// A value that goes up and down (whole numbers: counts of things).
-pub struct Gauge(AtomicU64);
+pub(crate) struct Gauge(AtomicU64);
 
 impl Gauge {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Gauge(AtomicU64::new(0))
     }
-    pub fn set(&self, v: u64) {
+    pub(crate) fn set(&self, v: u64) {
         self.0.store(v, Relaxed);
     }
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Relaxed)
     }
 }
@@ -159,7 +159,7 @@ impl Default for Gauge {
 /// A histogram of durations with fixed upper bounds (at most 16). Counts
 /// are kept per bucket and made cumulative when rendered; the sum is kept
 /// in nanoseconds.
-pub struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     buckets: [AtomicU64; MAX_BUCKETS],
     count: AtomicU64,
@@ -167,7 +167,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    pub const fn new(bounds: &'static [f64]) -> Self {
+    pub(crate) const fn new(bounds: &'static [f64]) -> Self {
         assert!(bounds.len() <= MAX_BUCKETS);
         #[allow(clippy::declare_interior_mutable_const)]
         const ZERO: AtomicU64 = AtomicU64::new(0);
@@ -179,7 +179,7 @@ impl Histogram {
         }
     }
 
-    pub fn observe(&self, d: Duration) {
+    pub(crate) fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
             self.buckets[i].fetch_add(1, Relaxed);
@@ -189,12 +189,12 @@ impl Histogram {
         self.sum_nanos.fetch_add(nanos, Relaxed);
     }
 
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count.load(Relaxed)
     }
 
     /// Writes the `_bucket`, `_sum` and `_count` lines with `labels`.
-    pub fn render(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
+    pub(crate) fn render(&self, out: &mut String, name: &str, labels: &[(&str, &str)]) {
         let mut with_le: Vec<(&str, &str)> = Vec::with_capacity(labels.len() + 1);
         with_le.extend_from_slice(labels);
         with_le.push(("le", ""));
@@ -233,14 +233,14 @@ pub struct CounterFamily {
 }
 
 impl CounterFamily {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         CounterFamily {
             series: Mutex::new(Vec::new()),
         }
     }
 
     /// Adds one to the series with these label values.
-    pub fn inc(&self, values: &[&str]) {
+    pub(crate) fn inc(&self, values: &[&str]) {
         let mut s = self.series.lock();
         if let Some(e) = s
             .iter_mut()
@@ -255,7 +255,7 @@ impl CounterFamily {
     }
 
     /// Drops the series for which `f` (given the label values) is true.
-    pub fn remove_where(&self, f: impl Fn(&[String]) -> bool) {
+    pub(crate) fn remove_where(&self, f: impl Fn(&[String]) -> bool) {
         let mut s = self.series.lock();
         s.retain(|(k, _)| !f(k));
         if s.capacity() > 2 * s.len() + 16 {
@@ -272,7 +272,7 @@ impl CounterFamily {
     }
 
     /// Writes one sample per series; `names` are the label names.
-    pub fn render(&self, out: &mut String, name: &str, names: &[&str]) {
+    pub(crate) fn render(&self, out: &mut String, name: &str, names: &[&str]) {
         let snapshot: Vec<(Box<[String]>, u64)> = self.series.lock().clone();
         let mut labels: Vec<(&str, &str)> = Vec::with_capacity(names.len());
         for (values, v) in &snapshot {

@@ -5,10 +5,10 @@ use std::collections::{HashMap, HashSet};
 
 /// One sample: name, labels in order, value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
-    pub name: String,
-    pub labels: Vec<(String, String)>,
-    pub value: f64,
+pub(crate) struct Sample {
+    pub(crate) name: String,
+    pub(crate) labels: Vec<(String, String)>,
+    pub(crate) value: f64,
 }
 
 fn valid_name(n: &str) -> bool {
@@ -30,7 +30,7 @@ fn value(v: &str) -> Result<f64, String> {
 /// family before its samples, valid names, label syntax and escapes,
 /// samples of a family together, histogram buckets cumulative and ending
 /// in `+Inf` equal to `_count`.
-pub fn parse(page: &str) -> Result<Vec<Sample>, String> {
+pub(crate) fn parse(page: &str) -> Result<Vec<Sample>, String> {
     let mut types: HashMap<String, String> = HashMap::new();
     let mut helped: HashSet<String> = HashSet::new();
     let mut closed: HashSet<String> = HashSet::new();

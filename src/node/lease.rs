@@ -24,7 +24,7 @@ use crate::apitime::micro_time;
 use crate::kube::{ApiError, Client};
 use crate::thread::{spawn_named, JoinOnDrop};
 
-pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+pub(crate) const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// Attempts of one renewal before waiting for the next interval (upstream: 5).
 const MAX_TRIES: u32 = 5;
 
@@ -73,7 +73,7 @@ struct Lease {
     current: Option<Value>,
 }
 
-pub fn lease_path(node: &str) -> String {
+pub(crate) fn lease_path(node: &str) -> String {
     format!("/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{node}")
 }
 

@@ -14,9 +14,9 @@
 
 pub mod lease;
 pub mod machine;
-pub mod pressure;
+pub(crate) mod pressure;
 pub mod state;
 pub mod status;
-pub mod taint;
+pub(crate) mod taint;
 
 pub use state::{initial_node_state, node_info, NodeState, NodeStateReader, NodeStateWriter};

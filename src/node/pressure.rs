@@ -23,7 +23,7 @@ impl Condition {
     }
 
     /// The condition's type in the Node's status.
-    pub fn type_name(self) -> &'static str {
+    pub(crate) fn type_name(self) -> &'static str {
         match self {
             Condition::Memory => "MemoryPressure",
             Condition::Disk => "DiskPressure",
@@ -38,16 +38,16 @@ impl Condition {
 pub struct State(AtomicU8);
 
 impl State {
-    pub fn set(&self, conditions: &[Condition]) {
+    pub(crate) fn set(&self, conditions: &[Condition]) {
         let bits = conditions.iter().fold(0, |b, c| b | c.bit());
         self.0.store(bits, Ordering::Relaxed);
     }
 
-    pub fn has(&self, c: Condition) -> bool {
+    pub(crate) fn has(&self, c: Condition) -> bool {
         self.0.load(Ordering::Relaxed) & c.bit() != 0
     }
 
-    pub fn conditions(&self) -> Vec<Condition> {
+    pub(crate) fn conditions(&self) -> Vec<Condition> {
         [Condition::Memory, Condition::Disk, Condition::Pid]
             .into_iter()
             .filter(|c| self.has(*c))

@@ -21,14 +21,14 @@ use crate::quantity::{parse_bytes, parse_millis};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeState {
-    pub name: String,
+    pub(crate) name: String,
     /// The Node's UID, once the API server has it.
-    pub uid: Option<String>,
-    pub labels: BTreeMap<String, String>,
+    pub(crate) uid: Option<String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// Resource name to quantity, as reported in `status.allocatable`.
     pub allocatable: BTreeMap<String, String>,
     /// The Ready condition last reported.
-    pub ready: bool,
+    pub(crate) ready: bool,
     /// The Node's `node.alpha.kubernetes.io/ttl` annotation: how long a
     /// Secret or ConfigMap read by the Cache strategy may be kept.
     pub object_ttl: Option<std::time::Duration>,
@@ -98,7 +98,7 @@ pub struct NodeStateWriter {
 impl NodeStateWriter {
     /// Changes the state with `change` and publishes the result, unless
     /// nothing changed.
-    pub fn update(&mut self, change: impl FnOnce(&mut NodeState)) {
+    pub(crate) fn update(&mut self, change: impl FnOnce(&mut NodeState)) {
         let mut next = NodeState::clone(&self.current);
         change(&mut next);
         if next != *self.current {
@@ -121,7 +121,7 @@ impl NodeStateReader {
 }
 
 /// The labels a kubelet sets on its own Node, plus `--node-labels`.
-pub fn default_labels(
+pub(crate) fn default_labels(
     name: &str,
     info: &machine::MachineInfo,
     extra: &[(String, String)],

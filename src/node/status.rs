@@ -37,7 +37,7 @@ use crate::thread::{spawn_named, JoinOnDrop};
 const MAX_IMAGES: usize = 50;
 /// Names listed per image (upstream: 5).
 const MAX_NAMES_PER_IMAGE: usize = 5;
-pub use crate::version::KUBELET_VERSION;
+pub(crate) use crate::version::KUBELET_VERSION;
 
 /// What the node reports and how often.
 #[derive(Debug, Clone)]
@@ -610,14 +610,14 @@ fn strip_heartbeats(status: &Value) -> Value {
 }
 
 /// True when two statuses differ at most in their heartbeat times.
-pub fn same_ignoring_heartbeats(a: &Value, b: &Value) -> bool {
+pub(crate) fn same_ignoring_heartbeats(a: &Value, b: &Value) -> bool {
     strip_heartbeats(a) == strip_heartbeats(b)
 }
 
 /// The strategic merge patch from `old` to `new` status: changed fields only;
 /// conditions merged by type with their order, each with its changed fields;
 /// addresses merged by type with their order, removed types deleted.
-pub fn status_patch(old: Option<&Value>, new: &Value) -> Value {
+pub(crate) fn status_patch(old: Option<&Value>, new: &Value) -> Value {
     let empty = Map::new();
     let old_map = old.and_then(Value::as_object).unwrap_or(&empty);
     let mut out = Map::new();

@@ -5,14 +5,14 @@
 /// A node taint: `key[=value]:Effect`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Taint {
-    pub key: String,
-    pub value: String,
-    pub effect: String,
+    pub(crate) key: String,
+    pub(crate) value: String,
+    pub(crate) effect: String,
 }
 
 /// Parses `--register-with-taints`: `key=value:Effect` or `key:Effect`, with
 /// Effect one of NoSchedule, PreferNoSchedule, NoExecute.
-pub fn parse_taints(v: &str) -> Result<Vec<Taint>, String> {
+pub(crate) fn parse_taints(v: &str) -> Result<Vec<Taint>, String> {
     let mut out = Vec::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let Some((kv, effect)) = item.rsplit_once(':') else {

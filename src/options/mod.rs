@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::node::taint::Taint;
 
-pub use crate::apitime::parse_duration;
+pub(crate) use crate::apitime::parse_duration;
 pub use config_file::{apply_config_file, CONFIG_API_VERSION, CONFIG_KIND};
 pub use flags::{parse_args, parse_header_pairs, parse_ips, parse_node_labels, parse_pairs, USAGE};
 pub use ignored::{IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS};
@@ -103,29 +103,29 @@ pub struct Options {
     /// Image pulls in a burst (`--registry-burst`).
     pub registry_burst: u32,
     /// The node API's address and port (`--address`, `--port`).
-    pub address: std::net::IpAddr,
-    pub port: u16,
+    pub(crate) address: std::net::IpAddr,
+    pub(crate) port: u16,
     /// The plain read-only port (`--read-only-port`); 0: off.
-    pub read_only_port: u16,
+    pub(crate) read_only_port: u16,
     /// The plain healthz listener (`--healthz-bind-address`,
     /// `--healthz-port`); port 0: off.
-    pub healthz_bind_address: std::net::IpAddr,
-    pub healthz_port: u16,
+    pub(crate) healthz_bind_address: std::net::IpAddr,
+    pub(crate) healthz_port: u16,
     /// The node API's serving certificate and key (PEM); without them a
     /// self-signed pair under `cert_dir` (default `<root-dir>/pki`).
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
-    pub cert_dir: Option<PathBuf>,
+    pub(crate) cert_dir: Option<PathBuf>,
     /// CA bundle that client certificates are verified against
     /// (`--client-ca-file`, `authentication.x509.clientCAFile`).
     pub client_ca_file: Option<PathBuf>,
     /// `--enable-server` as given; `None`: not given.
-    pub enable_server: Option<bool>,
+    pub(crate) enable_server: Option<bool>,
     /// Whether `--port` (`--healthz-port`) was given, in the flags or the
     /// file: a standalone node listens only where it is asked to (an
     /// address alone opens nothing).
-    pub port_given: bool,
-    pub healthz_given: bool,
+    pub(crate) port_given: bool,
+    pub(crate) healthz_given: bool,
     /// Who may call the node's API: `--anonymous-auth`, the token webhook,
     /// `--authorization-mode` and the cache TTLs (the configuration file's
     /// `authentication` and `authorization`). `node_name` is left empty:
@@ -290,7 +290,7 @@ pub enum AuthorizationMode {
 }
 
 impl AuthorizationMode {
-    pub fn parse(s: &str) -> Result<AuthorizationMode, String> {
+    pub(crate) fn parse(s: &str) -> Result<AuthorizationMode, String> {
         match s {
             "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
             "Webhook" => Ok(AuthorizationMode::Webhook),

@@ -19,17 +19,17 @@ pub enum StatusOutput {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusOptions {
     /// Redraw every 2 s until interrupted.
-    pub watch: bool,
-    pub output: StatusOutput,
+    pub(crate) watch: bool,
+    pub(crate) output: StatusOutput,
     /// The node's read-only port; 0: not asked.
-    pub read_only_port: u16,
+    pub(crate) read_only_port: u16,
     /// The node's main (TLS) port, asked with `kubeconfig`'s credentials.
-    pub port: u16,
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) port: u16,
+    pub(crate) kubeconfig: Option<PathBuf>,
     /// The main port's certificate (default `<root-dir>/pki/kubelet.crt`).
-    pub tls_cert_file: Option<PathBuf>,
-    pub container_runtime_endpoint: String,
-    pub root_dir: PathBuf,
+    pub(crate) tls_cert_file: Option<PathBuf>,
+    pub(crate) container_runtime_endpoint: String,
+    pub(crate) root_dir: PathBuf,
 }
 
 impl Default for StatusOptions {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::runtime::WaitingReasons;
 
 /// Delay before retrying a pod whose sync failed (upstream backOffPeriod).
-pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
+pub(crate) const ERROR_BACKOFF: Duration = Duration::from_secs(10);
 
 /// The first wait before a termination that panicked is tried again; it
 /// doubles with each panic in a row, up to [`ERROR_BACKOFF`].
@@ -30,7 +30,7 @@ const TERMINATE_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// What the sync loop hands a pod's worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpdateType {
+pub(crate) enum UpdateType {
     Create,
     Update,
     Sync,
@@ -61,23 +61,23 @@ pub(super) enum SyncEnd {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct AfterSync {
     /// Sync again after this long (through the work queue).
-    pub resync: Duration,
+    pub(crate) resync: Duration,
     /// The pod's status said Running for the first time: from when the
     /// kubelet first saw the pod until `now`, for
     /// `kubelet_pod_start_duration_seconds`.
-    pub started: Option<Duration>,
+    pub(crate) started: Option<Duration>,
 }
 
 /// A pod worker's state between its turns.
 #[derive(Debug, Default)]
 pub(super) struct PodSyncState {
     /// When the last sync (or try) ended: the next waits for a newer status.
-    pub last_sync: Option<Instant>,
+    pub(crate) last_sync: Option<Instant>,
     /// The full name this worker holds among the workers.
-    pub claimed: Option<String>,
+    pub(crate) claimed: Option<String>,
     /// Why containers wait, by name, as the syncs so far found it
     /// (upstream's `ReasonCache`), for the pod's status.
-    pub reasons: WaitingReasons,
+    pub(crate) reasons: WaitingReasons,
     /// Panics in a row while terminating: each retry waits longer.
     kill_panics: u32,
     /// Failed tries of the current termination.
@@ -94,12 +94,12 @@ pub(super) struct PodSyncState {
 
 impl PodSyncState {
     /// Work handed over by the sync loop at `handed_over` is taken.
-    pub fn handed_over(&mut self, handed_over: Instant) {
+    pub(crate) fn handed_over(&mut self, handed_over: Instant) {
         self.first_seen.get_or_insert(handed_over);
     }
 
     /// What `work` means for the pod.
-    pub fn step(&self, work: UpdateType) -> Step {
+    pub(crate) fn step(&self, work: UpdateType) -> Step {
         if work == UpdateType::Kill {
             Step::Terminate
         } else {
@@ -114,20 +114,20 @@ impl PodSyncState {
     /// nothing, as upstream no longer syncs a terminated pod); it is asked
     /// only while the pod is not past its deadline already: once there, it
     /// stays.
-    pub fn is_past_deadline(&self, deadline_passed: impl FnOnce() -> bool) -> bool {
+    pub(crate) fn is_past_deadline(&self, deadline_passed: impl FnOnce() -> bool) -> bool {
         self.deadline_exceeded || deadline_passed()
     }
 
     /// The pod was stopped for its active deadline at `now`; true the first
     /// time (its event is recorded and its probes stopped once).
-    pub fn deadline_reached(&mut self, now: Instant) -> bool {
+    pub(crate) fn deadline_reached(&mut self, now: Instant) -> bool {
         self.last_sync = Some(now);
         !std::mem::replace(&mut self.deadline_exceeded, true)
     }
 
     /// The pod's status could not be read, or its volumes set up: try again
     /// after the returned delay.
-    pub fn not_synced(&mut self, now: Instant) -> Duration {
+    pub(crate) fn not_synced(&mut self, now: Instant) -> Duration {
         self.last_sync = Some(now);
         ERROR_BACKOFF
     }
@@ -137,7 +137,7 @@ impl PodSyncState {
     /// deadline, if it has one. The next sync comes after `sync-frequency`
     /// (`resync_interval`) on success, after the rest of a back-off, after
     /// [`ERROR_BACKOFF`] for other errors; never later than the deadline.
-    pub fn synced(
+    pub(crate) fn synced(
         &mut self,
         now: Instant,
         end: SyncEnd,
@@ -167,7 +167,7 @@ impl PodSyncState {
     }
 
     /// A sync panicked at `now`: try again after the returned delay.
-    pub fn sync_panicked(&mut self, now: Instant) -> Duration {
+    pub(crate) fn sync_panicked(&mut self, now: Instant) -> Duration {
         self.last_sync = Some(now);
         ERROR_BACKOFF
     }
@@ -176,7 +176,7 @@ impl PodSyncState {
     /// returned delay, without a grace period (and so without the preStop
     /// hooks that may be what panicked). The delay doubles with each panic
     /// in a row, up to 8 s (never more than [`ERROR_BACKOFF`]).
-    pub fn kill_panicked(&mut self, now: Instant) -> Duration {
+    pub(crate) fn kill_panicked(&mut self, now: Instant) -> Duration {
         self.last_sync = Some(now);
         self.kill_panics = self.kill_panics.saturating_add(1);
         KILL_PANIC_RETRY
@@ -185,13 +185,13 @@ impl PodSyncState {
     }
 
     /// A termination begins: its retries start from the shortest delay.
-    pub fn terminate_begins(&mut self) {
+    pub(crate) fn terminate_begins(&mut self) {
         self.terminate_failures = 0;
     }
 
     /// A try of the termination failed: the next one waits the returned
     /// delay (doubling from 500 ms up to 10 s).
-    pub fn terminate_failed(&mut self) -> Duration {
+    pub(crate) fn terminate_failed(&mut self) -> Duration {
         let delay = TERMINATE_RETRY
             .saturating_mul(1 << self.terminate_failures.min(5))
             .min(TERMINATE_RETRY_MAX);

@@ -50,7 +50,7 @@ use crate::pod::{pod_full_name, pod_uid};
 use crate::runtime::{ContainerState, PodStatus, RuntimeManager};
 use crate::thread::{spawn_named, JoinOnDrop};
 
-pub use spec::ProbeKind;
+pub(crate) use spec::ProbeKind;
 pub use worker::{has_probes, ProbeResult, ProbeResults};
 use worker::{Changed, Job, Now, Outcome, PodInput, ProbeId, Probes, SeenContainer};
 
@@ -98,12 +98,12 @@ pub struct ProberHandle {
 
 impl ProberHandle {
     /// The standing probe results (none without a prober).
-    pub fn results(&self) -> Option<&ProbeResults> {
+    pub(crate) fn results(&self) -> Option<&ProbeResults> {
         self.results.as_deref()
     }
 
     /// A handle that drops everything.
-    pub fn disabled() -> Self {
+    pub(crate) fn disabled() -> Self {
         ProberHandle {
             inbox: None,
             results: None,
@@ -113,7 +113,7 @@ impl ProberHandle {
     /// Hands the prober the pod's containers as `status` shows them. A pod
     /// without probes is not sent. `host_ip` is the pod's IP under host
     /// networking (the loopback address when the node's IP is unknown).
-    pub fn update_pod(&self, pod: &Arc<Pod>, status: &PodStatus, host_ip: Option<&str>) {
+    pub(crate) fn update_pod(&self, pod: &Arc<Pod>, status: &PodStatus, host_ip: Option<&str>) {
         let Some(inbox) = &self.inbox else { return };
         if !has_probes(pod) {
             return;
@@ -122,7 +122,7 @@ impl ProberHandle {
     }
 
     /// Stops the pod's probes (it is being killed) and drops their results.
-    pub fn remove_pod(&self, pod: &Pod) {
+    pub(crate) fn remove_pod(&self, pod: &Pod) {
         let Some(inbox) = &self.inbox else { return };
         if has_probes(pod) {
             inbox.put(pod_uid(pod), None);
@@ -399,7 +399,7 @@ impl Actor {
     }
 }
 
-pub use crate::runtime::actions::ProbeKill;
+pub(crate) use crate::runtime::actions::ProbeKill;
 
 impl crate::runtime::actions::ProbeKills for ProbeResults {
     fn probe_kills(&self, pod: &Pod, status: &PodStatus) -> Vec<ProbeKill> {
@@ -422,7 +422,11 @@ impl crate::runtime::actions::StartupResults for ProbeResults {
 
 /// The running containers whose liveness (or else startup) probe stands
 /// at Failure.
-pub fn failed_probe_kills(pod: &Pod, status: &PodStatus, results: &ProbeResults) -> Vec<ProbeKill> {
+pub(crate) fn failed_probe_kills(
+    pod: &Pod,
+    status: &PodStatus,
+    results: &ProbeResults,
+) -> Vec<ProbeKill> {
     let Some(spec) = pod.spec.as_ref() else {
         return Vec::new();
     };

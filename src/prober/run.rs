@@ -37,7 +37,7 @@ pub enum Found {
 
 /// `kube-probe/1.20`: the User-Agent upstream's HTTP probes send, with the
 /// Kubernetes version tinylet reports.
-pub fn user_agent() -> String {
+pub(crate) fn user_agent() -> String {
     let v = crate::version::KUBELET_VERSION.trim_start_matches('v');
     let mut parts = v.split('.');
     let major = parts.next().unwrap_or("1");
@@ -53,14 +53,14 @@ pub fn probe_agent() -> ureq::Agent {
 }
 
 /// What a probe runner thread holds.
-pub struct Runner {
+pub(crate) struct Runner {
     runtime: Arc<RuntimeManager>,
     agent: ureq::Agent,
     recorder: EventRecorder,
 }
 
 impl Runner {
-    pub fn new(runtime: Arc<RuntimeManager>, recorder: EventRecorder) -> Runner {
+    pub(crate) fn new(runtime: Arc<RuntimeManager>, recorder: EventRecorder) -> Runner {
         Runner {
             runtime,
             agent: probe_agent(),
@@ -70,7 +70,7 @@ impl Runner {
 
     /// Runs the job (retrying errors), reports what it found as events and
     /// returns the outcome for the state machine.
-    pub fn run(&self, job: &Job) -> Outcome {
+    pub(crate) fn run(&self, job: &Job) -> Outcome {
         let mut found = self.probe_once(job);
         for _ in 1..MAX_TRIES {
             if !matches!(found, Found::Error(_)) {
@@ -173,7 +173,7 @@ fn host_port(host: &str, port: u16) -> String {
 }
 
 /// The probe's URL, as upstream's `formatURL` builds it.
-pub fn probe_url(h: &HttpGet, host: &str) -> String {
+pub(crate) fn probe_url(h: &HttpGet, host: &str) -> String {
     let path = if h.path.starts_with('/') {
         h.path.clone()
     } else {
@@ -236,7 +236,7 @@ fn io_error(e: &std::io::Error, dial: &str) -> String {
 }
 
 /// A TCP probe: connecting within the timeout passes.
-pub fn tcp_connect(host: &str, port: u16, timeout: Duration) -> Found {
+pub(crate) fn tcp_connect(host: &str, port: u16, timeout: Duration) -> Found {
     let target = host_port(host, port);
     let dial = format!("dial tcp {target}");
     let addrs = match (host.trim_matches(['[', ']']), port).to_socket_addrs() {

@@ -10,21 +10,21 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 
 /// Which of a container's three probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ProbeKind {
+pub(crate) enum ProbeKind {
     Liveness,
     Readiness,
     Startup,
 }
 
 impl ProbeKind {
-    pub const ALL: [ProbeKind; 3] = [
+    pub(crate) const ALL: [ProbeKind; 3] = [
         ProbeKind::Liveness,
         ProbeKind::Readiness,
         ProbeKind::Startup,
     ];
 
     /// The name upstream's events and logs use: `Liveness probe failed: ...`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ProbeKind::Liveness => "Liveness",
             ProbeKind::Readiness => "Readiness",
@@ -37,7 +37,7 @@ impl ProbeKind {
     }
 
     /// The container's probe of this kind, if it has one.
-    pub fn of(self, c: &Container) -> Option<&Probe> {
+    pub(crate) fn of(self, c: &Container) -> Option<&Probe> {
         match self {
             ProbeKind::Liveness => c.liveness_probe.as_ref(),
             ProbeKind::Readiness => c.readiness_probe.as_ref(),
@@ -48,7 +48,7 @@ impl ProbeKind {
 
 /// What a probe does.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Run a command in the container (CRI ExecSync); exit code 0 passes.
     Exec(Vec<String>),
     /// GET a URL; 200-399 passes.
@@ -73,15 +73,15 @@ pub struct HttpGet {
 
 /// One probe with the API defaults applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeSpec {
-    pub action: Action,
-    pub initial_delay: Duration,
-    pub period: Duration,
-    pub timeout: Duration,
-    pub success_threshold: u32,
-    pub failure_threshold: u32,
+pub(crate) struct ProbeSpec {
+    pub(crate) action: Action,
+    pub(crate) initial_delay: Duration,
+    pub(crate) period: Duration,
+    pub(crate) timeout: Duration,
+    pub(crate) success_threshold: u32,
+    pub(crate) failure_threshold: u32,
     /// The probe's own grace period for the kill a failure causes.
-    pub termination_grace: Option<i64>,
+    pub(crate) termination_grace: Option<i64>,
 }
 
 /// A positive count of seconds or `default` (the API rejects 0 and defaults
@@ -94,7 +94,7 @@ fn positive(v: Option<i32>, default: u32) -> u32 {
 }
 
 impl ProbeSpec {
-    pub fn new(p: &Probe, c: &Container) -> ProbeSpec {
+    pub(crate) fn new(p: &Probe, c: &Container) -> ProbeSpec {
         ProbeSpec {
             action: action(p, c),
             initial_delay: Duration::from_secs(u64::from(
@@ -146,7 +146,7 @@ fn action(p: &Probe, c: &Container) -> Action {
     Action::Unsupported("the probe has no handler (exec, httpGet or tcpSocket)".into())
 }
 
-pub use crate::runtime::resolve_port;
+pub(crate) use crate::runtime::resolve_port;
 
 #[cfg(test)]
 mod tests {

@@ -35,7 +35,7 @@ use parking_lot::RwLock;
 
 use super::spec::{Action, ProbeKind, ProbeSpec};
 
-pub type ProbeId = u64;
+pub(crate) type ProbeId = u64;
 
 /// A probe's standing result (upstream `results.Result`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub enum ProbeResult {
 
 /// What one run found; the runner has reported failures as events already.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Success,
     Failure,
     /// The probe could not be run (the result is thrown away).
@@ -65,7 +65,7 @@ pub struct ProbeResults {
 impl ProbeResults {
     /// The result of the `kind` probe of container `id`; `None` before
     /// the prober has seen that container.
-    pub fn get(&self, id: &str, kind: ProbeKind) -> Option<ProbeResult> {
+    pub(crate) fn get(&self, id: &str, kind: ProbeKind) -> Option<ProbeResult> {
         self.by_container
             .read()
             .get(id)
@@ -106,54 +106,54 @@ impl ProbeResults {
 }
 
 /// A pod whose standing result changed (its UID), and the kind of probe.
-pub type Changed = (String, ProbeKind);
+pub(crate) type Changed = (String, ProbeKind);
 
 /// A container as its pod's worker last saw it in the runtime.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SeenContainer {
-    pub name: String,
+pub(crate) struct SeenContainer {
+    pub(crate) name: String,
     /// The CRI container ID of its newest instance.
-    pub id: String,
-    pub running: bool,
+    pub(crate) id: String,
+    pub(crate) running: bool,
     /// It ran and ended.
-    pub exited: bool,
+    pub(crate) exited: bool,
     /// When it started, in nanoseconds since the epoch.
-    pub started_at: i64,
+    pub(crate) started_at: i64,
 }
 
 /// What the prober knows of a pod: sent by its worker after each sync.
 #[derive(Debug, Clone)]
-pub struct PodInput {
-    pub pod: Arc<Pod>,
+pub(crate) struct PodInput {
+    pub(crate) pod: Arc<Pod>,
     /// Where httpGet and tcpSocket probes without a host connect.
-    pub pod_ip: Option<String>,
-    pub containers: Vec<SeenContainer>,
+    pub(crate) pod_ip: Option<String>,
+    pub(crate) containers: Vec<SeenContainer>,
 }
 
 /// One probe run, for a runner.
 #[derive(Debug, Clone)]
-pub struct Job {
-    pub probe: ProbeId,
-    pub kind: ProbeKind,
-    pub action: Action,
-    pub timeout: Duration,
-    pub pod: Arc<Pod>,
-    pub container: String,
-    pub container_id: String,
-    pub pod_ip: Option<String>,
+pub(crate) struct Job {
+    pub(crate) probe: ProbeId,
+    pub(crate) kind: ProbeKind,
+    pub(crate) action: Action,
+    pub(crate) timeout: Duration,
+    pub(crate) pod: Arc<Pod>,
+    pub(crate) container: String,
+    pub(crate) container_id: String,
+    pub(crate) pod_ip: Option<String>,
 }
 
 /// Now, on both clocks: ticks run on the monotonic one, the initial delay
 /// is measured against the container's start time on the wall clock.
 #[derive(Debug, Clone, Copy)]
-pub struct Now {
-    pub mono: Instant,
+pub(crate) struct Now {
+    pub(crate) mono: Instant,
     /// Nanoseconds since the epoch.
-    pub wall_ns: i64,
+    pub(crate) wall_ns: i64,
 }
 
 impl Now {
-    pub fn current() -> Now {
+    pub(crate) fn current() -> Now {
         Now {
             mono: Instant::now(),
             wall_ns: std::time::SystemTime::now()
@@ -197,7 +197,7 @@ pub struct Probes {
 
 /// The containers whose probes run: the regular ones and the sidecars
 /// (restartable init containers), as upstream.
-pub fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+pub(crate) fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
     let spec = pod.spec.as_ref();
     let regular = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
     let init = spec
@@ -224,7 +224,7 @@ fn spread_fraction(id: ProbeId) -> f64 {
 }
 
 impl Probes {
-    pub fn new(results: Arc<ProbeResults>) -> Probes {
+    pub(crate) fn new(results: Arc<ProbeResults>) -> Probes {
         Probes {
             results,
             probes: HashMap::new(),
@@ -239,7 +239,7 @@ impl Probes {
     }
 
     /// The standing results these probes write.
-    pub fn results(&self) -> &ProbeResults {
+    pub(crate) fn results(&self) -> &ProbeResults {
         &self.results
     }
 
@@ -255,7 +255,7 @@ impl Probes {
     /// probe ticks at once, unless the prober has run for less than the
     /// probe's period (`age`): then its first tick falls somewhere in that
     /// period, so that probes found at a restart do not all run together.
-    pub fn update_pod(&mut self, input: PodInput, now: Instant, age: Duration) {
+    pub(crate) fn update_pod(&mut self, input: PodInput, now: Instant, age: Duration) {
         let uid = pod_uid(&input.pod).to_string();
         if let Some(p) = self.pods.get_mut(&uid) {
             p.input = input;
@@ -300,7 +300,7 @@ impl Probes {
     }
 
     /// Stops a pod's probes and forgets their results.
-    pub fn remove_pod(&mut self, uid: &str) {
+    pub(crate) fn remove_pod(&mut self, uid: &str) {
         if let Some(p) = self.pods.remove(uid) {
             for id in p.probes {
                 self.stop(id);
@@ -320,13 +320,13 @@ impl Probes {
     }
 
     /// When the earliest tick is due (possibly one for a removed probe).
-    pub fn next_due(&self) -> Option<Instant> {
+    pub(crate) fn next_due(&self) -> Option<Instant> {
         self.heap.peek().map(|Reverse((t, _))| *t)
     }
 
     /// Runs the ticks due at `now`: returns the jobs to run, and adds the
     /// pods whose results changed to `changed`, with the kind of probe.
-    pub fn due(&mut self, now: Now, changed: &mut Vec<Changed>) -> Vec<Job> {
+    pub(crate) fn due(&mut self, now: Now, changed: &mut Vec<Changed>) -> Vec<Job> {
         let mut jobs = Vec::new();
         while let Some(Reverse((t, id))) = self.heap.peek().copied() {
             if t > now.mono {
@@ -452,7 +452,7 @@ impl Probes {
 
     /// Takes a job's outcome; adds the pod to `changed` when its standing
     /// result changed.
-    pub fn complete(
+    pub(crate) fn complete(
         &mut self,
         id: ProbeId,
         outcome: Outcome,

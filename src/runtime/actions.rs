@@ -31,15 +31,15 @@ use crate::cri::api;
 pub struct ProbeKill {
     /// Index into `spec.containers`; `None` for a sidecar (an init
     /// container, started again by the next sync).
-    pub index: Option<usize>,
-    pub id: String,
-    pub name: String,
+    pub(crate) index: Option<usize>,
+    pub(crate) id: String,
+    pub(crate) name: String,
     /// The Killing event's message, upstream's words.
-    pub message: String,
+    pub(crate) message: String,
     /// Start it again (restartPolicy is not Never).
-    pub restart: bool,
+    pub(crate) restart: bool,
     /// The probe's own grace period, if it sets one.
-    pub grace: Option<i64>,
+    pub(crate) grace: Option<i64>,
 }
 
 /// Where SyncPod learns which containers failed probes condemn: the
@@ -50,23 +50,23 @@ pub trait ProbeKills: Send + Sync {
 
 /// The changes one SyncPod makes.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct PodActions {
+pub(crate) struct PodActions {
     /// Stop every container and sandbox of the pod first.
-    pub kill_pod: bool,
+    pub(crate) kill_pod: bool,
     /// Create a new sandbox (after killing the old one, if any).
-    pub create_sandbox: bool,
+    pub(crate) create_sandbox: bool,
     /// The sandbox to use when not creating one.
-    pub sandbox_id: String,
+    pub(crate) sandbox_id: String,
     /// Attempt number for a new sandbox.
-    pub attempt: u32,
+    pub(crate) attempt: u32,
     /// Indexes into `spec.initContainers` to start, in spec order.
-    pub init_containers_to_start: Vec<usize>,
+    pub(crate) init_containers_to_start: Vec<usize>,
     /// Indexes into `spec.containers` of containers to start, in order.
-    pub containers_to_start: Vec<usize>,
+    pub(crate) containers_to_start: Vec<usize>,
     /// Indexes into `spec.ephemeralContainers` to start, in order.
-    pub ephemeral_containers_to_start: Vec<usize>,
+    pub(crate) ephemeral_containers_to_start: Vec<usize>,
     /// Containers to stop: (id, name, message of the Killing event).
-    pub containers_to_kill: Vec<(String, String, String)>,
+    pub(crate) containers_to_kill: Vec<(String, String, String)>,
 }
 
 /// A startup probe's verdict on one container, as far as SyncPod needs it.
@@ -88,7 +88,7 @@ pub trait StartupResults: Send + Sync {
 }
 
 /// No prober: a startup probe counts as passed, as pod status assumes.
-pub struct NoProber;
+pub(crate) struct NoProber;
 
 impl StartupResults for NoProber {
     fn startup(&self, _container_id: &str) -> StartupResult {
@@ -96,7 +96,7 @@ impl StartupResults for NoProber {
     }
 }
 
-pub fn restart_policy(pod: &Pod) -> &str {
+pub(crate) fn restart_policy(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
@@ -104,7 +104,7 @@ pub fn restart_policy(pod: &Pod) -> &str {
 }
 
 /// An init container with `restartPolicy: Always`: a sidecar.
-pub fn is_restartable_init(c: &Container) -> bool {
+pub(crate) fn is_restartable_init(c: &Container) -> bool {
     c.restart_policy.as_deref() == Some("Always")
 }
 
@@ -129,7 +129,7 @@ fn ephemeral_containers(pod: &Pod) -> &[EphemeralContainer] {
 /// An ephemeral container as the container it runs as (upstream converts
 /// its `EphemeralContainerCommon`, which has the same fields). What the API
 /// forbids there (ports, probes, lifecycle, resources) is dropped.
-pub fn ephemeral_container(e: &EphemeralContainer) -> Container {
+pub(crate) fn ephemeral_container(e: &EphemeralContainer) -> Container {
     Container {
         name: e.name.clone(),
         image: e.image.clone(),
@@ -152,7 +152,7 @@ pub fn ephemeral_container(e: &EphemeralContainer) -> Container {
 }
 
 /// The pod's ephemeral containers, as containers.
-pub fn ephemeral_as_containers(pod: &Pod) -> Vec<Container> {
+pub(crate) fn ephemeral_as_containers(pod: &Pod) -> Vec<Container> {
     ephemeral_containers(pod)
         .iter()
         .map(ephemeral_container)
@@ -161,7 +161,7 @@ pub fn ephemeral_as_containers(pod: &Pod) -> Vec<Container> {
 
 /// The container an ephemeral container `name` targets (it joins that
 /// container's process namespace), if it names one.
-pub fn ephemeral_target<'a>(pod: &'a Pod, name: &str) -> Option<&'a str> {
+pub(crate) fn ephemeral_target<'a>(pod: &'a Pod, name: &str) -> Option<&'a str> {
     ephemeral_containers(pod)
         .iter()
         .find(|e| e.name == name)?
@@ -179,7 +179,7 @@ fn init_containers(pod: &Pod) -> &[Container] {
 
 /// Whether a regular container whose newest instance is `status` should be
 /// started (upstream `ShouldContainerBeRestarted`).
-pub fn should_restart(pod: &Pod, status: Option<&ContainerStatus>) -> bool {
+pub(crate) fn should_restart(pod: &Pod, status: Option<&ContainerStatus>) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return false;
     }
@@ -204,7 +204,7 @@ fn init_failed(s: &ContainerStatus) -> bool {
 
 /// A hash of what the sandbox is made from: namespaces, hostname, DNS and
 /// host ports. A ready sandbox whose recorded hash differs is recreated.
-pub fn sandbox_hash(pod: &Pod) -> String {
+pub(crate) fn sandbox_hash(pod: &Pod) -> String {
     let spec = pod.spec.as_ref();
     let ports: Vec<_> = containers(pod)
         .iter()
@@ -268,7 +268,7 @@ fn sandbox_changed(pod: &Pod, status: &PodStatus) -> (bool, u32, String) {
 }
 
 /// Computes the actions SyncPod takes for `pod` given what runs now.
-pub fn compute_pod_actions(
+pub(crate) fn compute_pod_actions(
     pod: &Pod,
     status: &PodStatus,
     probes: &dyn StartupResults,

@@ -8,8 +8,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-pub const INITIAL: Duration = Duration::from_secs(10);
-pub const MAX: Duration = Duration::from_secs(300);
+pub(crate) const INITIAL: Duration = Duration::from_secs(10);
+pub(crate) const MAX: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -18,7 +18,7 @@ struct Entry {
 }
 
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     entries: HashMap<String, Entry>,
@@ -31,7 +31,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    pub fn new(initial: Duration, max: Duration) -> Self {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
         Backoff {
             initial,
             max,
@@ -40,7 +40,12 @@ impl Backoff {
     }
 
     /// If `key` is backing off as of an exit at `exited_at`, the time left.
-    pub fn remaining(&self, key: &str, exited_at: SystemTime, now: SystemTime) -> Option<Duration> {
+    pub(crate) fn remaining(
+        &self,
+        key: &str,
+        exited_at: SystemTime,
+        now: SystemTime,
+    ) -> Option<Duration> {
         let e = self.entries.get(key)?;
         if self.expired(e, exited_at) {
             return None;
@@ -50,12 +55,12 @@ impl Backoff {
     }
 
     /// The current window of `key`, if it has one.
-    pub fn current(&self, key: &str) -> Option<Duration> {
+    pub(crate) fn current(&self, key: &str) -> Option<Duration> {
         self.entries.get(key).map(|e| e.backoff)
     }
 
     /// Records a restart of `key` at `now`, growing its window.
-    pub fn next(&mut self, key: &str, exited_at: SystemTime, now: SystemTime) {
+    pub(crate) fn next(&mut self, key: &str, exited_at: SystemTime, now: SystemTime) {
         let (initial, max) = (self.initial, self.max);
         let expired = self
             .entries
@@ -74,7 +79,7 @@ impl Backoff {
     }
 
     /// Forgets every key that starts with `prefix` (a pod that is gone).
-    pub fn forget_prefix(&mut self, prefix: &str) {
+    pub(crate) fn forget_prefix(&mut self, prefix: &str) {
         self.entries.retain(|k, _| !k.starts_with(prefix));
     }
 

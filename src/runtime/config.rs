@@ -54,11 +54,12 @@ pub enum EnvObjectKind {
 
 /// ConfigMaps and Secrets by kind and name: their keys, or `None` for one
 /// that does not exist.
-pub type EnvObjects = BTreeMap<(EnvObjectKind, String), Option<crate::volume::payload::Keys>>;
+pub(crate) type EnvObjects =
+    BTreeMap<(EnvObjectKind, String), Option<crate::volume::payload::Keys>>;
 
 /// Where a container writes its termination message (`/dev/termination-log`
 /// unless set; empty: nowhere).
-pub fn termination_message_path(container: &Container) -> &str {
+pub(crate) fn termination_message_path(container: &Container) -> &str {
     container
         .termination_message_path
         .as_deref()
@@ -236,7 +237,7 @@ pub fn container_config(
 }
 
 /// The ConfigMaps and Secrets `container`'s env and envFrom name, each once.
-pub fn env_object_refs(container: &Container) -> Vec<(EnvObjectKind, &str)> {
+pub(crate) fn env_object_refs(container: &Container) -> Vec<(EnvObjectKind, &str)> {
     let mut refs = Vec::new();
     for from in container.env_from.iter().flatten() {
         if let Some((kind, name, _)) = env_from_source(from) {
@@ -285,7 +286,7 @@ fn key_ref(from: &EnvVarSource) -> Option<(EnvObjectKind, &str, &str, bool)> {
 
 /// Upstream `IsEnvVarName`: `[-._a-zA-Z][-._a-zA-Z0-9]*`, and not `.` or
 /// starting with `..`.
-pub fn is_env_var_name(name: &str) -> bool {
+pub(crate) fn is_env_var_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     let first_ok = bytes
         .next()
@@ -332,7 +333,7 @@ fn env_object<'a>(
 /// names once prefixed, and so are skipped: one upstream
 /// InvalidEnvironmentVariableNames message per source that has any.
 /// Missing sources are left to `make_env`.
-pub fn invalid_env_from_keys(
+pub(crate) fn invalid_env_from_keys(
     pod: &Pod,
     container: &Container,
     inputs: &ContainerInputs,
@@ -378,7 +379,7 @@ pub fn invalid_env_from_keys(
 /// its first place and takes the later value. A missing object or key
 /// that is not optional fails with upstream's message; an optional one
 /// leaves the variable out.
-pub fn make_env(
+pub(crate) fn make_env(
     pod: &Pod,
     container: &Container,
     inputs: &ContainerInputs,
@@ -546,7 +547,7 @@ fn mounts(pod: &Pod, container: &Container, volumes_dir: &Path) -> Result<Vec<ap
 
 /// Whether any of `container`'s volumeMounts has a subPath or subPathExpr
 /// (no syscalls: pods without one pay nothing more).
-pub fn has_sub_paths(container: &Container) -> bool {
+pub(crate) fn has_sub_paths(container: &Container) -> bool {
     container.volume_mounts.iter().flatten().any(|vm| {
         vm.sub_path.as_deref().is_some_and(|s| !s.is_empty())
             || vm.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
@@ -558,7 +559,7 @@ pub fn has_sub_paths(container: &Container) -> bool {
 /// that is missing or empty is an error), each checked to be a relative
 /// path without `..`. The index is the mount's place in volumeMounts, which
 /// is also its place in the CRI config's mounts.
-pub fn sub_paths(
+pub(crate) fn sub_paths(
     pod: &Pod,
     container: &Container,
     volumes_dir: &Path,

@@ -75,7 +75,7 @@ const MAX_DNS_SEARCH_DOMAIN_CHARS: usize = 253;
 /// A pod's DNS settings (upstream `GetPodDNS`) from its dnsPolicy and
 /// dnsConfig, the node's settings and the text of the node's resolver
 /// configuration, with warnings as (event reason, message).
-pub fn pod_dns(
+pub(crate) fn pod_dns(
     pod: &Pod,
     settings: &NodeSettings,
     host_resolv_conf: &str,
@@ -190,7 +190,7 @@ pub fn pod_dns(
 
 /// The node's resolver configuration's text ("" when there is none or it
 /// cannot be read).
-pub fn read_host_resolv_conf(settings: &NodeSettings) -> String {
+pub(crate) fn read_host_resolv_conf(settings: &NodeSettings) -> String {
     if settings.resolv_conf.as_os_str().is_empty() {
         return String::new();
     }
@@ -203,7 +203,7 @@ pub fn read_host_resolv_conf(settings: &NodeSettings) -> String {
 /// A pod's hostname and DNS domain (upstream `GeneratePodHostNameAndDomain`):
 /// `spec.hostname` or the pod's name, at most 63 characters; the domain is
 /// `<subdomain>.<namespace>.svc.<cluster domain>` when a subdomain is set.
-pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, String) {
+pub(crate) fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, String) {
     let spec = pod.spec.as_ref();
     let mut hostname = spec
         .and_then(|s| s.hostname.clone())
@@ -227,7 +227,7 @@ pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, String) 
 /// hostNetwork pod the node's own file (`node_hosts`), else localhost
 /// entries and the pod's IPs with its hostname (and FQDN); then the
 /// pod's hostAliases.
-pub fn etc_hosts_content(
+pub(crate) fn etc_hosts_content(
     pod: &Pod,
     settings: &NodeSettings,
     pod_ips: &[String],

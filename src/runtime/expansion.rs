@@ -5,7 +5,7 @@
 
 /// Expands the `$(NAME)` references of `input`; `lookup` gives a variable's
 /// value, `None` for an unknown one.
-pub fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> String {
+pub(crate) fn expand<'a>(input: &str, lookup: impl Fn(&str) -> Option<&'a str>) -> String {
     let bytes = input.as_bytes();
     let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
     let mut checkpoint = 0;

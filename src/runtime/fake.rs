@@ -12,10 +12,10 @@ use protobuf::{EnumOrUnknown, MessageField};
 use crate::cri::{api, Code, CriError, ImageService, RuntimeService};
 
 /// The image the fakes have present.
-pub const TEST_IMAGE: &str = "docker.io/tinylet/busybox:1";
+pub(crate) const TEST_IMAGE: &str = "docker.io/tinylet/busybox:1";
 
 /// A pod in namespace `default` with one container `app` running [`TEST_IMAGE`].
-pub fn test_pod(uid: &str, name: &str) -> Pod {
+pub(crate) fn test_pod(uid: &str, name: &str) -> Pod {
     Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -37,7 +37,7 @@ pub fn test_pod(uid: &str, name: &str) -> Pod {
 
 /// A runtime manager over a fresh fake with [`TEST_IMAGE`] present, its
 /// directories in a temp dir named after `tag` and the calling thread.
-pub fn test_manager(
+pub(crate) fn test_manager(
     tag: &str,
 ) -> (
     std::sync::Arc<FakeRuntime>,
@@ -55,7 +55,7 @@ pub fn test_manager(
 }
 
 /// Polls `f` every 5 ms for up to 5 s; panics naming `what` on time-out.
-pub fn wait_for(what: &str, f: impl Fn() -> bool) {
+pub(crate) fn wait_for(what: &str, f: impl Fn() -> bool) {
     let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while !f() {
         assert!(
@@ -67,7 +67,7 @@ pub fn wait_for(what: &str, f: impl Fn() -> bool) {
 }
 
 /// What a scripted `ExecSync` answers: exit code and stdout, or an error code.
-pub type ExecAnswer = Result<(i32, String), Code>;
+pub(crate) type ExecAnswer = Result<(i32, String), Code>;
 
 #[derive(Default)]
 struct State {
@@ -99,16 +99,16 @@ struct State {
 
 /// What the fake's ExecSync does.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ExecBehaviour {
-    pub exit_code: i32,
+pub(crate) struct ExecBehaviour {
+    pub(crate) exit_code: i32,
     /// Seconds the command takes on the fake clock.
-    pub takes_secs: u64,
+    pub(crate) takes_secs: u64,
     /// Real time the call blocks, for hooks that outlive their deadline.
-    pub blocks: Option<std::time::Duration>,
+    pub(crate) blocks: Option<std::time::Duration>,
 }
 
 #[derive(Default)]
-pub struct FakeRuntime {
+pub(crate) struct FakeRuntime {
     state: Mutex<State>,
 }
 
@@ -121,17 +121,17 @@ fn selected(labels: &HashMap<String, String>, selector: &HashMap<String, String>
 }
 
 impl FakeRuntime {
-    pub fn with_images(images: &[&str]) -> Self {
+    pub(crate) fn with_images(images: &[&str]) -> Self {
         let f = FakeRuntime::default();
         f.state.lock().images = images.iter().map(|s| s.to_string()).collect();
         f
     }
 
-    pub fn calls(&self) -> Vec<String> {
+    pub(crate) fn calls(&self) -> Vec<String> {
         self.state.lock().calls.clone()
     }
 
-    pub fn count(&self, method: &str) -> usize {
+    pub(crate) fn count(&self, method: &str) -> usize {
         self.state
             .lock()
             .calls
@@ -140,37 +140,37 @@ impl FakeRuntime {
             .count()
     }
 
-    pub fn clear_calls(&self) {
+    pub(crate) fn clear_calls(&self) {
         self.state.lock().calls.clear();
     }
 
     /// The fake's clock: runtime timestamps (created, started, finished) come from it.
-    pub fn now(&self) -> std::time::SystemTime {
+    pub(crate) fn now(&self) -> std::time::SystemTime {
         let ns = self.state.lock().clock;
         std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns.max(0) as u64)
     }
 
     /// Moves the fake's clock forward.
-    pub fn advance(&self, d: std::time::Duration) {
+    pub(crate) fn advance(&self, d: std::time::Duration) {
         self.state.lock().clock += i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
     }
 
     /// StopContainer calls so far: (container name, timeout), in order.
-    pub fn stops(&self) -> Vec<(String, i64)> {
+    pub(crate) fn stops(&self) -> Vec<(String, i64)> {
         self.state.lock().stops.clone()
     }
 
     /// ExecSync calls so far: (container name, command), in order.
-    pub fn execs(&self) -> Vec<(String, Vec<String>)> {
+    pub(crate) fn execs(&self) -> Vec<(String, Vec<String>)> {
         self.state.lock().execs.clone()
     }
 
-    pub fn set_exec(&self, b: ExecBehaviour) {
+    pub(crate) fn set_exec(&self, b: ExecBehaviour) {
         self.state.lock().exec = b;
     }
 
     /// The ID of the newest container named `name`.
-    pub fn container_id(&self, name: &str) -> Option<String> {
+    pub(crate) fn container_id(&self, name: &str) -> Option<String> {
         let s = self.state.lock();
         s.containers
             .iter()
@@ -180,7 +180,7 @@ impl FakeRuntime {
     }
 
     /// Lets a pull fetch `image`, with `login` required when given.
-    pub fn serve_image(&self, image: &str, login: Option<(&str, &str)>) {
+    pub(crate) fn serve_image(&self, image: &str, login: Option<(&str, &str)>) {
         self.state.lock().registry.insert(
             image.to_string(),
             login.map(|(u, p)| (u.to_string(), p.to_string())),
@@ -188,37 +188,37 @@ impl FakeRuntime {
     }
 
     /// The username sent with each PullImage call, in order ("" for none).
-    pub fn pull_auths(&self) -> Vec<String> {
+    pub(crate) fn pull_auths(&self) -> Vec<String> {
         self.state.lock().pull_auths.clone()
     }
 
     /// The next `n` calls of `method` fail with UNAVAILABLE.
-    pub fn fail_next(&self, method: &str, n: usize) {
+    pub(crate) fn fail_next(&self, method: &str, n: usize) {
         self.state.lock().fail.insert(method.into(), n);
     }
 
     /// The next `n` calls of `method` panic (with the fake's lock held, as
     /// a bug in a real call could), for tests of panic containment.
-    pub fn panic_next(&self, method: &str, n: usize) {
+    pub(crate) fn panic_next(&self, method: &str, n: usize) {
         self.state.lock().panic.insert(method.into(), n);
     }
 
     /// Scripts what `ExecSync` of a command starting with `cmd0` answers.
-    pub fn script_exec(&self, cmd0: &str, answer: ExecAnswer) {
+    pub(crate) fn script_exec(&self, cmd0: &str, answer: ExecAnswer) {
         self.state.lock().scripted.insert(cmd0.into(), answer);
     }
 
     /// Makes a running container exit with `code`.
     /// Sets what ListContainerStats answers for a container: cumulative
     /// CPU nanoseconds, working set bytes, writable layer bytes.
-    pub fn set_stats(&self, id: &str, cpu_nanos: u64, working_set: u64, writable: u64) {
+    pub(crate) fn set_stats(&self, id: &str, cpu_nanos: u64, working_set: u64, writable: u64) {
         self.state
             .lock()
             .stats
             .insert(id.to_string(), (cpu_nanos, working_set, writable));
     }
 
-    pub fn exit_container(&self, id: &str, code: i32) {
+    pub(crate) fn exit_container(&self, id: &str, code: i32) {
         let mut s = self.state.lock();
         s.clock += 1_000_000_000;
         let now = s.clock;
@@ -230,14 +230,14 @@ impl FakeRuntime {
     }
 
     /// Sets the log path `ContainerStatus` reports for container `id`.
-    pub fn set_log_path(&self, id: &str, path: &std::path::Path) {
+    pub(crate) fn set_log_path(&self, id: &str, path: &std::path::Path) {
         let mut s = self.state.lock();
         if let Some((_, c)) = s.containers.iter_mut().find(|(_, c)| c.id == id) {
             c.log_path = path.to_string_lossy().into_owned();
         }
     }
 
-    pub fn containers(&self) -> Vec<api::ContainerStatus> {
+    pub(crate) fn containers(&self) -> Vec<api::ContainerStatus> {
         self.state
             .lock()
             .containers
@@ -246,7 +246,7 @@ impl FakeRuntime {
             .collect()
     }
 
-    pub fn sandboxes(&self) -> Vec<api::PodSandboxStatus> {
+    pub(crate) fn sandboxes(&self) -> Vec<api::PodSandboxStatus> {
         self.state
             .lock()
             .sandboxes

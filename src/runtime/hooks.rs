@@ -26,7 +26,7 @@ use crate::pod::{pod_name, pod_namespace, pod_uid};
 const USER_AGENT: &str = concat!("kube-lifecycle/", env!("CARGO_PKG_VERSION"));
 
 /// A pod as upstream's messages name it: `name_namespace(uid)`.
-pub fn format_pod(pod: &Pod) -> String {
+pub(crate) fn format_pod(pod: &Pod) -> String {
     format!("{}_{}({})", pod_name(pod), pod_namespace(pod), pod_uid(pod))
 }
 
@@ -39,7 +39,7 @@ fn go_list(v: &[String]) -> String {
 /// reaching the pod at `pod_ip` for httpGet. `timeout` bounds an httpGet
 /// and the runtime's own limit on an exec. Returns upstream's message on
 /// failure.
-pub fn run(
+pub(crate) fn run(
     runtime: &Arc<dyn RuntimeService>,
     pod: &Pod,
     c: &Container,
@@ -101,7 +101,7 @@ pub fn run(
 }
 
 /// The port a hook or probe names, by number or by the container's port name.
-pub fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+pub(crate) fn resolve_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
     let n = match port {
         IntOrString::Int(n) => i64::from(*n),
         IntOrString::String(s) => match s.parse::<i64>() {

@@ -173,7 +173,7 @@ impl RuntimeManager {
     /// period, sidecars after the regular containers) and then its
     /// sandboxes. For a pod known only from the runtime, `pod` carries just
     /// its identity and the default grace period applies.
-    pub fn kill_pod(
+    pub(crate) fn kill_pod(
         &self,
         pod: &Pod,
         status: &PodStatus,

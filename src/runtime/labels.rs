@@ -13,21 +13,22 @@ use md5::{Digest, Md5};
 use crate::pod::{pod_name, pod_namespace, pod_uid};
 
 pub const POD_NAME: &str = "io.kubernetes.pod.name";
-pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+pub(crate) const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
 pub const POD_UID: &str = "io.kubernetes.pod.uid";
-pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+pub(crate) const CONTAINER_NAME: &str = "io.kubernetes.container.name";
 
 pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
-pub const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
-pub const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
-pub const TERMINATION_MESSAGE_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+pub(crate) const CONTAINER_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+pub(crate) const TERMINATION_MESSAGE_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+pub(crate) const TERMINATION_MESSAGE_POLICY: &str =
+    "io.kubernetes.container.terminationMessagePolicy";
 /// On a sandbox: the hash of what it was made from (`actions::sandbox_hash`).
-pub const SANDBOX_HASH: &str = "tinylet.io/sandbox-hash";
-pub const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
-pub const CONTAINER_PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
+pub(crate) const SANDBOX_HASH: &str = "tinylet.io/sandbox-hash";
+pub(crate) const POD_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
+pub(crate) const CONTAINER_PRE_STOP_HANDLER: &str = "io.kubernetes.container.preStopHandler";
 
 /// Labels of a pod sandbox: the pod's own labels plus the three identity labels.
-pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
+pub(crate) fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
     let mut labels: HashMap<String, String> = pod
         .metadata
         .labels
@@ -41,7 +42,7 @@ pub fn sandbox_labels(pod: &Pod) -> HashMap<String, String> {
 }
 
 /// Annotations of a pod sandbox: the pod's own annotations.
-pub fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
+pub(crate) fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
     pod.metadata
         .annotations
         .as_ref()
@@ -50,7 +51,7 @@ pub fn sandbox_annotations(pod: &Pod) -> HashMap<String, String> {
 }
 
 /// Labels of a container: identity only (pod labels stay on the sandbox).
-pub fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, String> {
+pub(crate) fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, String> {
     HashMap::from([
         (POD_NAME.to_string(), pod_name(pod).to_string()),
         (POD_NAMESPACE.to_string(), pod_namespace(pod).to_string()),
@@ -60,7 +61,7 @@ pub fn container_labels(pod: &Pod, container: &Container) -> HashMap<String, Str
 }
 
 /// Annotations of a container: what tinylet needs to read back after a restart.
-pub fn container_annotations(
+pub(crate) fn container_annotations(
     pod: &Pod,
     container: &Container,
     restart_count: u32,
@@ -111,7 +112,7 @@ pub fn container_annotations(
 }
 
 /// The pod's grace period recorded on a container, if any.
-pub fn parse_grace_period(annotations: &HashMap<String, String>) -> Option<i64> {
+pub(crate) fn parse_grace_period(annotations: &HashMap<String, String>) -> Option<i64> {
     annotations
         .get(POD_TERMINATION_GRACE_PERIOD)
         .and_then(|g| g.parse().ok())
@@ -119,7 +120,7 @@ pub fn parse_grace_period(annotations: &HashMap<String, String>) -> Option<i64> 
 
 /// The preStop hook recorded on a container, if any. An annotation that
 /// does not decode is ignored: the container is then stopped without it.
-pub fn parse_pre_stop(annotations: &HashMap<String, String>) -> Option<LifecycleHandler> {
+pub(crate) fn parse_pre_stop(annotations: &HashMap<String, String>) -> Option<LifecycleHandler> {
     annotations
         .get(CONTAINER_PRE_STOP_HANDLER)
         .and_then(|h| serde_json::from_str(h).ok())
@@ -136,14 +137,14 @@ pub fn container_hash(container: &Container) -> u64 {
     u64::from_be_bytes(b)
 }
 
-pub fn parse_hash(annotations: &HashMap<String, String>) -> u64 {
+pub(crate) fn parse_hash(annotations: &HashMap<String, String>) -> u64 {
     annotations
         .get(CONTAINER_HASH)
         .and_then(|h| u64::from_str_radix(h, 16).ok())
         .unwrap_or(0)
 }
 
-pub fn parse_restart_count(annotations: &HashMap<String, String>) -> u32 {
+pub(crate) fn parse_restart_count(annotations: &HashMap<String, String>) -> u32 {
     annotations
         .get(CONTAINER_RESTART_COUNT)
         .and_then(|c| c.parse().ok())

@@ -21,24 +21,24 @@
 //! containers stop in parallel, sidecars after the regular containers (the
 //! later sidecar first), the sandbox last: the kill path is in `kill`.
 
-pub mod actions;
-pub mod backoff;
+pub(crate) mod actions;
+pub(crate) mod backoff;
 pub mod config;
-pub mod dns;
-pub mod expansion;
+pub(crate) mod dns;
+pub(crate) mod expansion;
 mod hooks;
-pub use hooks::resolve_port;
+pub(crate) use hooks::resolve_port;
 mod inputs;
 mod kill;
 pub mod labels;
-pub mod qos;
-pub mod security;
+pub(crate) mod qos;
+pub(crate) mod security;
 pub mod services;
 mod status;
-pub mod termination;
+pub(crate) mod termination;
 
 #[cfg(test)]
-pub mod fake;
+pub(crate) mod fake;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -103,7 +103,7 @@ impl Default for NodeSettings {
 
 /// Why a SyncPod did not fully succeed.
 #[derive(Debug)]
-pub enum SyncError {
+pub(crate) enum SyncError {
     /// A container is in its restart back-off; try again after the duration.
     BackOff(String, Duration),
     /// A step failed; the message names the step, the container and the cause.
@@ -120,28 +120,28 @@ impl std::fmt::Display for SyncError {
 }
 
 /// Why containers are waiting, by container name: `(reason, message)`.
-pub type WaitingReasons = BTreeMap<String, (String, String)>;
+pub(crate) type WaitingReasons = BTreeMap<String, (String, String)>;
 
 /// What one SyncPod found (upstream's `PodSyncResult`, with the status its
 /// pod worker reads next): how it ended, why the containers it tried are
 /// waiting, and the pod's runtime status after its actions.
 #[derive(Debug)]
-pub struct SyncResult {
-    pub result: Result<(), SyncError>,
+pub(crate) struct SyncResult {
+    pub(crate) result: Result<(), SyncError>,
     /// The containers this sync tried to start, by name: why each waits
     /// (`Some((reason, message))`), or `None` for one that started. A
     /// container not tried keeps the reason it had.
-    pub reasons: BTreeMap<String, Option<(String, String)>>,
+    pub(crate) reasons: BTreeMap<String, Option<(String, String)>>,
     /// The runtime status read after the sync's actions; `None` when the
     /// sync changed nothing in the runtime (the status it was given still
     /// stands) or when that read failed.
-    pub status: Option<PodStatus>,
+    pub(crate) status: Option<PodStatus>,
 }
 
 impl SyncResult {
     /// Brings `reasons` (kept by the caller between syncs, as upstream's
     /// `ReasonCache`) up to this sync.
-    pub fn update_reasons(&self, reasons: &mut WaitingReasons) {
+    pub(crate) fn update_reasons(&self, reasons: &mut WaitingReasons) {
         for (name, r) in &self.reasons {
             match r {
                 Some(r) => {
@@ -293,7 +293,7 @@ impl RuntimeManager {
     }
 
     /// Runs `cmd` in a running container (exec probes), within `timeout`.
-    pub fn exec_sync(
+    pub(crate) fn exec_sync(
         &self,
         container_id: &str,
         cmd: &[String],
@@ -332,7 +332,7 @@ impl RuntimeManager {
     }
 
     /// Records an event about the pod itself (a `DeadlineExceeded`, ...).
-    pub fn pod_event(&self, pod: &Pod, kind: EventType, reason: &str, message: &str) {
+    pub(crate) fn pod_event(&self, pod: &Pod, kind: EventType, reason: &str, message: &str) {
         self.recorder
             .event(&ObjectRef::pod(pod), kind, reason, message.to_string());
     }
@@ -355,7 +355,7 @@ impl RuntimeManager {
 
     /// Brings the pod's runtime state to its spec (the six steps), and
     /// reads its status again when that changed anything.
-    pub fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
+    pub(crate) fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
         let mut found = Found::default();
         let result = self.sync_steps(pod, status, &mut found);
         let status = if found.changed {
@@ -857,7 +857,7 @@ impl RuntimeManager {
 
     /// Removes every container and sandbox of a pod that has been killed, and
     /// its directories. Called when the pod is gone for good.
-    pub fn remove_pod(&self, uid: &str, status: &PodStatus) -> Result<(), CriError> {
+    pub(crate) fn remove_pod(&self, uid: &str, status: &PodStatus) -> Result<(), CriError> {
         for c in &status.container_statuses {
             match self.runtime.remove_container(&c.id) {
                 Err(e) if !e.is_not_found() => return Err(e),
@@ -898,7 +898,7 @@ impl RuntimeManager {
     /// `--maximum-dead-containers-per-container` per name (upstream's
     /// container GC; the one kept gives `lastState` and the previous log),
     /// and sandboxes that are not ready beyond the newest.
-    pub fn prune_dead(&self, status: &PodStatus) {
+    pub(crate) fn prune_dead(&self, status: &PodStatus) {
         // Taken out, so no lock is held while deleting.
         let stale = std::mem::take(&mut *self.stale_dirs.lock());
         for dir in stale {
@@ -930,7 +930,7 @@ impl RuntimeManager {
     }
 
     /// tinylet's `--root-dir`.
-    pub fn root_dir(&self) -> &std::path::Path {
+    pub(crate) fn root_dir(&self) -> &std::path::Path {
         &self.root_dir
     }
 

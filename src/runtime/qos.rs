@@ -24,7 +24,7 @@ pub enum CgroupDriver {
 }
 
 impl CgroupDriver {
-    pub fn parse(s: &str) -> Result<CgroupDriver, String> {
+    pub(crate) fn parse(s: &str) -> Result<CgroupDriver, String> {
         match s {
             "cgroupfs" => Ok(CgroupDriver::Cgroupfs),
             "systemd" => Ok(CgroupDriver::Systemd),
@@ -36,9 +36,9 @@ impl CgroupDriver {
 }
 
 /// The OOM score adjustment of Guaranteed pods and node-critical pods.
-pub const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
+pub(crate) const GUARANTEED_OOM_SCORE_ADJ: i64 = -997;
 /// The OOM score adjustment of BestEffort pods.
-pub const BEST_EFFORT_OOM_SCORE_ADJ: i64 = 1000;
+pub(crate) const BEST_EFFORT_OOM_SCORE_ADJ: i64 = 1000;
 
 /// The cgroup path elements of a pod: `kubepods`, its QoS class unless
 /// Guaranteed, and `pod<uid>`.
@@ -66,7 +66,7 @@ fn cgroup_name(names: &[String], driver: CgroupDriver) -> String {
 }
 
 /// The cgroup parent of a pod's sandbox (upstream `GetPodContainerName`).
-pub fn pod_cgroup_parent(pod: &Pod, driver: CgroupDriver) -> String {
+pub(crate) fn pod_cgroup_parent(pod: &Pod, driver: CgroupDriver) -> String {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     cgroup_name(&pod_cgroup_names(qos_class(pod), uid), driver)
 }
@@ -83,7 +83,7 @@ fn is_node_critical(pod: &Pod) -> bool {
 /// `GetContainerOOMScoreAdjust`): -997 for Guaranteed and node-critical
 /// pods, 1000 for BestEffort, and for Burstable 1000 less the container's
 /// share of the node's memory (in thousandths) requested, kept within 3..999.
-pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> i64 {
+pub(crate) fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> i64 {
     if is_node_critical(pod) {
         return GUARANTEED_OOM_SCORE_ADJ;
     }
@@ -126,7 +126,7 @@ pub fn oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> 
 /// v2 and in every v1 hierarchy. Best effort: a cgroup still in use or
 /// already gone stays as it is. Only for the cgroupfs driver: a systemd
 /// slice is a unit, not to be removed behind systemd's back.
-pub fn remove_pod_cgroups(cgroup_root: &Path, driver: CgroupDriver, uid: &str) {
+pub(crate) fn remove_pod_cgroups(cgroup_root: &Path, driver: CgroupDriver, uid: &str) {
     // A UID that is not one plain path element names no cgroup of ours.
     if driver != CgroupDriver::Cgroupfs || crate::paths::uid_error(uid).is_some() {
         return;

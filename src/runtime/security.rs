@@ -18,8 +18,8 @@ use crate::pod::{pod_name, pod_namespace, pod_uid};
 /// The user an image runs as, from the runtime's ImageStatus.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ImageUser {
-    pub uid: Option<i64>,
-    pub username: String,
+    pub(crate) uid: Option<i64>,
+    pub(crate) username: String,
 }
 
 fn namespace_options(pod: &Pod) -> api::NamespaceOption {
@@ -48,7 +48,7 @@ fn namespace_options(pod: &Pod) -> api::NamespaceOption {
 
 /// Puts an ephemeral container into the process namespace of its target
 /// container `target` (CRI `NamespaceMode::TARGET`), which must be running.
-pub fn target_pid_namespace(
+pub(crate) fn target_pid_namespace(
     cfg: &mut api::ContainerConfig,
     target: &str,
     status: &super::PodStatus,
@@ -160,7 +160,7 @@ fn effective_security(pod: &Pod, container: &Container) -> EffectiveSecurity {
 
 /// Whether the container must not run as root, so that the image's user
 /// has to be checked (runAsNonRoot without a runAsUser).
-pub fn must_verify_non_root(pod: &Pod, container: &Container) -> bool {
+pub(crate) fn must_verify_non_root(pod: &Pod, container: &Container) -> bool {
     let e = effective_security(pod, container);
     e.run_as_non_root == Some(true) && e.run_as_user.is_none()
 }
@@ -168,7 +168,7 @@ pub fn must_verify_non_root(pod: &Pod, container: &Container) -> bool {
 /// Refuses a container that would run as root against `runAsNonRoot`
 /// (upstream `verifyRunAsNonRoot`, with its messages); `image_user` is
 /// needed only when [`must_verify_non_root`] says so.
-pub fn verify_run_as_non_root(
+pub(crate) fn verify_run_as_non_root(
     pod: &Pod,
     container: &Container,
     image_user: Option<&ImageUser>,

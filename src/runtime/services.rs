@@ -24,7 +24,7 @@ const MASTER_SERVICE: &str = "kubernetes";
 /// What the variables need of one Service.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(from = "RawService")]
-pub struct ServiceLink {
+pub(crate) struct ServiceLink {
     /// Only the name and namespace are kept.
     metadata: ObjectMeta,
     cluster_ip: String,
@@ -191,12 +191,12 @@ impl Services {
     }
 
     /// Whether pod `uid` was restored from a checkpoint.
-    pub fn is_restored(&self, uid: &str) -> bool {
+    pub(crate) fn is_restored(&self, uid: &str) -> bool {
         self.restored.lock().contains(uid)
     }
 
     /// Replaces the known Services (the reflector's complete set).
-    pub fn set(&self, services: Vec<Arc<ServiceLink>>) {
+    pub(crate) fn set(&self, services: Vec<Arc<ServiceLink>>) {
         *self.known.lock() = Some(services);
     }
 
@@ -204,7 +204,7 @@ impl Services {
     /// Services were never read: the master Service's always, the
     /// namespace's own when `enable_links`. A Service of the pod's
     /// namespace named like the master one takes its place, as upstream.
-    pub fn env(&self, namespace: &str, enable_links: bool) -> Option<Vec<(String, String)>> {
+    pub(crate) fn env(&self, namespace: &str, enable_links: bool) -> Option<Vec<(String, String)>> {
         let known = self.known.lock();
         let mut chosen: BTreeMap<&str, &ServiceLink> = BTreeMap::new();
         for s in known.as_ref()?.iter().filter(|s| s.has_cluster_ip()) {

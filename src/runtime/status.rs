@@ -33,39 +33,39 @@ impl ContainerState {
 /// One container as the runtime reports it (upstream `kubecontainer.Status`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ContainerStatus {
-    pub id: String,
-    pub name: String,
-    pub state: ContainerState,
-    pub created_at: i64,
-    pub started_at: i64,
-    pub finished_at: i64,
-    pub exit_code: i32,
-    pub image: String,
-    pub image_ref: String,
-    pub hash: u64,
-    pub restart_count: u32,
-    pub reason: String,
-    pub message: String,
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) state: ContainerState,
+    pub(crate) created_at: i64,
+    pub(crate) started_at: i64,
+    pub(crate) finished_at: i64,
+    pub(crate) exit_code: i32,
+    pub(crate) image: String,
+    pub(crate) image_ref: String,
+    pub(crate) hash: u64,
+    pub(crate) restart_count: u32,
+    pub(crate) reason: String,
+    pub(crate) message: String,
     /// The pod's grace period and the container's preStop hook as recorded
     /// on the container, for stopping it when its pod spec is gone.
-    pub grace_period: Option<i64>,
-    pub pre_stop: Option<LifecycleHandler>,
+    pub(crate) grace_period: Option<i64>,
+    pub(crate) pre_stop: Option<LifecycleHandler>,
 }
 
 /// Everything the runtime knows of one pod, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct PodStatus {
     pub uid: String,
-    pub name: String,
-    pub namespace: String,
-    pub ips: Vec<String>,
-    pub sandbox_statuses: Vec<api::PodSandboxStatus>,
-    pub container_statuses: Vec<ContainerStatus>,
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) ips: Vec<String>,
+    pub(crate) sandbox_statuses: Vec<api::PodSandboxStatus>,
+    pub(crate) container_statuses: Vec<ContainerStatus>,
 }
 
 impl PodStatus {
     /// The newest status of the container named `name`.
-    pub fn latest(&self, name: &str) -> Option<&ContainerStatus> {
+    pub(crate) fn latest(&self, name: &str) -> Option<&ContainerStatus> {
         self.container_statuses.iter().find(|c| c.name == name)
     }
 }
@@ -73,24 +73,24 @@ impl PodStatus {
 /// A sandbox or container in a relist: just enough to diff states.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeContainer {
-    pub id: String,
-    pub name: String,
-    pub state: ContainerState,
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) state: ContainerState,
 }
 
 /// A pod as found by listing the runtime (upstream `kubecontainer.Pod`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimePod {
-    pub uid: String,
-    pub name: String,
-    pub namespace: String,
-    pub sandboxes: Vec<RuntimeContainer>,
-    pub containers: Vec<RuntimeContainer>,
+    pub(crate) uid: String,
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) sandboxes: Vec<RuntimeContainer>,
+    pub(crate) containers: Vec<RuntimeContainer>,
 }
 
 impl RuntimeManager {
     /// Lists every pod the runtime holds that carries tinylet's labels.
-    pub fn get_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
+    pub(crate) fn get_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
         let sandboxes = self.runtime.list_pod_sandbox(None)?;
         let containers = self.runtime.list_containers(None)?;
         let mut pods: Vec<RuntimePod> = Vec::new();
@@ -146,7 +146,7 @@ impl RuntimeManager {
     }
 
     /// Inspects one pod's sandboxes and containers in detail.
-    pub fn get_pod_status(
+    pub(crate) fn get_pod_status(
         &self,
         uid: &str,
         name: &str,

@@ -11,16 +11,16 @@ use super::labels::{TERMINATION_MESSAGE_PATH, TERMINATION_MESSAGE_POLICY};
 use crate::cri::api;
 
 /// The most of a termination message file that is read (its end).
-pub const MAX_MESSAGE_BYTES: u64 = 4096;
+pub(crate) const MAX_MESSAGE_BYTES: u64 = 4096;
 /// The most log lines, and bytes of them, a message from the logs takes.
-pub const MAX_LOG_LINES: usize = 80;
-pub const MAX_LOG_BYTES: usize = 2048;
+pub(crate) const MAX_LOG_LINES: usize = 80;
+pub(crate) const MAX_LOG_BYTES: usize = 2048;
 /// How much of a log's end is read to find those lines.
 const LOG_READ_BYTES: u64 = 256 * 1024;
 
 /// The status message of a container: the runtime's, followed (after
 /// ": ") by its termination message once it has exited.
-pub fn status_message(st: &api::ContainerStatus) -> String {
+pub(crate) fn status_message(st: &api::ContainerStatus) -> String {
     if st.state.enum_value() != Ok(api::ContainerState::CONTAINER_EXITED) {
         return st.message.clone();
     }
@@ -88,7 +88,7 @@ fn log_message(path: &Path) -> String {
 /// [`log_message`] over the bytes of a log's end: lines in the CRI format
 /// `<time> <stream> <P|F> <content>`, a partial (`P`) line continued by the
 /// next. The first line may be cut by the read and is skipped if so.
-pub fn log_tail(data: &[u8]) -> String {
+pub(crate) fn log_tail(data: &[u8]) -> String {
     let text = String::from_utf8_lossy(data);
     let mut lines: Vec<&str> = text.split('\n').collect();
     if lines.last() == Some(&"") {

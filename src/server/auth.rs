@@ -34,7 +34,7 @@ use crate::kube::Client;
 pub use crate::options::{AuthConfig, AuthorizationMode};
 
 /// Entries kept in each cache; the oldest is dropped for a new one.
-pub const CACHE_ENTRIES: usize = 1024;
+pub(crate) const CACHE_ENTRIES: usize = 1024;
 
 const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
@@ -298,7 +298,7 @@ fn with_authenticated(name: String, mut groups: Vec<String>) -> User {
 
 /// The token of `Authorization: Bearer <token>` (scheme case-insensitive);
 /// none for another scheme or an empty token, as upstream.
-pub fn bearer_token(head: &RequestHead) -> Option<&str> {
+pub(crate) fn bearer_token(head: &RequestHead) -> Option<&str> {
     let value = head.header("authorization")?.trim();
     let mut parts = value.splitn(3, ' ');
     let scheme = parts.next()?;
@@ -351,7 +351,7 @@ fn protocol_token(head: &RequestHead) -> Result<Option<String>, AuthError> {
 /// `Sec-WebSocket-Protocol` headers, as upstream does once the token
 /// authenticated the request: the session is relayed to the runtime
 /// without the caller's token.
-pub fn strip_token_protocol(head: &mut RequestHead) {
+pub(crate) fn strip_token_protocol(head: &mut RequestHead) {
     head.headers.retain_mut(|(name, value)| {
         if !name.eq_ignore_ascii_case(PROTOCOL_HEADER) {
             return true;
@@ -449,7 +449,7 @@ fn access_review_status(answer: &Value) -> Result<(bool, String), String> {
 /// endpoint); paths of later versions' fine-grained authorization
 /// (`/pods`, `/healthz`, `/configz`) stay `proxy`, which their fallback
 /// also asks.
-pub fn attributes(head: &RequestHead) -> (&'static str, &'static str) {
+pub(crate) fn attributes(head: &RequestHead) -> (&'static str, &'static str) {
     let verb = match head.method.as_str() {
         "POST" => "create",
         "GET" => "get",
@@ -531,7 +531,7 @@ const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
 
 /// The subject's common name (the last one, none when empty) and
 /// organizations, in order, from a certificate's DER.
-pub fn subject(cert: &[u8]) -> Result<(Option<String>, Vec<String>), String> {
+pub(crate) fn subject(cert: &[u8]) -> Result<(Option<String>, Vec<String>), String> {
     let (certificate, _) = expect(cert, 0x30, "Certificate")?;
     let (tbs, _) = expect(certificate, 0x30, "TBSCertificate")?;
     let mut rest = tbs;
@@ -600,7 +600,7 @@ pub struct TtlCache<K, V> {
 }
 
 impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
-    pub fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         TtlCache {
             entries: HashMap::new(),
             order: BTreeMap::new(),
@@ -618,7 +618,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
     }
 
     /// The value of `key` unless it expired by `now` (then it is dropped).
-    pub fn get(&mut self, key: &K, now: Instant) -> Option<V> {
+    pub(crate) fn get(&mut self, key: &K, now: Instant) -> Option<V> {
         let (seq, expires, value) = self.entries.get(key)?;
         if now < *expires {
             return Some(value.clone());
@@ -629,7 +629,7 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
         None
     }
 
-    pub fn insert(&mut self, key: K, value: V, expires: Instant) {
+    pub(crate) fn insert(&mut self, key: K, value: V, expires: Instant) {
         if let Some((seq, _, _)) = self.entries.remove(&key) {
             self.order.remove(&seq);
         }

@@ -69,14 +69,14 @@ fn extension(oid: &[u8], critical: bool, value: &[u8]) -> Vec<u8> {
 }
 
 /// A self-signed pair: the certificate and the PKCS#8 key, both DER.
-pub struct SelfSigned {
-    pub cert_der: Vec<u8>,
-    pub key_pkcs8: Vec<u8>,
+pub(crate) struct SelfSigned {
+    pub(crate) cert_der: Vec<u8>,
+    pub(crate) key_pkcs8: Vec<u8>,
 }
 
 /// Makes a key and a certificate for `host` (the CN and a DNS name),
 /// `localhost`, and `ips` (127.0.0.1 is always among them).
-pub fn generate(host: &str, ips: &[IpAddr], now: SystemTime) -> Result<SelfSigned, String> {
+pub(crate) fn generate(host: &str, ips: &[IpAddr], now: SystemTime) -> Result<SelfSigned, String> {
     let rng = SystemRandom::new();
     let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
         .map_err(|_| "generating an ECDSA P-256 key failed".to_string())?;
@@ -144,7 +144,7 @@ pub fn generate(host: &str, ips: &[IpAddr], now: SystemTime) -> Result<SelfSigne
 }
 
 /// PEM text of one DER block.
-pub fn pem(label: &str, der: &[u8]) -> String {
+pub(crate) fn pem(label: &str, der: &[u8]) -> String {
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");

@@ -17,7 +17,7 @@ pub enum Conn {
 
 impl Conn {
     /// The socket underneath, for timeouts, polling and the peer address.
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             Conn::Plain(s) | Conn::Tls(s, _) => s,
         }
@@ -26,7 +26,7 @@ impl Conn {
     /// Whether bytes already received wait to be read that polling the
     /// socket would not announce: decrypted ones rustls holds (it wants
     /// no read from the socket until they are taken), or its peer's end.
-    pub fn holds_input(&self) -> bool {
+    pub(crate) fn holds_input(&self) -> bool {
         match self {
             Conn::Plain(_) => false,
             Conn::Tls(_, c) => !c.wants_read(),
@@ -34,7 +34,7 @@ impl Conn {
     }
 
     /// The TLS state, when the connection has one.
-    pub fn tls_mut(&mut self) -> Option<(&mut TcpStream, &mut rustls::ServerConnection)> {
+    pub(crate) fn tls_mut(&mut self) -> Option<(&mut TcpStream, &mut rustls::ServerConnection)> {
         match self {
             Conn::Plain(_) => None,
             Conn::Tls(s, c) => Some((s, c)),

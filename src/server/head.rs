@@ -14,17 +14,17 @@ pub struct RequestHead {
 
 impl RequestHead {
     /// The path part of the target (before `?`), still percent-encoded.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.target.split_once('?').map_or(&self.target, |(p, _)| p)
     }
 
     /// The query part of the target (after `?`), or "".
-    pub fn query(&self) -> &str {
+    pub(crate) fn query(&self) -> &str {
         self.target.split_once('?').map_or("", |(_, q)| q)
     }
 
     /// The first value of a header, by case-insensitive name.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
@@ -32,7 +32,7 @@ impl RequestHead {
     }
 
     /// Every value of a query parameter, decoded, in order.
-    pub fn query_values(&self, name: &str) -> Vec<String> {
+    pub(crate) fn query_values(&self, name: &str) -> Vec<String> {
         query_pairs(self.query())
             .filter(|(k, _)| k == name)
             .map(|(_, v)| v)
@@ -40,7 +40,7 @@ impl RequestHead {
     }
 
     /// The first value of a query parameter, decoded.
-    pub fn query_value(&self, name: &str) -> Option<String> {
+    pub(crate) fn query_value(&self, name: &str) -> Option<String> {
         query_pairs(self.query())
             .find(|(k, _)| k == name)
             .map(|(_, v)| v)
@@ -49,7 +49,7 @@ impl RequestHead {
 
 /// The decoded `key=value` pairs of a query string (`+` is a space, as
 /// Go's url.ParseQuery reads it; a bad `%` escape is kept as written).
-pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+pub(crate) fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
     query.split('&').filter(|p| !p.is_empty()).map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         (percent_decode(k, true), percent_decode(v, true))
@@ -57,7 +57,7 @@ pub fn query_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
 }
 
 /// Percent-decodes one URL component; `plus` turns `+` into a space.
-pub fn percent_decode(s: &str, plus: bool) -> String {
+pub(crate) fn percent_decode(s: &str, plus: bool) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

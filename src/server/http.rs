@@ -24,19 +24,19 @@ use super::head::RequestHead;
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// Open connections at most.
-pub const MAX_CONNS: usize = 128;
+pub(crate) const MAX_CONNS: usize = 128;
 /// Request-serving threads at most.
-pub const MAX_WORKERS: usize = 4;
+pub(crate) const MAX_WORKERS: usize = 4;
 /// Long sessions (log follows, exec, attach, port-forward) at most.
-pub const MAX_SESSIONS: usize = 16;
+pub(crate) const MAX_SESSIONS: usize = 16;
 /// The TLS handshake and a request head must arrive within this.
-pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// A kept-alive connection without a new request is closed after this.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Writing a non-streaming answer may take this long.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A request head beyond this gets 431.
-pub const MAX_HEAD: usize = 32 * 1024;
+pub(crate) const MAX_HEAD: usize = 32 * 1024;
 /// A worker with nothing to do for this long ends.
 const WORKER_IDLE: Duration = Duration::from_secs(60);
 const MAX_HEADERS: usize = 100;
@@ -53,24 +53,24 @@ pub enum Port {
 }
 
 /// A listening socket and what it serves.
-pub struct Listener {
-    pub socket: TcpListener,
-    pub port: Port,
+pub(crate) struct Listener {
+    pub(crate) socket: TcpListener,
+    pub(crate) port: Port,
     /// The TLS configuration of the main port.
-    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub(crate) tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// One client connection between requests or in one.
 pub struct Client {
-    pub conn: Conn,
-    pub port: Port,
+    pub(crate) conn: Conn,
+    pub(crate) port: Port,
     /// Bytes read past the last request head.
     buf: Vec<u8>,
     deadline: Instant,
     /// Not yet served a request: the head deadline counts from accept.
     fresh: bool,
     /// Whether the connection stays open after this answer.
-    pub keep_alive: bool,
+    pub(crate) keep_alive: bool,
     _slot: Slot,
 }
 
@@ -84,7 +84,7 @@ impl Drop for Slot {
 }
 
 /// What a handler did with the connection.
-pub enum Next {
+pub(crate) enum Next {
     /// Answered in full; the connection may serve another request.
     Done,
     /// Answered; close the connection.
@@ -94,12 +94,12 @@ pub enum Next {
 }
 
 /// Serves one request.
-pub trait Handler: Send + Sync + 'static {
+pub(crate) trait Handler: Send + Sync + 'static {
     fn handle(&self, client: &mut Client, head: &RequestHead) -> Next;
 }
 
 /// The reason phrase of the statuses the server uses.
-pub fn reason(status: u16) -> &'static str {
+pub(crate) fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
@@ -133,12 +133,12 @@ impl Client {
 
     /// Takes the bytes the client sent past its request head that were
     /// read with it (a session passes them on before the connection's own).
-    pub fn take_read_ahead(&mut self) -> Vec<u8> {
+    pub(crate) fn take_read_ahead(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.buf)
     }
 
     /// The client's verified certificate (DER), on a TLS connection.
-    pub fn peer_cert(&self) -> Option<Vec<u8>> {
+    pub(crate) fn peer_cert(&self) -> Option<Vec<u8>> {
         match &self.conn {
             Conn::Tls(_, c) => c
                 .peer_certificates()
@@ -149,7 +149,12 @@ impl Client {
     }
 
     /// Writes a whole answer with its `Content-Length`.
-    pub fn respond(&mut self, status: u16, content_type: &str, body: &[u8]) -> io::Result<()> {
+    pub(crate) fn respond(
+        &mut self,
+        status: u16,
+        content_type: &str,
+        body: &[u8],
+    ) -> io::Result<()> {
         let _ = self.conn.tcp().set_write_timeout(Some(WRITE_TIMEOUT));
         let head = format!(
             "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nX-Content-Type-Options: nosniff\r\n{}\r\n",
@@ -171,7 +176,7 @@ impl Client {
 
     /// Starts a streamed answer (`Transfer-Encoding: chunked`); the
     /// connection is closed after it.
-    pub fn chunked(&mut self, status: u16, content_type: &str) -> io::Result<Chunked<'_>> {
+    pub(crate) fn chunked(&mut self, status: u16, content_type: &str) -> io::Result<Chunked<'_>> {
         self.keep_alive = false;
         let head = format!(
             "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n",
@@ -184,11 +189,11 @@ impl Client {
 }
 
 /// A chunked body: each write is one chunk, flushed at once.
-pub struct Chunked<'a>(&'a mut Conn);
+pub(crate) struct Chunked<'a>(&'a mut Conn);
 
 impl Chunked<'_> {
     /// The last chunk.
-    pub fn finish(self) -> io::Result<()> {
+    pub(crate) fn finish(self) -> io::Result<()> {
         self.0.write_all(b"0\r\n\r\n")?;
         self.0.flush()
     }
@@ -272,7 +277,7 @@ struct Pool {
 }
 
 /// Starts the poll thread over `listeners`.
-pub fn start(listeners: Vec<Listener>, handler: Arc<dyn Handler>) -> io::Result<Server> {
+pub(crate) fn start(listeners: Vec<Listener>, handler: Arc<dyn Handler>) -> io::Result<Server> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: pipe2 fills the two-element array on success.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {

@@ -10,7 +10,7 @@
 //! port-forward sessions relayed to the runtime's streaming server.
 
 pub mod auth;
-pub mod cert;
+pub(crate) mod cert;
 pub mod conn;
 pub mod head;
 pub mod http;
@@ -76,7 +76,7 @@ pub fn start(
 }
 
 /// A duration as Go prints it: `1m0s`, `20s`, `1h0m0s`, `500ms`.
-pub fn go_duration(d: Duration) -> String {
+pub(crate) fn go_duration(d: Duration) -> String {
     let total = d.as_secs();
     let ms = d.subsec_millis();
     if total == 0 {

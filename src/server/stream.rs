@@ -73,7 +73,7 @@ type Refusal = (u16, String);
 /// `/run/<namespace>/<pod>[/<uid>]/<container>?cmd=...`: runs `cmd` (split
 /// at white space, as upstream splits it) in the container through the
 /// runtime's ExecSync, and gives its output, stdout then stderr.
-pub fn run_in_container(
+pub(crate) fn run_in_container(
     head: &RequestHead,
     runtime: &dyn RuntimeService,
 ) -> Result<Vec<u8>, (u16, String)> {

@@ -16,8 +16,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use crate::atomic_file::{write_file, Durability};
 
 /// Names of the self-signed pair under `--cert-dir`, as upstream's.
-pub const CERT_FILE: &str = "kubelet.crt";
-pub const KEY_FILE: &str = "kubelet.key";
+pub(crate) const CERT_FILE: &str = "kubelet.crt";
+pub(crate) const KEY_FILE: &str = "kubelet.key";
 
 /// Where the serving pair comes from.
 pub struct Serving<'a> {
@@ -47,7 +47,7 @@ fn load_pair(
 
 /// The self-signed pair's paths under `dir`, made when missing or
 /// unreadable (then both are replaced), else reused as they are.
-pub fn ensure_self_signed(
+pub(crate) fn ensure_self_signed(
     dir: &Path,
     host: &str,
     ips: &[IpAddr],

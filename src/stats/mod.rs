@@ -34,7 +34,7 @@ use crate::node::machine::{fs_stats, FsStats};
 
 mod usage;
 use crate::runtime::labels;
-pub use usage::{ContainerUsage, PodUsage, VolumeUsage};
+pub(crate) use usage::{ContainerUsage, PodUsage, VolumeUsage};
 
 /// What the statistics need to know about the node.
 pub struct NodeFacts<'a> {
@@ -50,7 +50,7 @@ pub struct NodeFacts<'a> {
 }
 
 impl<'a> NodeFacts<'a> {
-    pub fn new(node_name: &'a str, root_dir: &'a Path) -> Self {
+    pub(crate) fn new(node_name: &'a str, root_dir: &'a Path) -> Self {
         NodeFacts {
             node_name,
             root_dir,
@@ -504,7 +504,7 @@ fn pod_log_dir(logs_dir: &Path, p: &PodRow) -> Option<std::path::PathBuf> {
 /// What each running pod uses (by UID) for the eviction manager: its
 /// running containers' working sets, writable layers and logs, and its
 /// volumes, measured as the summary measures them.
-pub fn pod_usage(
+pub(crate) fn pod_usage(
     runtime: &dyn RuntimeService,
     root_dir: &Path,
     logs_dir: &Path,
@@ -681,7 +681,7 @@ pub fn render_resource_metrics(
 }
 
 /// [`render_resource_metrics`] with the node read from `proc_root`.
-pub fn render_resource_metrics_at(
+pub(crate) fn render_resource_metrics_at(
     runtime: &dyn RuntimeService,
     proc_root: &Path,
     out: &mut String,

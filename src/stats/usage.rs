@@ -3,36 +3,36 @@
 
 /// What a pod uses, from the statistics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodUsage {
-    pub containers: Vec<ContainerUsage>,
-    pub volumes: Vec<VolumeUsage>,
+pub(crate) struct PodUsage {
+    pub(crate) containers: Vec<ContainerUsage>,
+    pub(crate) volumes: Vec<VolumeUsage>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ContainerUsage {
-    pub name: String,
-    pub memory_working_set: Option<u64>,
+pub(crate) struct ContainerUsage {
+    pub(crate) name: String,
+    pub(crate) memory_working_set: Option<u64>,
     /// Writable layer.
-    pub rootfs_bytes: Option<u64>,
-    pub rootfs_inodes: Option<u64>,
-    pub logs_bytes: Option<u64>,
-    pub logs_inodes: Option<u64>,
+    pub(crate) rootfs_bytes: Option<u64>,
+    pub(crate) rootfs_inodes: Option<u64>,
+    pub(crate) logs_bytes: Option<u64>,
+    pub(crate) logs_inodes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct VolumeUsage {
-    pub name: String,
+pub(crate) struct VolumeUsage {
+    pub(crate) name: String,
     /// A disk-backed emptyDir or another volume counted as local
     /// ephemeral storage.
-    pub ephemeral: bool,
-    pub bytes: u64,
-    pub inodes: u64,
+    pub(crate) ephemeral: bool,
+    pub(crate) bytes: u64,
+    pub(crate) inodes: u64,
 }
 
 impl PodUsage {
     /// Bytes (or inodes) on the node's filesystem: writable layers, logs
     /// and local ephemeral volumes, as upstream's disk ranking measures.
-    pub fn disk(&self, inodes: bool) -> u64 {
+    pub(crate) fn disk(&self, inodes: bool) -> u64 {
         let containers: u64 = self
             .containers
             .iter()
@@ -53,7 +53,7 @@ impl PodUsage {
         containers + volumes
     }
 
-    pub fn memory(&self) -> u64 {
+    pub(crate) fn memory(&self) -> u64 {
         self.containers
             .iter()
             .map(|c| c.memory_working_set.unwrap_or(0))

@@ -29,33 +29,33 @@ use crate::cri::api;
 use crate::runtime::actions::{is_restartable_init, restart_policy};
 use crate::runtime::{self, ContainerState};
 
-pub const PENDING: &str = "Pending";
-pub const RUNNING: &str = "Running";
-pub const SUCCEEDED: &str = "Succeeded";
-pub const FAILED: &str = "Failed";
+pub(crate) const PENDING: &str = "Pending";
+pub(crate) const RUNNING: &str = "Running";
+pub(crate) const SUCCEEDED: &str = "Succeeded";
+pub(crate) const FAILED: &str = "Failed";
 
 /// Waiting reason of a container that has not been created yet.
-pub const CONTAINER_CREATING: &str = "ContainerCreating";
+pub(crate) const CONTAINER_CREATING: &str = "ContainerCreating";
 /// Waiting reason of every container without a record while the pod has init containers.
-pub const POD_INITIALIZING: &str = "PodInitializing";
+pub(crate) const POD_INITIALIZING: &str = "PodInitializing";
 
 /// The condition types the kubelet owns; others in the old status are kept as they are.
 const KUBELET_CONDITIONS: [&str; 4] = ["PodScheduled", "Ready", "Initialized", "ContainersReady"];
 
 /// What the status needs besides the pod and its runtime state.
 pub struct StatusContext<'a> {
-    pub host_ip: Option<&'a str>,
+    pub(crate) host_ip: Option<&'a str>,
     /// "containerd" or "cri-o" etc. from CRI Version.runtime_name: containerID is "<runtime>://<id>".
-    pub runtime_name: &'a str,
+    pub(crate) runtime_name: &'a str,
     /// Why the last sync could not start a container, by container name: (reason, message),
     /// e.g. ("CrashLoopBackOff", "back-off 10s restarting failed container=app pod=web_default(uid)"),
     /// ("ErrImagePull", ..), ("ImagePullBackOff", ..), ("CreateContainerError", ..), ("ErrImageNeverPull", ..)
-    pub waiting_reasons: &'a BTreeMap<String, (String, String)>,
+    pub(crate) waiting_reasons: &'a BTreeMap<String, (String, String)>,
     /// Now (for new transition times and startTime).
-    pub now: Timestamp,
+    pub(crate) now: Timestamp,
     /// Standing probe results by container ID; `None`: none yet, so a
     /// container with a startup or readiness probe is not started or ready.
-    pub probes: Option<&'a crate::prober::ProbeResults>,
+    pub(crate) probes: Option<&'a crate::prober::ProbeResults>,
 }
 
 /// The API status of `pod`. `old` is the status the apiserver holds (the
@@ -685,7 +685,10 @@ fn ready_condition(
 /// (the server's status) instead, as upstream's `mergePodStatus`: a status
 /// patch never changes or removes what other controllers set, such as the
 /// conditions of readiness gates. Without `old`, `new` as it is.
-pub fn keep_foreign_conditions(old: Option<&ApiPodStatus>, new: &ApiPodStatus) -> ApiPodStatus {
+pub(crate) fn keep_foreign_conditions(
+    old: Option<&ApiPodStatus>,
+    new: &ApiPodStatus,
+) -> ApiPodStatus {
     let mut out = new.clone();
     let Some(old) = old else {
         return out;
@@ -707,7 +710,7 @@ pub fn keep_foreign_conditions(old: Option<&ApiPodStatus>, new: &ApiPodStatus) -
 /// readiness gates' conditions there (upstream's
 /// `NeedToReconcilePodReadiness`): a controller changed a gate's condition
 /// and the pod needs a sync for a new Ready condition.
-pub fn readiness_needs_reconcile(pod: &Pod) -> bool {
+pub(crate) fn readiness_needs_reconcile(pod: &Pod) -> bool {
     let gated = pod
         .spec
         .as_ref()

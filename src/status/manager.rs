@@ -38,15 +38,15 @@ use crate::thread::{spawn_named, JoinOnDrop};
 
 /// A mirror pod as the API server holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MirrorPod {
-    pub uid: String,
+pub(crate) struct MirrorPod {
+    pub(crate) uid: String,
     /// Its `kubernetes.io/config.mirror` annotation: the static pod's hash.
-    pub hash: String,
-    pub deleting: bool,
+    pub(crate) hash: String,
+    pub(crate) deleting: bool,
 }
 
 impl MirrorPod {
-    pub fn of(pod: &Pod) -> Option<MirrorPod> {
+    pub(crate) fn of(pod: &Pod) -> Option<MirrorPod> {
         let hash = pod
             .metadata
             .annotations
@@ -66,23 +66,23 @@ impl MirrorPod {
 /// status of a pod that has probes, so that a readiness or startup change
 /// generates the status again at once, without a sync.
 #[derive(Debug, Clone)]
-pub struct StatusInputs {
+pub(crate) struct StatusInputs {
     /// The runtime status the pod's worker last saw (after its sync).
-    pub runtime: crate::runtime::PodStatus,
-    pub waiting_reasons: WaitingReasons,
+    pub(crate) runtime: crate::runtime::PodStatus,
+    pub(crate) waiting_reasons: WaitingReasons,
     /// The node's IP for `status.hostIP`.
-    pub host_ip: Option<String>,
+    pub(crate) host_ip: Option<String>,
     /// The runtime's name for container IDs (`containerd://...`).
-    pub runtime_name: String,
+    pub(crate) runtime_name: String,
     /// `(reason, message)` of a pod that failed whatever its containers
     /// say (its active deadline passed).
-    pub failed: Option<(String, String)>,
+    pub(crate) failed: Option<(String, String)>,
 }
 
 impl StatusInputs {
     /// The pod's API status, from these inputs, its previous status `old`
     /// (for transition times and the start time) and the probe results.
-    pub fn generate(
+    pub(crate) fn generate(
         &self,
         pod: &Pod,
         old: Option<&PodStatus>,
@@ -208,13 +208,13 @@ impl StatusReporter {
     }
 
     /// The latest status of pod `uid`, if any was set.
-    pub fn status(&self, uid: &str) -> Option<PodStatus> {
+    pub(crate) fn status(&self, uid: &str) -> Option<PodStatus> {
         self.shared.table.lock().pods.get(uid)?.status.clone()
     }
 
     /// Whether pod `uid`'s latest status has a terminal phase (Succeeded or
     /// Failed): it no longer counts among the node's active pods.
-    pub fn is_terminal(&self, uid: &str) -> bool {
+    pub(crate) fn is_terminal(&self, uid: &str) -> bool {
         let t = self.shared.table.lock();
         let phase = t
             .pods
@@ -225,7 +225,7 @@ impl StatusReporter {
     }
 
     /// Records `status` for `pod`; it is sent if it differs from the last one.
-    pub fn set_status(&self, pod: &Arc<Pod>, status: PodStatus) {
+    pub(crate) fn set_status(&self, pod: &Arc<Pod>, status: PodStatus) {
         self.store(pod, false, move |_| (status, None));
     }
 
@@ -238,7 +238,7 @@ impl StatusReporter {
     /// under the table's lock, which `probe_changed` holds too, after the
     /// prober wrote its result: a status generated with the older result
     /// never overwrites the one with the newer.
-    pub fn report(
+    pub(crate) fn report(
         &self,
         pod: &Arc<Pod>,
         inputs: StatusInputs,
@@ -311,7 +311,7 @@ impl StatusReporter {
     /// ContainersReady and Initialized conditions, the phase), and sent if
     /// that changed it. A pod not reported yet gets the results with its
     /// first status.
-    pub fn probe_changed(&self, uid: &str, probes: &ProbeResults) {
+    pub(crate) fn probe_changed(&self, uid: &str, probes: &ProbeResults) {
         let mut t = self.shared.table.lock();
         let Some(e) = t.pods.get_mut(uid) else {
             return;
@@ -339,7 +339,7 @@ impl StatusReporter {
     /// The pod's containers are stopped and removed. A gracefully deleted API
     /// pod (`delete_object`) then has its API object deleted; a static pod
     /// loses its mirror pod; any other entry is forgotten.
-    pub fn pod_finished(&self, pod: &Arc<Pod>, delete_object: bool) {
+    pub(crate) fn pod_finished(&self, pod: &Arc<Pod>, delete_object: bool) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut t = self.shared.table.lock();
         if self.shared.standalone {
@@ -382,7 +382,7 @@ impl StatusReporter {
 
     /// The pod is being stopped: from now on a static pod's mirror pod is
     /// neither created nor updated (housekeeping deletes it).
-    pub fn pod_killed(&self, pod: &Arc<Pod>) {
+    pub(crate) fn pod_killed(&self, pod: &Arc<Pod>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.shared
             .table
@@ -406,14 +406,14 @@ impl StatusReporter {
     }
 
     /// Forgets pod `uid` (its API object is gone).
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         let mut t = self.shared.table.lock();
         t.pods.remove(uid);
         crate::malloc::shrink_map(&mut t.pods);
     }
 
     /// The API source's view of the mirror pod named `full_name` (`None`: gone).
-    pub fn set_mirror(&self, full_name: &str, mirror: Option<MirrorPod>) {
+    pub(crate) fn set_mirror(&self, full_name: &str, mirror: Option<MirrorPod>) {
         let mut t = self.shared.table.lock();
         let changed = match mirror {
             Some(m) => t.mirrors.insert(full_name.to_string(), m.clone()) != Some(m),
@@ -434,7 +434,7 @@ impl StatusReporter {
 
     /// The API source's first list has been merged, so the mirror pods it
     /// holds are known.
-    pub fn api_seen(&self) {
+    pub(crate) fn api_seen(&self) {
         let mut t = self.shared.table.lock();
         if !t.api_seen {
             t.api_seen = true;
@@ -444,7 +444,7 @@ impl StatusReporter {
     }
 
     /// Deletes a mirror pod whose static pod is gone (housekeeping).
-    pub fn delete_orphan_mirror(&self, full_name: &str, uid: &str) {
+    pub(crate) fn delete_orphan_mirror(&self, full_name: &str, uid: &str) {
         let mut t = self.shared.table.lock();
         if t.orphans.iter().any(|(_, u)| u == uid) {
             return;
@@ -455,7 +455,7 @@ impl StatusReporter {
     }
 
     /// Full names of the mirror pods the API source reported.
-    pub fn mirrors(&self) -> Vec<(String, MirrorPod)> {
+    pub(crate) fn mirrors(&self) -> Vec<(String, MirrorPod)> {
         self.shared
             .table
             .lock()
@@ -916,7 +916,7 @@ impl Worker {
 }
 
 /// The static pod's hash (its `kubernetes.io/config.hash`, else its UID).
-pub fn static_hash(pod: &Pod) -> String {
+pub(crate) fn static_hash(pod: &Pod) -> String {
     pod.metadata
         .annotations
         .as_ref()

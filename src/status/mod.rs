@@ -6,9 +6,9 @@
 //! runtime's state and the last status the apiserver holds, and sends the
 //! strategic-merge patch it computes.
 
-pub mod generate;
+pub(crate) mod generate;
 pub mod manager;
-pub mod patch;
+pub(crate) mod patch;
 
 pub use generate::{generate_pod_status, pod_phase, StatusContext};
 pub use patch::{status_equal, status_patch};

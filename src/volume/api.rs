@@ -32,7 +32,7 @@ impl ApiObjects {
 
 /// `data` (base64, as Secrets carry it) or `data` as text plus `binaryData`
 /// (ConfigMaps) into bytes by key.
-pub fn decode_keys(obj: &Value, what: &str) -> Result<Keys, String> {
+pub(crate) fn decode_keys(obj: &Value, what: &str) -> Result<Keys, String> {
     let secret = obj.get("kind").and_then(Value::as_str) == Some("Secret");
     let field = |name: &str| -> Result<Vec<(&String, &str)>, String> {
         match obj.get(name) {
@@ -53,7 +53,7 @@ pub fn decode_keys(obj: &Value, what: &str) -> Result<Keys, String> {
 
 /// The keys of `data` (base64 for a Secret, text for a ConfigMap) and
 /// `binaryData` (base64) as bytes.
-pub fn keys_of<'a, S: AsRef<str> + 'a>(
+pub(crate) fn keys_of<'a, S: AsRef<str> + 'a>(
     data: impl IntoIterator<Item = (&'a String, S)>,
     binary_data: impl IntoIterator<Item = (&'a String, S)>,
     secret: bool,
@@ -81,7 +81,7 @@ pub fn keys_of<'a, S: AsRef<str> + 'a>(
 }
 
 /// The body of a TokenRequest for `pod`'s service account.
-pub fn token_request(pod: &Pod, audience: Option<&str>, expiration_seconds: i64) -> Value {
+pub(crate) fn token_request(pod: &Pod, audience: Option<&str>, expiration_seconds: i64) -> Value {
     let mut spec = json!({
         "expirationSeconds": expiration_seconds,
         "boundObjectRef": {
@@ -102,7 +102,7 @@ pub fn token_request(pod: &Pod, audience: Option<&str>, expiration_seconds: i64)
 }
 
 /// The token and its expiry from a TokenRequest answer.
-pub fn token_of(answer: &Value, what: &str) -> Result<Token, String> {
+pub(crate) fn token_of(answer: &Value, what: &str) -> Result<Token, String> {
     let status = &answer["status"];
     let token = status["token"]
         .as_str()

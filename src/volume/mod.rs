@@ -42,9 +42,9 @@ pub mod objects;
 pub use objects::{ApiWatcher, ObjectManager, Strategy};
 mod ownership;
 pub mod payload;
-pub mod subpath;
+pub(crate) mod subpath;
 pub mod sweeper;
-pub mod writer;
+pub(crate) mod writer;
 
 pub use payload::{Fetched, Keys, Token};
 
@@ -108,7 +108,7 @@ fn plugin(v: &Volume) -> Result<(&'static str, bool), String> {
 
 /// Whether tinylet writes `v`'s files itself (with the `..data` layout,
 /// read-only to containers): secret, configMap, downwardAPI, projected.
-pub fn written_by_tinylet(v: &Volume) -> bool {
+pub(crate) fn written_by_tinylet(v: &Volume) -> bool {
     v.secret.is_some()
         || v.config_map.is_some()
         || v.downward_api.is_some()
@@ -120,7 +120,7 @@ pub fn written_by_tinylet(v: &Volume) -> bool {
 /// tinylet cannot mount, or a volume name that is not one plain path
 /// element (validation refuses such pods first; this keeps the path under
 /// the pod's directory whatever comes).
-pub fn host_dir(volumes_dir: &Path, v: &Volume) -> Result<(PathBuf, bool), String> {
+pub(crate) fn host_dir(volumes_dir: &Path, v: &Volume) -> Result<(PathBuf, bool), String> {
     if let Some(hp) = &v.host_path {
         return Ok((PathBuf::from(&hp.path), false));
     }
@@ -132,7 +132,7 @@ pub fn host_dir(volumes_dir: &Path, v: &Volume) -> Result<(PathBuf, bool), Strin
 
 /// The volumes directory of the pod `uid`; fails for a UID that cannot
 /// name a directory under `<root_dir>/pods`.
-pub fn volumes_dir(root_dir: &Path, uid: &str) -> std::io::Result<PathBuf> {
+pub(crate) fn volumes_dir(root_dir: &Path, uid: &str) -> std::io::Result<PathBuf> {
     Ok(crate::paths::pod_dir(root_dir, uid)?.join("volumes"))
 }
 
@@ -142,7 +142,7 @@ pub fn volumes_dir(root_dir: &Path, uid: &str) -> std::io::Result<PathBuf> {
 /// tmpfs volumes are unmounted first; a directory whose mounts cannot be
 /// undone is left alone. Returns the directories that could not be removed,
 /// with why, so the caller can report each once.
-pub fn remove_orphaned_pod_dirs(
+pub(crate) fn remove_orphaned_pod_dirs(
     root_dir: &Path,
     keep: impl Fn(&str) -> bool,
 ) -> Vec<(String, std::io::Error)> {
@@ -200,9 +200,9 @@ pub struct VolumeManager {
 
 /// A volume that could not be made ready; the pod's containers wait.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VolumeError {
-    pub volume: String,
-    pub message: String,
+pub(crate) struct VolumeError {
+    pub(crate) volume: String,
+    pub(crate) message: String,
 }
 
 impl std::fmt::Display for VolumeError {
@@ -247,7 +247,7 @@ impl VolumeManager {
     /// Makes every volume of `pod` ready (or refreshes what is due). The
     /// first volume that cannot be made ready for the first time is
     /// returned, with a FailedMount event; refresh failures are logged.
-    pub fn setup(&self, pod: &Pod) -> Result<(), VolumeError> {
+    pub(crate) fn setup(&self, pod: &Pod) -> Result<(), VolumeError> {
         let uid = crate::pod::pod_uid(pod).to_string();
         let dir = volumes_dir(&self.root_dir, &uid).map_err(|e| VolumeError {
             volume: String::new(),
@@ -321,7 +321,7 @@ impl VolumeManager {
 
     /// Unmounts the pod's tmpfs volumes and forgets the pod; its directory
     /// is removed with the pod.
-    pub fn teardown(&self, uid: &str) -> std::io::Result<()> {
+    pub(crate) fn teardown(&self, uid: &str) -> std::io::Result<()> {
         if let Some(source) = &self.source {
             source.unregister_pod(uid);
         }
@@ -588,7 +588,7 @@ fn create_dir(dir: &Path, mode: u32) -> Result<(), String> {
 
 /// When a token must be replaced: after 80% of its lifetime, at most 24 h
 /// after it was issued (upstream's token manager rule).
-pub fn refresh_time(token: &Token, expiration_seconds: i64) -> SystemTime {
+pub(crate) fn refresh_time(token: &Token, expiration_seconds: i64) -> SystemTime {
     // Checked throughout: a manifest may ask for any number of seconds, and
     // a lifetime beyond what SystemTime holds must not panic the worker.
     let ttl = Duration::from_secs(expiration_seconds.max(0).unsigned_abs());

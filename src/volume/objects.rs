@@ -45,7 +45,7 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub fn parse(s: &str) -> Result<Strategy, String> {
+    pub(crate) fn parse(s: &str) -> Result<Strategy, String> {
         match s {
             "Watch" => Ok(Strategy::Watch),
             "Cache" => Ok(Strategy::Cache),
@@ -74,13 +74,13 @@ impl ObjectKind {
 }
 
 /// One referenced object: kind, namespace, name.
-pub type ObjectRef = (ObjectKind, String, String);
+pub(crate) type ObjectRef = (ObjectKind, String, String);
 
 /// What a watch reports: the object's keys (None: it does not exist), and
 /// whether it is immutable.
 pub struct Observed {
-    pub keys: Fetched,
-    pub immutable: bool,
+    pub(crate) keys: Fetched,
+    pub(crate) immutable: bool,
 }
 
 /// How the manager starts a watch of one object. The returned handle stops
@@ -321,7 +321,7 @@ impl ObjectManager {
 
     /// Registers the objects `pod` references; objects no other pod
     /// references any more are dropped (their watches stop).
-    pub fn register(&self, pod: &Pod) {
+    pub(crate) fn register(&self, pod: &Pod) {
         let uid = crate::pod::pod_uid(pod).to_string();
         let wanted = references(pod);
         let mut dropped = Vec::new();
@@ -376,7 +376,7 @@ impl ObjectManager {
     }
 
     /// Forgets the pod `uid`; objects no pod references any more go.
-    pub fn unregister(&self, uid: &str) {
+    pub(crate) fn unregister(&self, uid: &str) {
         let dropped: Vec<Entry> = {
             let mut st = self.state.0.lock();
             let Some(had) = st.pods.remove(uid) else {
@@ -431,7 +431,7 @@ impl ObjectSource for ObjectManager {
 /// projected sources) and its containers' env (upstream's
 /// `VisitPodSecretNames`/`VisitPodConfigmapNames`, without
 /// imagePullSecrets, which are read at each pull).
-pub fn references(pod: &Pod) -> BTreeSet<ObjectRef> {
+pub(crate) fn references(pod: &Pod) -> BTreeSet<ObjectRef> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut out = BTreeSet::new();
     let mut add = |kind: ObjectKind, name: &str| {
@@ -487,7 +487,7 @@ pub fn references(pod: &Pod) -> BTreeSet<ObjectRef> {
 /// A Secret or ConfigMap as a watch keeps it: only what becomes files.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct KeyObject<K> {
+pub(crate) struct KeyObject<K> {
     metadata: ObjectMeta,
     #[serde(default)]
     data: Option<BTreeMap<String, String>>,
@@ -500,8 +500,8 @@ pub struct KeyObject<K> {
 }
 
 /// The kind markers of `KeyObject`.
-pub struct SecretKind;
-pub struct ConfigMapKind;
+pub(crate) struct SecretKind;
+pub(crate) struct ConfigMapKind;
 
 macro_rules! key_resource {
     ($marker:ty, $kind:literal, $segment:literal) => {

@@ -16,7 +16,7 @@ const DIR_MASK: u32 = 0o110 | 0o2000;
 
 /// Gives everything under `dir` (itself included) the group `gid`.
 /// Symlinks get the group but keep their (meaningless) mode.
-pub fn set_group(dir: &Path, gid: u32, read_only: bool) -> io::Result<()> {
+pub(crate) fn set_group(dir: &Path, gid: u32, read_only: bool) -> io::Result<()> {
     let meta = fs::symlink_metadata(dir)?;
     apply(dir, &meta, gid, read_only)?;
     if meta.is_dir() {
@@ -28,7 +28,7 @@ pub fn set_group(dir: &Path, gid: u32, read_only: bool) -> io::Result<()> {
 }
 
 /// The mode a file of mode `mode` has once the group was given.
-pub fn file_mode(mode: u32, read_only: bool) -> u32 {
+pub(crate) fn file_mode(mode: u32, read_only: bool) -> u32 {
     mode | if read_only { RO_MASK } else { RW_MASK }
 }
 

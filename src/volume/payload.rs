@@ -7,17 +7,17 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod};
 
 /// The mode of a volume's files when the spec gives none (API default 0644).
-pub const DEFAULT_MODE: u32 = 0o644;
+pub(crate) const DEFAULT_MODE: u32 = 0o644;
 
 /// One file of a volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct File {
-    pub data: Vec<u8>,
-    pub mode: u32,
+pub(crate) struct File {
+    pub(crate) data: Vec<u8>,
+    pub(crate) mode: u32,
 }
 
 /// A volume's files by relative path.
-pub type Payload = BTreeMap<String, File>;
+pub(crate) type Payload = BTreeMap<String, File>;
 
 /// The keys of a Secret (`data`, decoded) or ConfigMap (`data` and
 /// `binaryData`) as bytes.
@@ -29,9 +29,9 @@ pub type Fetched = Option<Keys>;
 /// A service account token as the TokenRequest API returned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Token {
-    pub token: String,
+    pub(crate) token: String,
     /// When the apiserver says the token expires.
-    pub expires: std::time::SystemTime,
+    pub(crate) expires: std::time::SystemTime,
 }
 
 fn mode_of(mode: Option<i32>, default: u32) -> u32 {
@@ -41,7 +41,7 @@ fn mode_of(mode: Option<i32>, default: u32) -> u32 {
 /// The files of a Secret or ConfigMap source. `kind` is "secret" or
 /// "configmap" (for messages); `keys` is `None` when the object does not
 /// exist, which only an optional source tolerates.
-pub fn key_files(
+pub(crate) fn key_files(
     kind: &str,
     name: &str,
     keys: Option<&Keys>,
@@ -108,7 +108,7 @@ fn volume_field_allowed(path: &str) -> bool {
 }
 
 /// The files of downwardAPI items.
-pub fn downward_files(
+pub(crate) fn downward_files(
     pod: &Pod,
     items: &[DownwardAPIVolumeFile],
     default_mode: u32,
@@ -172,7 +172,7 @@ pub fn downward_files(
 
 /// Checks a payload's paths as the API does for volume items (relative,
 /// no `..` element, not starting with `..`: the writer's own names do).
-pub fn check_paths(payload: &Payload) -> Result<(), String> {
+pub(crate) fn check_paths(payload: &Payload) -> Result<(), String> {
     for path in payload.keys() {
         if path.is_empty() {
             return Err("a file path is empty".into());

@@ -29,28 +29,28 @@ const MAX_LINKS: usize = 40;
 
 /// What a volumeMount with a subPath needs to be mounted safely.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubPath {
+pub(crate) struct SubPath {
     /// The volume's directory on the host.
-    pub volume_root: PathBuf,
+    pub(crate) volume_root: PathBuf,
     /// The subPath (after `subPathExpr` expansion), relative to the root.
-    pub path: String,
+    pub(crate) path: String,
     /// The volume's name (a directory of the bind mount's path).
-    pub volume: String,
+    pub(crate) volume: String,
     /// The mount's index in the container's volumeMounts.
-    pub index: usize,
+    pub(crate) index: usize,
     /// A volume tinylet writes with the `..data` layout, whose own
     /// symlinks (inside the volume) are followed.
-    pub writer_links: bool,
+    pub(crate) writer_links: bool,
 }
 
 /// The directory of the pod's subPath bind mounts.
-pub fn pod_subpaths_dir(pod_dir: &Path) -> PathBuf {
+pub(crate) fn pod_subpaths_dir(pod_dir: &Path) -> PathBuf {
     pod_dir.join("volume-subpaths")
 }
 
 /// Whether `sub` is relative and has only plain names (no `..`, no `.`,
 /// not absolute, not empty).
-pub fn check_relative(sub: &str) -> Result<(), String> {
+pub(crate) fn check_relative(sub: &str) -> Result<(), String> {
     let p = Path::new(sub);
     if p.is_absolute() {
         return Err("must not be an absolute path".into());
@@ -96,7 +96,7 @@ fn is_type(st: &libc::stat, t: libc::mode_t) -> bool {
 /// directories with the root's mode (upstream's doSafeMakeDir: the last
 /// element may be an existing file of any kind). The fd returned is the
 /// resolved file or directory.
-pub fn open_beneath(root: &Path, sub: &str) -> Result<OwnedFd, String> {
+pub(crate) fn open_beneath(root: &Path, sub: &str) -> Result<OwnedFd, String> {
     check_relative(sub)?;
     let root_c = cstr(root.as_os_str()).map_err(|e| format!("{}: {e}", root.display()))?;
     // The volume's own directory is tinylet's or the hostPath the pod
@@ -167,7 +167,7 @@ fn make_dir_at(dir: RawFd, name: &CString, perm: libc::mode_t) -> io::Result<Own
 /// resolved path, relative to the root, with no symlinks left for the
 /// walk to meet (unless something changed meanwhile, which the walk
 /// refuses).
-pub fn resolve_writer_links(root: &Path, sub: &str) -> Result<String, String> {
+pub(crate) fn resolve_writer_links(root: &Path, sub: &str) -> Result<String, String> {
     check_relative(sub)?;
     let mut pending: Vec<OsString> = Path::new(sub)
         .iter()
@@ -222,7 +222,7 @@ pub fn resolve_writer_links(root: &Path, sub: &str) -> Result<String, String> {
 /// directory to match). A bind mount already at `target` is kept when it
 /// shows the same file, and replaced otherwise. Returns the target, the
 /// host path the runtime mounts.
-pub fn prepare(sp: &SubPath, target: &Path) -> Result<PathBuf, String> {
+pub(crate) fn prepare(sp: &SubPath, target: &Path) -> Result<PathBuf, String> {
     let path = if sp.writer_links {
         resolve_writer_links(&sp.volume_root, &sp.path)?
     } else {

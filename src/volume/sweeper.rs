@@ -69,7 +69,7 @@ pub fn start(root_dir: PathBuf) -> std::io::Result<OrphanSweeper> {
 
 impl OrphanSweeper {
     /// Asks for a sweep that keeps the directories of `keep`; never blocks.
-    pub fn request(&self, keep: HashSet<String>) {
+    pub(crate) fn request(&self, keep: HashSet<String>) {
         let mut request = Request {
             keep,
             claims: self.claims.load(Ordering::SeqCst),
@@ -93,7 +93,7 @@ impl OrphanSweeper {
 
     /// Tells the sweeper that a pod the last request did not know of may
     /// now have a directory: a sweep asked for before stops removing.
-    pub fn claim(&self) {
+    pub(crate) fn claim(&self) {
         self.claims.fetch_add(1, Ordering::SeqCst);
     }
 }

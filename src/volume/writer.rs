@@ -14,12 +14,12 @@ use std::path::Path;
 use super::payload::Payload;
 
 /// The symlink to the directory of current files.
-pub const DATA_LINK: &str = "..data";
+pub(crate) const DATA_LINK: &str = "..data";
 const DATA_LINK_TMP: &str = "..data_tmp";
 
 /// Makes `dir` hold exactly `payload`. Returns whether anything changed.
 /// `dir` must exist; the payload's paths must have passed `check_paths`.
-pub fn write_payload(dir: &Path, payload: &Payload) -> io::Result<bool> {
+pub(crate) fn write_payload(dir: &Path, payload: &Payload) -> io::Result<bool> {
     // Only a link to one of our own timestamped directories, right here,
     // is the old set: anything else in `..data` is never read or removed.
     let old = fs::read_link(dir.join(DATA_LINK))

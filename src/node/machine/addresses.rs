@@ -10,10 +10,10 @@ use super::MachineError;
 /// One address of a network interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IfAddr {
-    pub name: String,
-    pub addr: IpAddr,
+    pub(crate) name: String,
+    pub(crate) addr: IpAddr,
     /// IFF_UP.
-    pub up: bool,
+    pub(crate) up: bool,
 }
 
 /// Every address on this host's interfaces (getifaddrs(3)).

@@ -9,18 +9,18 @@ use std::path::Path;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FsStats {
     /// Bytes: fragment size × blocks.
-    pub capacity: u64,
+    pub(crate) capacity: u64,
     /// Bytes available to unprivileged users: fragment size × blocks
     /// available (the eviction signal nodefs.available).
-    pub available: u64,
+    pub(crate) available: u64,
     /// Total inodes; 0 on filesystems that do not count them (btrfs).
-    pub inodes: u64,
+    pub(crate) inodes: u64,
     /// Free inodes (the eviction signal nodefs.inodesFree).
-    pub inodes_free: u64,
+    pub(crate) inodes_free: u64,
 }
 
 /// statvfs(2) of `path`.
-pub fn fs_stats(path: &Path) -> std::io::Result<FsStats> {
+pub(crate) fn fs_stats(path: &Path) -> std::io::Result<FsStats> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,

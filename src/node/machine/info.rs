@@ -9,29 +9,29 @@ use std::path::Path;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MachineInfo {
     /// Logical CPUs (the "processor" entries of /proc/cpuinfo).
-    pub num_cores: u32,
+    pub(crate) num_cores: u32,
     /// Bytes: MemTotal of /proc/meminfo (given there in KiB).
     pub memory_capacity: u64,
     /// /etc/machine-id, else /var/lib/dbus/machine-id; empty if neither.
-    pub machine_id: String,
+    pub(crate) machine_id: String,
     /// DMI product_uuid, else the device-tree system id, else the machine
     /// id (as cAdvisor does on hosts without DMI, e.g. microVMs); may be
     /// empty.
-    pub system_uuid: String,
+    pub(crate) system_uuid: String,
     /// /proc/sys/kernel/random/boot_id.
-    pub boot_id: String,
+    pub(crate) boot_id: String,
     /// The kernel release (uname -r).
-    pub kernel_version: String,
+    pub(crate) kernel_version: String,
     /// PRETTY_NAME of /etc/os-release, else NAME, else "Linux".
-    pub os_image: String,
+    pub(crate) os_image: String,
     /// Go's GOARCH name for this build's architecture (see [`go_arch`]).
-    pub architecture: &'static str,
+    pub(crate) architecture: &'static str,
     /// Go's GOOS: always "linux".
-    pub operating_system: &'static str,
+    pub(crate) operating_system: &'static str,
     /// Huge page pools: (page size in bytes, pages reserved), from
     /// /sys/kernel/mm/hugepages. The kubelet reports each as a
     /// `hugepages-<size>` resource, "0" when none are reserved.
-    pub huge_pages: Vec<(u64, u64)>,
+    pub(crate) huge_pages: Vec<(u64, u64)>,
 }
 
 /// Reads the machine facts of this host. Files that cannot be read give

@@ -40,7 +40,7 @@ pub use addresses::{
 pub use allocatable::{
     allocatable, capacity, parse_reserved, NODEFS_AVAILABLE_FRACTION, RESERVABLE,
 };
-pub use filesystem::{fs_stats, FsStats};
+pub(crate) use filesystem::{fs_stats, FsStats};
 pub use info::{
     count_processors, go_arch, meminfo_bytes, os_image, read_machine_info, read_machine_info_at,
     MachineInfo,

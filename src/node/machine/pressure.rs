@@ -10,22 +10,22 @@ use super::{fs_stats, meminfo_bytes, FsStats, NODEFS_AVAILABLE_FRACTION};
 /// MemoryPressure, DiskPressure and PIDPressure conditions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pressure {
-    pub memory: bool,
-    pub disk: bool,
-    pub pid: bool,
+    pub(crate) memory: bool,
+    pub(crate) disk: bool,
+    pub(crate) pid: bool,
 }
 
 /// Hard eviction thresholds: a signal below its threshold means pressure.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EvictionThresholds {
     /// memory.available, bytes.
-    pub memory_available: u64,
+    pub(crate) memory_available: u64,
     /// nodefs.available, a fraction of the filesystem's capacity.
-    pub nodefs_available: f32,
+    pub(crate) nodefs_available: f32,
     /// nodefs.inodesFree, a fraction of the filesystem's inodes.
-    pub nodefs_inodes_free: f32,
+    pub(crate) nodefs_inodes_free: f32,
     /// pid.available, a fraction of the PID limit.
-    pub pid_available: f32,
+    pub(crate) pid_available: f32,
 }
 
 /// The kubelet's default hard eviction thresholds on Linux:
@@ -136,7 +136,7 @@ pub enum PressureKind {
 
 impl PressureKind {
     /// The condition's `type`.
-    pub fn condition_type(self) -> &'static str {
+    pub(crate) fn condition_type(self) -> &'static str {
         match self {
             PressureKind::Memory => "MemoryPressure",
             PressureKind::Disk => "DiskPressure",
