@@ -2,7 +2,7 @@
 //! of the local sources (`--pod-manifest-path`, `--manifest-url`) are read
 //! once, started through the usual machinery (sync loop, admission, pod
 //! workers, runtime manager, PLEG), and watched until each one runs (all its
-//! containers running) or has failed, up to `--runonce-timeout`. Then one
+//! containers running for [`RUNNING_SETTLE`]) or has failed, up to `--runonce-timeout`. Then one
 //! line per pod is printed and tinylet exits, leaving the containers
 //! running.
 //!
@@ -23,7 +23,9 @@
 //! a crash loop, a container that exited for good) is failed as soon as its
 //! status says so rather than after the retries, and every local source's
 //! first list is used, so that a node with both a manifest path and a URL
-//! runs both sets. As upstream, any pod that does not run makes the exit
+//! runs both sets. A pod counts as running only once it has stayed so for
+//! [`RUNNING_SETTLE`], where upstream takes the first read that shows it
+//! running. As upstream, any pod that does not run makes the exit
 //! code non-zero.
 
 use std::sync::Arc;
@@ -39,6 +41,13 @@ use crate::thread::{spawn_named, JoinOnDrop};
 
 /// How often the monitor reads the pods' statuses.
 pub(crate) const POLL: Duration = Duration::from_millis(200);
+
+/// How long a pod must stay running before it counts as running. A worker
+/// reports the status it reads right after starting the containers, so a
+/// container that exits at once (`exit 3` under `restartPolicy: Never`) is
+/// seen running first; its exit shows after the next PLEG relist (every
+/// second). Two relists' time lets that exit decide the pod.
+pub(crate) const RUNNING_SETTLE: Duration = Duration::from_secs(2);
 
 /// How a pod ended up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,6 +258,21 @@ impl Monitor {
     }
 }
 
+/// The outcome of one read: a failure at once, running only once the pod
+/// has been seen running since `since` for [`RUNNING_SETTLE`].
+fn settle(judged: Option<Outcome>, since: &mut Option<Instant>, now: Instant) -> Option<Outcome> {
+    match judged {
+        Some(Outcome::Running) => {
+            let first = *since.get_or_insert(now);
+            (now.duration_since(first) >= RUNNING_SETTLE).then_some(Outcome::Running)
+        }
+        other => {
+            *since = None;
+            other
+        }
+    }
+}
+
 fn watch(
     pods: &[Arc<Pod>],
     reporter: &StatusReporter,
@@ -258,13 +282,22 @@ fn watch(
 ) -> Vec<Outcome> {
     let deadline = Instant::now() + timeout;
     let mut outcomes: Vec<Option<Outcome>> = vec![None; pods.len()];
+    // When each pod was first seen running, since it was last seen otherwise.
+    let mut running_since: Vec<Option<Instant>> = vec![None; pods.len()];
     let last = loop {
-        for (pod, outcome) in pods.iter().zip(outcomes.iter_mut()) {
-            if outcome.is_none() {
-                *outcome = judge(pod, reporter.status(pod_uid(pod)).as_ref());
-                if let Some(o) = outcome {
-                    log::info!("runonce: {}", line(pod, o));
-                }
+        let now = Instant::now();
+        for ((pod, outcome), since) in pods
+            .iter()
+            .zip(outcomes.iter_mut())
+            .zip(running_since.iter_mut())
+        {
+            if outcome.is_some() {
+                continue;
+            }
+            let judged = judge(pod, reporter.status(pod_uid(pod)).as_ref());
+            *outcome = settle(judged, since, now);
+            if let Some(o) = outcome {
+                log::info!("runonce: {}", line(pod, o));
             }
         }
         if outcomes.iter().all(Option::is_some) {
@@ -305,6 +338,24 @@ mod tests {
 
     fn status(v: serde_json::Value) -> ApiPodStatus {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn running_counts_once_it_held_and_a_failure_at_once() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut since = None;
+        assert_eq!(settle(Some(Outcome::Running), &mut since, t0), None);
+        assert_eq!(settle(Some(Outcome::Running), &mut since, t0 + s), None);
+        // Not running for a moment: the clock starts again.
+        assert_eq!(settle(None, &mut since, t0 + s), None);
+        assert_eq!(settle(Some(Outcome::Running), &mut since, t0 + 2 * s), None);
+        assert_eq!(
+            settle(Some(Outcome::Running), &mut since, t0 + 4 * s),
+            Some(Outcome::Running)
+        );
+        let failed = Some(Outcome::Failed("exited".into()));
+        assert_eq!(settle(failed.clone(), &mut None, t0), failed);
     }
 
     #[test]
