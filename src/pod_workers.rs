@@ -642,7 +642,9 @@ fn worker_turn(
         return Turn::Next;
     }
     crate::fault::point("volumes-set-up", full_name);
-    let synced = shared.runtime.sync_pod(&work.pod, &status);
+    let synced = shared
+        .runtime
+        .sync_pod(&work.pod, &status, &mut state.restart_backoff);
     let synced_at = Instant::now();
     synced.update_reasons(&mut state.reasons);
     // The status after this sync (the one it started from when it changed
@@ -1096,7 +1098,7 @@ mod tests {
     }
 
     #[test]
-    fn crash_back_off_outlives_the_worker_thread() {
+    fn crash_back_off_is_the_workers_and_ends_with_the_pod() {
         let (fake, rm) = test_manager("pw-backoff");
         let cache = PodCache::new();
         let p = pod("u4", "crash");
@@ -1109,49 +1111,56 @@ mod tests {
             let st = rm.get_pod_status("u4", "crash", "default").unwrap();
             cache.set("u4", st, None, Instant::now());
         };
-        let workers = |queue: &Arc<WorkQueue>| {
-            let (done, _) = crossbeam_channel::bounded(16);
-            PodWorkers::new(
-                rm.clone(),
-                cache.clone(),
-                queue.clone(),
-                Duration::from_secs(60),
-                done,
-            )
-        };
         let queue = Arc::new(WorkQueue::default());
-        let mut first = workers(&queue);
+        let (done_tx, done) = crossbeam_channel::bounded(16);
+        let mut workers = PodWorkers::new(
+            rm.clone(),
+            cache.clone(),
+            queue.clone(),
+            Duration::from_secs(60),
+            done_tx,
+        );
         fresh_status();
-        first.update_pod(work(UpdateType::Create));
+        workers.update_pod(work(UpdateType::Create));
         wait_for("first start", || fake.count("StartContainer") == 1);
         // It crashes once: restarted at once, and the back-off begins.
         let id = fake.container_id("app").unwrap();
         fake.exit_container(&id, 1);
         fresh_status();
-        first.update_pod(work(UpdateType::Sync));
+        workers.update_pod(work(UpdateType::Sync));
         wait_for("immediate restart", || fake.count("StartContainer") == 2);
-        first.shutdown(Duration::from_secs(2));
 
-        // A new worker thread for the same pod still sees the back-off.
+        // It crashes again: the worker's next sync backs off.
+        queue.due.lock().clear();
         let id = fake.container_id("app").unwrap();
         fake.exit_container(&id, 1);
         fresh_status();
-        let queue = Arc::new(WorkQueue::default());
-        let mut second = workers(&queue);
-        second.update_pod(work(UpdateType::Create));
+        workers.update_pod(work(UpdateType::Sync));
         wait_for("requeue after back-off", || !queue.due.lock().is_empty());
         assert_eq!(fake.count("StartContainer"), 2);
         let due = *queue.due.lock().get("u4").unwrap();
         assert!(due > Instant::now() + Duration::from_secs(8), "{due:?}");
-        // The reason it waits is the new worker's to report.
-        let status = second.shared.reporter.status("u4").unwrap();
+        let status = workers.shared.reporter.status("u4").unwrap();
         let app = &status.container_statuses.unwrap()[0];
         let waiting = app.state.as_ref().and_then(|s| s.waiting.as_ref());
         assert_eq!(
             waiting.and_then(|w| w.reason.as_deref()),
             Some("CrashLoopBackOff")
         );
-        second.shutdown(Duration::from_secs(2));
+
+        // Once the pod is killed and removed, the same UID starts afresh.
+        workers.update_pod(work(UpdateType::Kill));
+        assert_eq!(
+            done.recv_timeout(Duration::from_secs(10)).as_deref(),
+            Ok("u4")
+        );
+        workers.forget("u4");
+        fresh_status();
+        workers.update_pod(work(UpdateType::Create));
+        wait_for("a start without back-off", || {
+            fake.count("StartContainer") == 3
+        });
+        workers.shutdown(Duration::from_secs(2));
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub(super) struct PodSyncState {
     /// Why containers wait, by name, as the syncs so far found it
     /// (upstream's `ReasonCache`), for the pod's status.
     pub(crate) reasons: WaitingReasons,
+    /// The pod's restart back-off (CrashLoopBackOff), grown and read by
+    /// its syncs; it goes with the worker when the pod is removed.
+    pub(crate) restart_backoff: crate::runtime::backoff::Backoff,
     /// Panics in a row while terminating: each retry waits longer.
     kill_panics: u32,
     /// Failed tries of the current termination.

@@ -33,7 +33,9 @@ fn probed_pod(uid: &str, liveness: Option<Probe>, readiness: Option<Probe>) -> A
 /// Runs the pod on the fake and returns its runtime status.
 fn run_pod(rm: &RuntimeManager, pod: &Pod) -> PodStatus {
     let st = rm.get_pod_status(pod_uid(pod), "web", "default").unwrap();
-    rm.sync_pod(pod, &st).result.unwrap();
+    rm.sync_pod(pod, &st, &mut Default::default())
+        .result
+        .unwrap();
     rm.get_pod_status(pod_uid(pod), "web", "default").unwrap()
 }
 
@@ -88,7 +90,9 @@ fn exec_liveness_failure_reaches_the_sync_loop_and_sync_pod_restarts() {
         assert!(Instant::now() < deadline, "no update for u1");
     }
     let status = rm.get_pod_status("u1", "web", "default").unwrap();
-    rm.sync_pod(&pod, &status).result.unwrap();
+    rm.sync_pod(&pod, &status, &mut Default::default())
+        .result
+        .unwrap();
     let after = rm.get_pod_status("u1", "web", "default").unwrap();
     let newest = after.latest("app").unwrap();
     assert_ne!(newest.id, id);
@@ -299,9 +303,13 @@ fn sidecar_probes_run_gate_the_next_init_container_and_restart_it() {
         results.get(&side_id, ProbeKind::Liveness) == Some(ProbeResult::Failure)
     });
     let status = rm.get_pod_status("u2", "web", "default").unwrap();
-    rm.sync_pod(&pod, &status).result.unwrap();
+    rm.sync_pod(&pod, &status, &mut Default::default())
+        .result
+        .unwrap();
     let status = rm.get_pod_status("u2", "web", "default").unwrap();
-    rm.sync_pod(&pod, &status).result.unwrap();
+    rm.sync_pod(&pod, &status, &mut Default::default())
+        .result
+        .unwrap();
     let after = rm.get_pod_status("u2", "web", "default").unwrap();
     let side = after.latest("side").unwrap();
     assert_ne!(side.id, side_id, "the sidecar was replaced");

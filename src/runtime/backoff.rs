@@ -78,11 +78,6 @@ impl Backoff {
         e.last_update = now;
     }
 
-    /// Forgets every key that starts with `prefix` (a pod that is gone).
-    pub(crate) fn forget_prefix(&mut self, prefix: &str) {
-        self.entries.retain(|k, _| !k.starts_with(prefix));
-    }
-
     fn expired(&self, e: &Entry, at: SystemTime) -> bool {
         at.duration_since(e.last_update)
             .is_ok_and(|d| d > self.max * 2)
@@ -115,10 +110,8 @@ mod tests {
             b.next("p/c", t2, t2);
         }
         assert_eq!(b.remaining("p/c", t2, t2), Some(MAX));
-        // Other keys are independent; forgetting a pod clears its keys.
+        // Other keys are independent.
         assert_eq!(b.remaining("q/c", t2, t2), None);
-        b.forget_prefix("p/");
-        assert_eq!(b.remaining("p/c", t2, t2), None);
     }
 
     #[test]

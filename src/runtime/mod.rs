@@ -47,7 +47,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use log::{debug, info, warn};
-use parking_lot::Mutex;
 
 use crate::cri::{self, api, CriError, ImageService, RuntimeService};
 use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
@@ -155,15 +154,16 @@ impl SyncResult {
     }
 }
 
-/// What a SyncPod gathers on its way: reasons, and whether it changed
-/// anything in the runtime.
-#[derive(Default)]
-struct Found {
+/// What a SyncPod gathers on its way (reasons, and whether it changed
+/// anything in the runtime), with the pod's restart back-off it consults
+/// and grows.
+struct Found<'a> {
     reasons: BTreeMap<String, Option<(String, String)>>,
     changed: bool,
+    backoff: &'a mut Backoff,
 }
 
-impl Found {
+impl Found<'_> {
     fn set_reason(&mut self, container: &str, reason: Option<(&str, String)>) {
         self.reasons.insert(
             container.to_string(),
@@ -177,7 +177,6 @@ pub struct RuntimeManager {
     images: Arc<dyn ImageService>,
     root_dir: PathBuf,
     logs_root: PathBuf,
-    backoff: Mutex<Backoff>,
     recorder: EventRecorder,
     /// Exited instances kept per container (`--maximum-dead-containers-per-container`).
     max_dead_per_container: u32,
@@ -192,9 +191,6 @@ pub struct RuntimeManager {
     /// Standing probe results: a failed liveness or startup probe kills
     /// and restarts its container.
     probe_results: Option<Arc<dyn actions::ProbeKills>>,
-    /// Directories of removed pods that could not be deleted (a read-only
-    /// root dir): tried again by `prune_dead`, after any pod's sync.
-    stale_dirs: Mutex<Vec<PathBuf>>,
     /// Where env's ConfigMaps and Secrets are read (the apiserver).
     objects: Option<Arc<dyn crate::volume::ObjectSource>>,
     /// The Services known to the node, for service variables.
@@ -240,7 +236,6 @@ impl RuntimeManager {
             images,
             root_dir,
             logs_root,
-            backoff: Mutex::new(Backoff::default()),
             recorder: EventRecorder::disabled(),
             max_dead_per_container: 1,
             clock: Arc::new(SystemClock),
@@ -248,7 +243,6 @@ impl RuntimeManager {
             node: NodeSettings::default(),
             allocatable: Box::new(Default::default),
             probe_results: None,
-            stale_dirs: Mutex::new(Vec::new()),
             objects: None,
             services: None,
         }
@@ -354,9 +348,20 @@ impl RuntimeManager {
     }
 
     /// Brings the pod's runtime state to its spec (the six steps), and
-    /// reads its status again when that changed anything.
-    pub(crate) fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
-        let mut found = Found::default();
+    /// reads its status again when that changed anything. `backoff` is the
+    /// pod's restart back-off, kept by its worker between syncs (upstream
+    /// passes SyncPod its back-off too).
+    pub(crate) fn sync_pod(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        backoff: &mut Backoff,
+    ) -> SyncResult {
+        let mut found = Found {
+            reasons: BTreeMap::new(),
+            changed: false,
+            backoff,
+        };
         let result = self.sync_steps(pod, status, &mut found);
         let status = if found.changed {
             self.get_pod_status(pod_uid(pod), pod_name(pod), pod_namespace(pod))
@@ -593,15 +598,14 @@ impl RuntimeManager {
         let (sandbox_id, sandbox_config) = (sandbox.id, sandbox.config);
         let who = pod_full_name(pod);
         let prev = status.latest(&c.name);
-        // Restart back-off, keyed by pod and container, measured from the exit.
+        // Restart back-off, the pod's own, keyed by container and measured
+        // from the exit.
         if let Some(p) = prev.filter(|p| p.state == ContainerState::Exited) {
-            let key = backoff_key(pod, c);
+            let key = &c.name;
             let exited = ns_to_time(p.finished_at);
             let now = self.clock.now();
-            let mut b = self.backoff.lock();
-            if let Some(left) = b.remaining(&key, exited, now) {
-                let total = b.current(&key).unwrap_or(left);
-                drop(b);
+            if let Some(left) = found.backoff.remaining(key, exited, now) {
+                let total = found.backoff.current(key).unwrap_or(left);
                 let message = format!(
                     "back-off {} restarting failed container={} pod={}",
                     go_duration(total),
@@ -628,7 +632,7 @@ impl RuntimeManager {
                     left,
                 ));
             }
-            b.next(&key, exited, now);
+            found.backoff.next(key, exited, now);
         }
         let restart_count = prev.map(|p| p.restart_count.saturating_add(1)).unwrap_or(0);
         let fail = |step: &str, e: &dyn std::fmt::Display| {
@@ -877,11 +881,12 @@ impl RuntimeManager {
         match config::pod_dir(&self.root_dir, uid) {
             Ok(dir) => {
                 if let Err(e) = remove_dir(&dir) {
+                    // Housekeeping's sweep of orphaned pod directories
+                    // tries again (`volume::sweeper`).
                     warn!(
-                        "pod {uid}: cannot remove {}: {e}; trying again after later syncs",
+                        "pod {uid}: cannot remove {}: {e}; left to the sweep of orphaned pod directories",
                         dir.display()
                     );
-                    self.stale_dirs.lock().push(dir);
                 }
             }
             Err(e) => warn!("pod {uid:?}: not removing its directory: {e}"),
@@ -889,7 +894,6 @@ impl RuntimeManager {
         if self.node.cgroups_per_qos {
             qos::remove_pod_cgroups(Path::new("/sys/fs/cgroup"), self.node.cgroup_driver, uid);
         }
-        self.backoff.lock().forget_prefix(&format!("{uid}/"));
         self.image_manager.forget_pod(uid);
         Ok(())
     }
@@ -899,17 +903,6 @@ impl RuntimeManager {
     /// container GC; the one kept gives `lastState` and the previous log),
     /// and sandboxes that are not ready beyond the newest.
     pub(crate) fn prune_dead(&self, status: &PodStatus) {
-        // Taken out, so no lock is held while deleting.
-        let stale = std::mem::take(&mut *self.stale_dirs.lock());
-        for dir in stale {
-            match remove_dir(&dir) {
-                Ok(()) => info!("removed {}, left over from a removed pod", dir.display()),
-                Err(e) => {
-                    debug!("cannot remove {} yet: {e}", dir.display());
-                    self.stale_dirs.lock().push(dir);
-                }
-            }
-        }
         for id in dead_to_remove(status, self.max_dead_per_container) {
             crate::fault::point(
                 "prune-dead",
@@ -987,10 +980,6 @@ fn go_duration(d: Duration) -> String {
     }
 }
 
-fn backoff_key(pod: &Pod, c: &Container) -> String {
-    format!("{}/{}", pod_uid(pod), c.name)
-}
-
 pub use cri::DEFAULT_REQUEST_TIMEOUT;
 
 #[cfg(test)]
@@ -1000,6 +989,7 @@ mod tests {
     use crate::kube::ApiError;
     use fake::{test_pod, wait_for, ExecBehaviour, FakeRuntime, TEST_IMAGE};
     use k8s_openapi::api::core::v1::{ExecAction, Lifecycle};
+    use parking_lot::Mutex;
     use serde_json::Value;
 
     /// Events as written: (fieldPath, reason, message).
@@ -1032,6 +1022,8 @@ mod tests {
         events: Seen,
         /// The waiting reasons found so far, as a pod worker keeps them.
         reasons: std::cell::RefCell<WaitingReasons>,
+        /// Each pod's restart back-off, as its worker keeps it.
+        backoffs: std::cell::RefCell<HashMap<String, Backoff>>,
         _broadcaster: EventBroadcaster,
         _dir: tempfile::TempDir,
     }
@@ -1055,6 +1047,7 @@ mod tests {
             rm,
             events,
             reasons: Default::default(),
+            backoffs: Default::default(),
             _broadcaster: broadcaster,
             _dir: dir,
         }
@@ -1074,9 +1067,16 @@ mod tests {
         /// Syncs `pod` from its current status, keeping the waiting
         /// reasons the sync found as a pod worker does.
         pub(super) fn sync(&self, pod: &Pod) -> Result<(), SyncError> {
-            let found = self.rm.sync_pod(pod, &self.status(pod));
+            let found = self.sync_from(pod, &self.status(pod));
             found.update_reasons(&mut self.reasons.borrow_mut());
             found.result
+        }
+
+        /// Syncs `pod` from `status` with the pod's own back-off.
+        pub(super) fn sync_from(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
+            let mut backoffs = self.backoffs.borrow_mut();
+            let backoff = backoffs.entry(pod_uid(pod).to_string()).or_default();
+            self.rm.sync_pod(pod, status, backoff)
         }
 
         /// Why containers wait, after the syncs so far.
@@ -1133,7 +1133,7 @@ mod tests {
     fn a_sync_returns_the_status_after_its_actions_and_reads_none_when_idle() {
         let r = rig();
         let pod = test_pod("u1", "web");
-        let found = r.rm.sync_pod(&pod, &r.status(&pod));
+        let found = r.sync_from(&pod, &r.status(&pod));
         found.result.unwrap();
         assert_eq!(found.reasons.get("app"), Some(&None));
         let after = found
@@ -1145,7 +1145,7 @@ mod tests {
         // Nothing left to do: no action, and no status read either.
         let before = r.status(&pod);
         let lists = r.fake.count("ListPodSandbox");
-        let found = r.rm.sync_pod(&pod, &before);
+        let found = r.sync_from(&pod, &before);
         found.result.unwrap();
         assert!(found.status.is_none());
         assert!(found.reasons.is_empty());
@@ -1160,7 +1160,7 @@ mod tests {
         r.exit("app", 1);
         r.sync(&pod).unwrap();
         r.exit("app", 1);
-        let found = r.rm.sync_pod(&pod, &r.status(&pod));
+        let found = r.sync_from(&pod, &r.status(&pod));
         assert!(matches!(found.result, Err(SyncError::BackOff(..))));
         assert!(found.status.is_none(), "a back-off starts nothing");
         let mut reasons = WaitingReasons::new();

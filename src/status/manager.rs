@@ -940,7 +940,9 @@ mod tests {
         p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Default::default());
         let pod = Arc::new(p);
         let st = rm.get_pod_status("u2", "web", "default").unwrap();
-        rm.sync_pod(&pod, &st).result.unwrap();
+        rm.sync_pod(&pod, &st, &mut Default::default())
+            .result
+            .unwrap();
         let st = rm.get_pod_status("u2", "web", "default").unwrap();
         let id = fake.container_id("app").unwrap();
         let results = ProbeResults::default();
@@ -1000,7 +1002,9 @@ mod tests {
         let (_fake, rm) = test_manager("sm-decided");
         let pod = Arc::new(test_pod("u4", "web"));
         let st = rm.get_pod_status("u4", "web", "default").unwrap();
-        rm.sync_pod(&pod, &st).result.unwrap();
+        rm.sync_pod(&pod, &st, &mut Default::default())
+            .result
+            .unwrap();
         let r = StatusReporter::standalone();
         // Rejected while its worker was syncing it.
         r.set_status(
