@@ -4,7 +4,7 @@
 //! arrow runs back up the layers that ARCHITECTURE.md lists under
 //! "Layers" (that list is the one this test reads). Test code
 //! (`#[cfg(test)]` modules and files) is left out: a test may use whatever
-//! it needs.
+//! it needs. And no file grows past a thousand lines of non-test code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -12,23 +12,14 @@ use std::path::{Path, PathBuf};
 /// One source file: its module path (`["runtime", "labels"]`) and the code
 /// that is not a test, without comments and string contents.
 struct File {
+    /// The path under `src/`.
+    rel: PathBuf,
     module: Vec<String>,
     code: String,
 }
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read src") {
-        let path = entry.expect("dir entry").path();
-        if path.is_dir() {
-            walk(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 /// `src/a/b.rs` → `["a", "b"]`, `src/a/mod.rs` → `["a"]`, `src/lib.rs` and
@@ -189,7 +180,7 @@ fn without_tests(code: &str) -> (String, Vec<String>) {
 fn files() -> Vec<File> {
     let src = root().join("src");
     let mut paths = Vec::new();
-    walk(&src, &mut paths);
+    super::tidy::rust_files(&src, &mut paths);
     paths.sort();
     let mut files = Vec::new();
     let mut test_only: BTreeSet<Vec<String>> = BTreeSet::new();
@@ -209,7 +200,7 @@ fn files() -> Vec<File> {
         } else {
             code
         };
-        files.push(File { module, code });
+        files.push(File { rel, module, code });
     }
     files.retain(|f| !test_only.iter().any(|t| f.module.starts_with(t)));
     files
@@ -476,6 +467,23 @@ fn layers() -> BTreeMap<String, usize> {
 
 fn name(m: &[String]) -> String {
     m.join("::")
+}
+
+/// The most lines of non-test code a file may have: past it, a file is
+/// split along its seams.
+const MAX_LINES: usize = 1000;
+
+#[test]
+fn no_file_has_more_than_a_thousand_lines_of_non_test_code() {
+    // Lines of code and line comments (doc comments included); what block
+    // comments and multi-line strings span counts as one line.
+    let long: Vec<String> = files()
+        .iter()
+        .map(|f| (f.rel.display().to_string(), f.code.lines().count()))
+        .filter(|(_, n)| *n > MAX_LINES)
+        .map(|(m, n)| format!("{m}: {n} lines"))
+        .collect();
+    assert!(long.is_empty(), "split these along their seams: {long:?}");
 }
 
 #[test]
