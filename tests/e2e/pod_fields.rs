@@ -232,10 +232,16 @@ fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
     });
     let debugger = ctd.container_ids_named("dbg", "debugger");
     assert_eq!(debugger.len(), 1);
-    // It shares the process namespace of its target.
-    let ps = ctd
-        .exec(&debugger[0], &["ps", "-o", "args"])
-        .unwrap_or_default();
+    // It shares the process namespace of its target. (An exec right after
+    // the start may fail on a loaded machine: tried again until it answers.)
+    let mut ps = String::new();
+    wait_until(SETTLE, "the debugger sees its target's processes", || {
+        ps = match ctd.exec(&debugger[0], &["ps", "-o", "args"]) {
+            Ok(out) => out,
+            Err(e) => format!("exec failed: {e}"),
+        };
+        !ps.starts_with("exec failed")
+    });
     assert!(ps.contains("while :"), "ps in the debugger:\n{ps}");
     wait_until(SETTLE, "its status is reported", || {
         fake.pod(NS, "dbg").is_some_and(|p| {
