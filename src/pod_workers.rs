@@ -17,8 +17,9 @@
 //!
 //! Once terminating, a worker takes no more syncs: a UID that was torn down
 //! never starts again. A static pod whose file changed gets a new UID; the
-//! new pod's worker waits until the old one with the same full name has
-//! finished, so two copies of one static pod never run side by side.
+//! new pod waits, with no thread yet, until the old one with the same full
+//! name has finished (the sync loop learns it from the worker's last
+//! message), so two copies of one static pod never run side by side.
 //!
 //! After each sync the worker asks for its next resync through the work
 //! queue: after `sync-frequency` on success, after the remaining back-off
@@ -47,7 +48,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
 use log::{debug, error, info, warn};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::events::EventRecorder;
 use crate::fieldpath::NodeAllocatable;
@@ -111,42 +112,47 @@ impl WorkQueue {
     }
 }
 
-/// Which UID holds each pod full name; a worker waits here for its turn.
+/// Which UID holds each pod full name, and the UIDs waiting for one in
+/// the order they came. The sync loop's alone (inside [`PodWorkers`]): a
+/// pod's worker thread starts only once the pod holds its name, so no
+/// worker waits on another.
 #[derive(Default)]
 struct FullNames {
-    held: Mutex<HashMap<String, String>>,
-    released: Condvar,
+    held: HashMap<String, String>,
+    /// (full name, UID), oldest first.
+    waiting: Vec<(String, String)>,
 }
 
 impl FullNames {
-    /// Claims `name` for `uid`, waiting while another UID holds it. Returns
-    /// false if `stop` says to give up.
-    fn claim(&self, name: &str, uid: &str, mailbox: &Mailbox) -> bool {
-        let mut held = self.held.lock();
-        loop {
-            match held.get(name) {
-                Some(holder) if holder != uid => {
-                    if mailbox.is_closed() || mailbox.kill_pending() {
-                        return false;
-                    }
-                    self.released
-                        .wait_for(&mut held, Duration::from_millis(200));
-                }
-                _ => {
-                    held.insert(name.to_string(), uid.to_string());
-                    return true;
-                }
+    /// Takes `name` for `uid` unless another UID holds it.
+    fn claim(&mut self, name: &str, uid: &str) -> bool {
+        match self.held.get(name) {
+            Some(holder) if holder != uid => false,
+            _ => {
+                self.held.insert(name.to_string(), uid.to_string());
+                true
             }
         }
     }
 
-    fn release(&self, name: &str, uid: &str) {
-        let mut held = self.held.lock();
-        if held.get(name).is_some_and(|h| h == uid) {
-            held.remove(name);
-        }
-        drop(held);
-        self.released.notify_all();
+    /// Releases the name `uid` holds; the UID waiting longest for it now
+    /// holds it and is returned.
+    fn release(&mut self, uid: &str) -> Option<String> {
+        let name = self
+            .held
+            .iter()
+            .find(|(_, holder)| *holder == uid)
+            .map(|(name, _)| name.clone())?;
+        self.held.remove(&name);
+        crate::malloc::shrink_map(&mut self.held);
+        let next = self.waiting.iter().position(|(n, _)| *n == name)?;
+        let (_, next) = self.waiting.remove(next);
+        self.held.insert(name, next.clone());
+        Some(next)
+    }
+
+    fn stop_waiting(&mut self, uid: &str) {
+        self.waiting.retain(|(_, u)| u != uid);
     }
 }
 
@@ -232,7 +238,7 @@ impl WaitStats {
     }
 }
 
-/// What workers share: the runtime, the cache, the queue and the name registry.
+/// What workers share: the runtime, the cache, the queue, where statuses go.
 pub(crate) struct Shared {
     pub(crate) runtime: Arc<RuntimeManager>,
     pub(crate) cache: Arc<PodCache>,
@@ -240,7 +246,6 @@ pub(crate) struct Shared {
     pub(crate) resync_interval: Duration,
     /// A worker sends its pod's UID here when it has finished for good.
     pub(crate) done: Sender<String>,
-    full_names: FullNames,
     /// Where each pod's API status goes after every sync.
     reporter: StatusReporter,
     /// The node's IP for `status.hostIP`.
@@ -258,13 +263,17 @@ pub(crate) struct Shared {
 struct Worker {
     mailbox: Arc<Mailbox>,
     terminating: bool,
+    /// None while the pod waits for its full name (and once it finished).
     thread: Option<JoinOnDrop<()>>,
+    /// The thread's end of the wake-up channel, until the thread starts.
+    wake: Option<Receiver<()>>,
 }
 
 /// Owned by the sync loop thread.
 pub struct PodWorkers {
     shared: Arc<Shared>,
     workers: HashMap<String, Worker>,
+    names: FullNames,
 }
 
 impl PodWorkers {
@@ -281,7 +290,6 @@ impl PodWorkers {
                 queue,
                 resync_interval,
                 done,
-                full_names: FullNames::default(),
                 reporter: StatusReporter::standalone(),
                 host_ip: None,
                 runtime_name: String::new(),
@@ -296,6 +304,7 @@ impl PodWorkers {
                 waits: WaitStats::default(),
             }),
             workers: HashMap::new(),
+            names: FullNames::default(),
         }
     }
 
@@ -339,7 +348,9 @@ impl PodWorkers {
         self
     }
 
-    /// Hands `work` to the pod's worker, starting one for a new pod.
+    /// Hands `work` to the pod's worker, starting one for a new pod. A
+    /// pod whose full name another UID holds waits, without a thread,
+    /// until that UID's worker has finished (or until it is killed itself).
     pub(crate) fn update_pod(&mut self, work: PodWork) {
         let uid = pod_uid(&work.pod).to_string();
         if let Some(w) = self.workers.get_mut(&uid) {
@@ -354,6 +365,12 @@ impl PodWorkers {
             w.terminating |= kill;
             w.mailbox.put(work);
             if kill {
+                if w.thread.is_none() && w.wake.is_some() {
+                    // Killed while it waited for its name: torn down
+                    // without ever holding it.
+                    self.names.stop_waiting(&uid);
+                    self.start(&uid);
+                }
                 // The worker may be waiting for a fresh status; let it see the kill.
                 self.shared.cache.interrupt();
             }
@@ -366,29 +383,72 @@ impl PodWorkers {
             wake: wake_tx,
         });
         let terminating = work.update_type == UpdateType::Kill;
-        let name = format!("pod-worker/{}", pod_full_name(&work.pod));
+        let full_name = pod_full_name(&work.pod);
+        let waits = !terminating && !self.names.claim(&full_name, &uid);
         mailbox.put(work);
+        self.workers.insert(
+            uid.clone(),
+            Worker {
+                mailbox,
+                terminating,
+                thread: None,
+                wake: Some(wake_rx),
+            },
+        );
+        if waits {
+            debug!("pod {full_name}: waits for the pod that holds its full name to finish");
+            self.names.waiting.push((full_name, uid));
+        } else if !self.start(&uid) {
+            self.hand_on_name(&uid);
+        }
+    }
+
+    /// Starts the thread of `uid`'s worker. If it cannot start, the worker
+    /// is dropped and the pod synced again later; false.
+    fn start(&mut self, uid: &str) -> bool {
+        let Some(w) = self.workers.get_mut(uid) else {
+            return false;
+        };
+        let Some(wake) = w.wake.take() else {
+            return true;
+        };
+        let full_name = w
+            .mailbox
+            .pending
+            .lock()
+            .as_ref()
+            .map(|(work, _)| pod_full_name(&work.pod))
+            .unwrap_or_else(|| uid.to_string());
         let shared = self.shared.clone();
-        let mb = mailbox.clone();
-        let uid2 = uid.clone();
-        let thread = match spawn_named(name, move || run_worker(shared, mb, wake_rx, uid2)) {
-            Ok(t) => Some(t),
+        let mailbox = w.mailbox.clone();
+        let id = uid.to_string();
+        let name = format!("pod-worker/{full_name}");
+        match spawn_named(name, move || run_worker(shared, mailbox, wake, id)) {
+            Ok(t) => {
+                w.thread = Some(t);
+                true
+            }
             Err(e) => {
                 error!(
                     "pod {uid}: cannot start its worker thread: {e}; will retry on the next sync"
                 );
-                self.shared.queue.enqueue(&uid, ERROR_BACKOFF);
+                self.workers.remove(uid);
+                self.shared.queue.enqueue(uid, ERROR_BACKOFF);
+                false
+            }
+        }
+    }
+
+    /// The full name `uid` held goes to the pod that waited longest for it,
+    /// whose worker starts now.
+    fn hand_on_name(&mut self, uid: &str) {
+        let mut freed = uid.to_string();
+        while let Some(next) = self.names.release(&freed) {
+            if self.start(&next) {
                 return;
             }
-        };
-        self.workers.insert(
-            uid,
-            Worker {
-                mailbox,
-                terminating,
-                thread,
-            },
-        );
+            freed = next;
+        }
     }
 
     /// The longest an update waited for its worker, and the pod's full name.
@@ -426,6 +486,7 @@ impl PodWorkers {
             }
         }
         crate::malloc::shrink_map(&mut self.workers);
+        self.hand_on_name(uid);
         self.shared.queue.forget(uid);
     }
 
@@ -531,9 +592,6 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             }
         }
     }
-    if let Some(name) = state.claimed {
-        shared.full_names.release(&name, &uid);
-    }
     debug!(
         "pod {}: worker stopped",
         last_pod.map(|p| pod_full_name(&p)).unwrap_or(uid)
@@ -570,24 +628,9 @@ fn worker_turn(
         shared
             .reporter
             .pod_finished(&work.pod, deleted_from_api(&work.pod));
-        if let Some(name) = state.claimed.take() {
-            shared.full_names.release(&name, uid);
-        }
         shared.cache.delete(uid);
         let _ = shared.done.send(uid.to_string());
         return Turn::Finished;
-    }
-
-    if state.claimed.is_none() {
-        if !shared.full_names.claim(full_name, uid, mailbox) {
-            // Killed (or shut down) before it ever started: put the kill back.
-            if mailbox.is_closed() {
-                return Turn::Stop;
-            }
-            let _ = mailbox.wake.try_send(());
-            return Turn::Next;
-        }
-        state.claimed = Some(full_name.to_string());
     }
 
     // A kill that arrives meanwhile must not wait for the next relist.
@@ -1077,6 +1120,57 @@ mod tests {
             .map(|s| s.metadata.uid.clone())
             .collect();
         assert_eq!(live, vec!["new".to_string()]);
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
+    #[test]
+    fn pods_waiting_for_a_name_start_in_turn_and_a_killed_one_never_does() {
+        let mut r = rig();
+        let work = |uid: &str, t| PodWork {
+            pod: pod(uid, "web"),
+            update_type: t,
+            grace_period: Some(0),
+        };
+        r.workers.update_pod(work("a", UpdateType::Create));
+        wait_for("a's start", || r.fake.count("StartContainer") == 1);
+        r.workers.update_pod(work("b", UpdateType::Create));
+        r.workers.update_pod(work("c", UpdateType::Create));
+        // b and c wait without a thread of their own.
+        let threads = |r: &Rig| {
+            r.workers
+                .workers
+                .values()
+                .filter(|w| w.thread.is_some())
+                .count()
+        };
+        assert_eq!(threads(&r), 1);
+        assert!(r.workers.is_known("b") && r.workers.is_known("c"));
+
+        // b is killed while it waits: it finishes at once, having run
+        // nothing, and a keeps running.
+        r.workers.update_pod(work("b", UpdateType::Kill));
+        assert_eq!(
+            r.done.recv_timeout(Duration::from_secs(5)).as_deref(),
+            Ok("b")
+        );
+        r.workers.forget("b");
+        assert_eq!(r.fake.count("RunPodSandbox"), 1);
+        assert_eq!(r.fake.count("StopContainer"), 0);
+
+        // Once a has finished, c, which waited next, holds the name and runs.
+        r.workers.update_pod(work("a", UpdateType::Kill));
+        assert_eq!(
+            r.done.recv_timeout(Duration::from_secs(5)).as_deref(),
+            Ok("a")
+        );
+        r.workers.forget("a");
+        r.cache.update_time(Instant::now(), Arc::new(vec![]));
+        wait_for("c's start", || r.fake.count("StartContainer") == 2);
+        assert_eq!(r.fake.count("RunPodSandbox"), 2);
+        assert_eq!(
+            r.workers.names.held.get("default/web").map(String::as_str),
+            Some("c")
+        );
         r.workers.shutdown(Duration::from_secs(2));
     }
 

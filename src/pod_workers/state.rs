@@ -73,8 +73,6 @@ pub(super) struct AfterSync {
 pub(super) struct PodSyncState {
     /// When the last sync (or try) ended: the next waits for a newer status.
     pub(crate) last_sync: Option<Instant>,
-    /// The full name this worker holds among the workers.
-    pub(crate) claimed: Option<String>,
     /// Why containers wait, by name, as the syncs so far found it
     /// (upstream's `ReasonCache`), for the pod's status.
     pub(crate) reasons: WaitingReasons,
