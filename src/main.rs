@@ -805,10 +805,9 @@ fn run(opts: Options) -> anyhow::Result<bool> {
             stop,
         },
     )
-    .with_orphan_sweeper(
-        tinylet::volume::sweeper::start(opts.root_dir.clone())
-            .context("starting the pod directory sweeper thread")?,
-    )
+    .with_orphan_sweeper(tinylet::volume::sweeper::OrphanSweeper::new(
+        opts.root_dir.clone(),
+    ))
     .with_code_page_drops()
     .with_admissions(admissions)
     .with_health(health)

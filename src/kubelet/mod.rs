@@ -211,8 +211,8 @@ pub struct Kubelet {
     pods_at_housekeeping: usize,
     /// Pods refused by admission: never run, reported as Failed.
     rejected: HashMap<String, Arc<Pod>>,
-    /// The thread that removes orphaned pod directories at housekeeping's
-    /// request; `None` leaves them.
+    /// Removes orphaned pod directories, on a thread per sweep, at
+    /// housekeeping's request; `None` leaves them.
     sweeper: Option<OrphanSweeper>,
     /// Turns handled and the longest one.
     stats: LoopStats,
@@ -737,9 +737,9 @@ impl Kubelet {
             });
             self.dispatch(pod, UpdateType::Kill, None);
         }
-        if let Some(sweeper) = &self.sweeper {
-            // The sweep itself (read_dir, unmount, remove) runs on the
-            // sweeper's thread.
+        if let Some(sweeper) = &mut self.sweeper {
+            // The sweep itself (read_dir, unmount, remove) runs on a
+            // thread of its own.
             let keep: HashSet<String> = self
                 .pods
                 .keys()
@@ -1140,7 +1140,7 @@ mod tests {
         let mut r = rig();
         r.kubelet = r
             .kubelet
-            .with_orphan_sweeper(crate::volume::sweeper::start(root.path().to_path_buf()).unwrap());
+            .with_orphan_sweeper(OrphanSweeper::new(root.path().to_path_buf()));
         r.ready.store(true, Ordering::SeqCst);
         r.kubelet
             .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));

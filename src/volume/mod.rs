@@ -21,8 +21,9 @@
 //! when a later refresh fails (the apiserver may be away); the refresh is
 //! tried again at the pod's next sync.
 //!
-//! The directories of pods that are gone are removed by `sweeper`, the
-//! `pod-dir-sweeper` thread, at housekeeping's request.
+//! The directories of pods that are gone are removed by `sweeper`, at
+//! housekeeping's request, each sweep on a `pod-dir-sweeper` thread that
+//! ends with it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

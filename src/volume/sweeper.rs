@@ -1,14 +1,14 @@
-//! The `pod-dir-sweeper` thread: removes the directories under
-//! `<root-dir>/pods` that no pod claims any more
-//! ([`super::remove_orphaned_pod_dirs`]: read_dir, unmount, remove), so
-//! that the sync loop, which only hands it the UIDs to keep at each
-//! housekeeping, never walks the filesystem.
+//! The `pod-dir-sweeper`: removes the directories under `<root-dir>/pods`
+//! that no pod claims any more ([`super::remove_orphaned_pod_dirs`]:
+//! read_dir, unmount, remove), so that the sync loop, which only hands it
+//! the UIDs to keep at each housekeeping, never walks the filesystem.
 //!
-//! Requests are latest-wins: the channel holds one, and a request made
-//! while another still waits replaces it (the newer keep set is the truer
-//! one); a sweep under way finishes first. A directory that cannot be
-//! removed is warned about once, until a sweep removes it or no longer
-//! finds it.
+//! A sweep runs on a `pod-dir-sweeper` thread that ends once no request
+//! waits, so an idle node keeps no thread for it. Requests are
+//! latest-wins: one made while a sweep is under way waits for that
+//! thread, replacing any that waited before it (the newer keep set is the
+//! truer one). A directory that cannot be removed is warned about once,
+//! until a sweep removes it or no longer finds it.
 //!
 //! The keep set is a snapshot: the loop may learn of a pod after it asked
 //! and before the sweep reaches that pod's directory, which the pod's
@@ -22,12 +22,12 @@
 
 use std::cell::Cell;
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use log::{debug, warn};
+use parking_lot::Mutex;
 
 use crate::thread::{spawn_named, JoinOnDrop};
 
@@ -38,55 +38,61 @@ struct Request {
     claims: u64,
 }
 
-/// Handle of the `pod-dir-sweeper` thread, held by the sync loop; dropping
-/// it lets a sweep under way finish and joins the thread.
-pub struct OrphanSweeper {
-    requests: Sender<Request>,
-    /// The thread's end too, to take back a request still waiting when a
-    /// newer one comes.
-    waiting: Receiver<Request>,
-    claims: Arc<AtomicU64>,
-    _thread: JoinOnDrop<()>,
+/// What the loop and the sweeping thread share.
+#[derive(Default)]
+struct Shared {
+    /// Whether a sweeping thread runs, and the request that waits for it;
+    /// the thread ends only once it found none waiting, under this lock.
+    queue: Mutex<(bool, Option<Request>)>,
+    claims: AtomicU64,
+    /// Directories that could not be removed, warned about once (one
+    /// sweep runs at a time).
+    stuck: Mutex<HashSet<String>>,
 }
 
-/// Starts the `pod-dir-sweeper` thread for `<root_dir>/pods`.
-pub fn start(root_dir: PathBuf) -> std::io::Result<OrphanSweeper> {
-    // Capacity 1, latest wins: `request` replaces a waiting request.
-    let (requests, rx) = bounded(1);
-    let claims = Arc::new(AtomicU64::new(0));
-    let thread = {
-        let rx = rx.clone();
-        let claims = claims.clone();
-        spawn_named("pod-dir-sweeper", move || run(root_dir, rx, claims))?
-    };
-    Ok(OrphanSweeper {
-        requests,
-        waiting: rx,
-        claims,
-        _thread: thread,
-    })
+/// Held by the sync loop; dropping it lets a sweep under way finish and
+/// joins its thread.
+pub struct OrphanSweeper {
+    root_dir: PathBuf,
+    shared: Arc<Shared>,
+    /// The sweeping thread, running or ended.
+    sweep: Option<JoinOnDrop<()>>,
 }
 
 impl OrphanSweeper {
+    /// A sweeper for `<root_dir>/pods`; it starts a thread only to sweep.
+    pub fn new(root_dir: PathBuf) -> OrphanSweeper {
+        OrphanSweeper {
+            root_dir,
+            shared: Arc::default(),
+            sweep: None,
+        }
+    }
+
     /// Asks for a sweep that keeps the directories of `keep`; never blocks.
-    pub(crate) fn request(&self, keep: HashSet<String>) {
-        let mut request = Request {
+    pub(crate) fn request(&mut self, keep: HashSet<String>) {
+        let request = Request {
             keep,
-            claims: self.claims.load(Ordering::SeqCst),
+            claims: self.shared.claims.load(Ordering::SeqCst),
         };
-        loop {
-            match self.requests.try_send(request) {
-                Ok(()) => return,
-                Err(TrySendError::Full(r)) => {
-                    // The sweeper is busy and an older request waits: this
-                    // one replaces it.
-                    let _ = self.waiting.try_recv();
-                    request = r;
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    debug!("housekeeping: the pod directory sweeper is gone");
-                    return;
-                }
+        {
+            let mut queue = self.shared.queue.lock();
+            if queue.0 {
+                // The running thread takes it before it ends.
+                queue.1 = Some(request);
+                return;
+            }
+            queue.0 = true;
+        }
+        // The last thread has ended: joining it does not wait.
+        self.sweep = None;
+        let root_dir = self.root_dir.clone();
+        let shared = self.shared.clone();
+        match spawn_named("pod-dir-sweeper", move || run(&root_dir, &shared, request)) {
+            Ok(t) => self.sweep = Some(t),
+            Err(e) => {
+                self.shared.queue.lock().0 = false;
+                debug!("housekeeping: cannot start the pod directory sweep: {e}");
             }
         }
     }
@@ -94,37 +100,52 @@ impl OrphanSweeper {
     /// Tells the sweeper that a pod the last request did not know of may
     /// now have a directory: a sweep asked for before stops removing.
     pub(crate) fn claim(&self) {
-        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.shared.claims.fetch_add(1, Ordering::SeqCst);
     }
 }
 
-fn run(root_dir: PathBuf, requests: Receiver<Request>, claims: Arc<AtomicU64>) {
-    // Directories that could not be removed, warned about once.
-    let mut stuck: HashSet<String> = HashSet::new();
-    for request in requests.iter() {
-        let cut_short = Cell::new(false);
-        let failed = super::remove_orphaned_pod_dirs(&root_dir, |uid| {
-            if request.keep.contains(uid) {
-                return true;
-            }
-            if claims.load(Ordering::SeqCst) != request.claims {
-                cut_short.set(true);
-                return true;
-            }
-            false
-        });
-        let failed_dirs: HashSet<String> = failed.iter().map(|(d, _)| d.clone()).collect();
-        for (dir, e) in failed {
-            if !stuck.contains(&dir) {
-                warn!("housekeeping: cannot remove orphaned pod directory {dir}: {e}");
+/// The sweeping thread: `first`, then each request that came meanwhile.
+fn run(root_dir: &Path, shared: &Shared, first: Request) {
+    let mut request = first;
+    loop {
+        sweep(root_dir, &request, &shared.claims, &shared.stuck);
+        let mut queue = shared.queue.lock();
+        match queue.1.take() {
+            Some(next) => request = next,
+            None => {
+                queue.0 = false;
+                return;
             }
         }
-        if cut_short.get() {
-            // Not every directory was tried: the ones not tried stay stuck.
-            stuck.extend(failed_dirs);
-        } else {
-            stuck = failed_dirs;
+    }
+}
+
+/// One sweep: removes what the request does not keep, until the claim
+/// count moves past the one it saw.
+fn sweep(root_dir: &Path, request: &Request, claims: &AtomicU64, stuck: &Mutex<HashSet<String>>) {
+    let cut_short = Cell::new(false);
+    let failed = super::remove_orphaned_pod_dirs(root_dir, |uid| {
+        if request.keep.contains(uid) {
+            return true;
         }
+        if claims.load(Ordering::SeqCst) != request.claims {
+            cut_short.set(true);
+            return true;
+        }
+        false
+    });
+    let failed_dirs: HashSet<String> = failed.iter().map(|(d, _)| d.clone()).collect();
+    let mut stuck = stuck.lock();
+    for (dir, e) in failed {
+        if !stuck.contains(&dir) {
+            warn!("housekeeping: cannot remove orphaned pod directory {dir}: {e}");
+        }
+    }
+    if cut_short.get() {
+        // Not every directory was tried: the ones not tried stay stuck.
+        stuck.extend(failed_dirs);
+    } else {
+        *stuck = failed_dirs;
     }
 }
 
@@ -142,17 +163,21 @@ mod tests {
     }
 
     #[test]
-    fn a_request_removes_the_unclaimed_directories_on_the_sweeper_thread() {
+    fn a_request_removes_the_unclaimed_directories_on_a_thread_that_then_ends() {
         let root = tempfile::tempdir().unwrap();
         let pods = root.path().join("pods");
         for uid in ["kept", "gone"] {
             std::fs::create_dir_all(pods.join(uid).join("volumes")).unwrap();
         }
-        let sweeper = start(root.path().to_path_buf()).unwrap();
+        let mut sweeper = OrphanSweeper::new(root.path().to_path_buf());
+        assert!(sweeper.sweep.is_none(), "no thread before a request");
         sweeper.request(HashSet::from(["kept".to_string()]));
         wait_for("the orphan's removal", || !pods.join("gone").exists());
         assert!(pods.join("kept").join("volumes").is_dir());
-        drop(sweeper);
+        wait_for("the thread's end", || {
+            sweeper.sweep.as_ref().is_some_and(|t| t.is_finished())
+        });
+        assert!(!sweeper.shared.queue.lock().0);
     }
 
     #[test]
@@ -160,39 +185,55 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let pods = root.path().join("pods");
         std::fs::create_dir_all(pods.join("new")).unwrap();
-        let sweeper = start(root.path().to_path_buf()).unwrap();
+        let shared = Shared::default();
         // A request that keeps nothing, made before the loop learned of
         // pod "new" and handed it to a worker.
         let stale = Request {
             keep: HashSet::new(),
-            claims: sweeper.claims.load(Ordering::SeqCst),
+            claims: shared.claims.load(Ordering::SeqCst),
         };
-        sweeper.claim();
-        sweeper.requests.send(stale).unwrap();
-        // Once the sweeper takes the next request, the first sweep is over.
-        let next = Request {
+        shared.claims.fetch_add(1, Ordering::SeqCst);
+        // The next one, which knows of it, waits behind it.
+        std::fs::create_dir_all(pods.join("old")).unwrap();
+        shared.queue.lock().1 = Some(Request {
             keep: HashSet::from(["new".to_string()]),
-            claims: sweeper.claims.load(Ordering::SeqCst),
-        };
-        sweeper.requests.send(next).unwrap();
-        wait_for("both requests taken", || sweeper.requests.is_empty());
+            claims: shared.claims.load(Ordering::SeqCst),
+        });
+        run(root.path(), &shared, stale);
         assert!(pods.join("new").is_dir(), "a claimed pod's directory stays");
+        assert!(
+            !pods.join("old").exists(),
+            "the next sweep removed the rest"
+        );
+        assert!(shared.queue.lock().1.is_none());
     }
 
     #[test]
-    fn a_newer_request_replaces_the_waiting_one() {
-        let (requests, waiting) = bounded(1);
-        let claims = Arc::new(AtomicU64::new(0));
-        let sweeper = OrphanSweeper {
-            requests,
-            waiting: waiting.clone(),
-            claims,
-            _thread: spawn_named("test-idle", || ()).unwrap(),
-        };
+    fn a_newer_request_replaces_the_waiting_one_and_the_running_thread_takes_it() {
+        let root = tempfile::tempdir().unwrap();
+        let pods = root.path().join("pods");
+        for uid in ["a", "b"] {
+            std::fs::create_dir_all(pods.join(uid)).unwrap();
+        }
+        let mut sweeper = OrphanSweeper::new(root.path().to_path_buf());
+        // As if a sweep were under way.
+        sweeper.shared.queue.lock().0 = true;
         sweeper.request(HashSet::from(["a".to_string()]));
         sweeper.request(HashSet::from(["b".to_string()]));
-        let r = waiting.try_recv().expect("one request waits");
-        assert_eq!(r.keep, HashSet::from(["b".to_string()]));
-        assert!(waiting.try_recv().is_err(), "only the latest waits");
+        assert!(sweeper.sweep.is_none(), "no second thread");
+        let waiting = sweeper.shared.queue.lock().1.take().expect("one waits");
+        assert_eq!(waiting.keep, HashSet::from(["b".to_string()]));
+        // The running thread, at the end of its sweep, takes what waits.
+        sweeper.shared.queue.lock().1 = Some(waiting);
+        run(
+            root.path(),
+            &sweeper.shared,
+            Request {
+                keep: HashSet::from(["a".to_string(), "b".to_string()]),
+                claims: 0,
+            },
+        );
+        assert!(!pods.join("a").exists() && pods.join("b").is_dir());
+        assert!(!sweeper.shared.queue.lock().0, "the thread ended");
     }
 }
