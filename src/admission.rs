@@ -236,8 +236,60 @@ fn check_privileged(pod: &Pod, node: &NodeInfo) -> Result<(), Rejection> {
     }
 }
 
-/// What in `pod` needs privileges: a host namespace or a privileged
-/// (init, or ephemeral) container; `None` when nothing does.
+/// The capabilities a container runtime grants by default (containerd's
+/// and CRI-O's default set, Docker's before them). Adding one of these is
+/// no privilege; adding anything else is.
+const DEFAULT_CAPABILITIES: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "NET_RAW",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// What in one container's security context needs privileges: `privileged`,
+/// a capability added beyond the runtime's default set (`ALL` included), or
+/// `procMount: Unmasked` (an unmasked /proc gives what the masked paths
+/// hide). Upstream's `--allow-privileged=false` looks at `privileged` only;
+/// tinylet also refuses the other two, which give a container the same
+/// reach into the host (DEVIATIONS.md).
+fn container_privilege(sc: Option<&k8s_openapi::api::core::v1::SecurityContext>) -> Option<String> {
+    let sc = sc?;
+    if sc.privileged == Some(true) {
+        return Some("privileged".into());
+    }
+    if let Some(cap) = sc
+        .capabilities
+        .as_ref()
+        .and_then(|c| c.add.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|cap| {
+            let name = cap.trim().to_ascii_uppercase();
+            let name = name.strip_prefix("CAP_").unwrap_or(&name);
+            !DEFAULT_CAPABILITIES.contains(&name)
+        })
+    {
+        return Some(format!("capability {cap:?} added to"));
+    }
+    if sc.proc_mount.as_deref() == Some("Unmasked") {
+        return Some("procMount Unmasked in".into());
+    }
+    None
+}
+
+/// What in `pod` needs privileges: a host namespace, or a privileged (init,
+/// or ephemeral) container (see [`container_privilege`]); `None` when
+/// nothing does.
 pub(crate) fn privileged_use(pod: &Pod) -> Option<String> {
     let spec = pod.spec.as_ref()?;
     for (on, what) in [
@@ -249,33 +301,23 @@ pub(crate) fn privileged_use(pod: &Pod) -> Option<String> {
             return Some(what.into());
         }
     }
-    let privileged = |sc: Option<&k8s_openapi::api::core::v1::SecurityContext>| {
-        sc.and_then(|s| s.privileged) == Some(true)
-    };
-    if let Some(c) = spec
+    let init = spec
         .init_containers
         .iter()
         .flatten()
-        .find(|c| privileged(c.security_context.as_ref()))
-    {
-        return Some(format!("privileged init container {:?}", c.name));
-    }
-    if let Some(c) = spec
+        .map(|c| ("init container", &c.name, c.security_context.as_ref()));
+    let app = spec
         .containers
         .iter()
-        .find(|c| privileged(c.security_context.as_ref()))
-    {
-        return Some(format!("privileged container {:?}", c.name));
-    }
-    if let Some(c) = spec
+        .map(|c| ("container", &c.name, c.security_context.as_ref()));
+    let ephemeral = spec
         .ephemeral_containers
         .iter()
         .flatten()
-        .find(|c| privileged(c.security_context.as_ref()))
-    {
-        return Some(format!("privileged ephemeral container {:?}", c.name));
-    }
-    None
+        .map(|c| ("ephemeral container", &c.name, c.security_context.as_ref()));
+    init.chain(app).chain(ephemeral).find_map(|(kind, name, sc)| {
+        container_privilege(sc).map(|what| format!("{what} {kind} {name:?}"))
+    })
 }
 
 fn predicate_failure(name: &str, desc: &str) -> Rejection {
@@ -1392,6 +1434,31 @@ mod tests {
                        "containers": [{"name": "app"}]}),
                 "privileged init container \"init\"",
             ),
+            (
+                json!({"containers": [{"name": "app", "securityContext":
+                    {"capabilities": {"add": ["NET_BIND_SERVICE", "SYS_ADMIN"]}}}]}),
+                "capability \"SYS_ADMIN\" added to container \"app\"",
+            ),
+            (
+                json!({"containers": [{"name": "app", "securityContext":
+                    {"capabilities": {"add": ["all"]}}}]}),
+                "capability \"all\" added to container \"app\"",
+            ),
+            (
+                json!({"containers": [{"name": "app", "securityContext":
+                    {"capabilities": {"add": ["CAP_NET_ADMIN"]}}}]}),
+                "capability \"CAP_NET_ADMIN\" added to container \"app\"",
+            ),
+            (
+                json!({"containers": [{"name": "app", "securityContext": {"procMount": "Unmasked"}}]}),
+                "procMount Unmasked in container \"app\"",
+            ),
+            (
+                json!({"containers": [{"name": "app"}],
+                       "ephemeralContainers": [{"name": "dbg", "securityContext":
+                           {"capabilities": {"add": ["SYS_PTRACE"]}}}]}),
+                "capability \"SYS_PTRACE\" added to ephemeral container \"dbg\"",
+            ),
         ];
         for (spec, what) in cases {
             let pod: Pod = serde_json::from_value(
@@ -1406,10 +1473,14 @@ mod tests {
                 format!("Pod specified {what}, but privileged pods are disallowed on this node (--allow-privileged=false)")
             );
         }
-        // Explicitly unprivileged is fine.
+        // Explicitly unprivileged is fine, and so are the runtime's default
+        // capabilities (in either spelling), drops and the default /proc.
         let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
             "hostNetwork": false,
-            "containers": [{"name": "app", "securityContext": {"privileged": false}}]}}))
+            "containers": [{"name": "app", "securityContext": {"privileged": false,
+                "procMount": "Default",
+                "capabilities": {"add": ["NET_BIND_SERVICE", "cap_chown", " KILL"],
+                                 "drop": ["ALL"]}}}]}}))
         .unwrap();
         assert_eq!(admit(&pod, &[], &strict), Ok(()));
     }

@@ -50,8 +50,9 @@ Flags:
   --resolv-conf string                 resolver configuration of dnsPolicy Default pods
                                        (default /etc/resolv.conf; \"\" for none)
   --allow-privileged bool              allow privileged containers and hostNetwork, hostPID
-                                       and hostIPC pods; false refuses them at admission
-                                       (default true)
+                                       and hostIPC pods; false refuses them at admission,
+                                       and capabilities beyond the runtime's default set and
+                                       procMount Unmasked too (default true)
   --allowed-unsafe-sysctls list        unsafe sysctls (names or prefixes ending in '*',
                                        comma-separated, namespaced only) that pods may set
                                        besides the safe ones; others are refused at admission
