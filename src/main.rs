@@ -405,8 +405,10 @@ fn run(opts: Options) -> anyhow::Result<bool> {
             resolv_conf: opts.resolv_conf.clone(),
             host_ips: host_ip.iter().cloned().collect(),
             seccomp_profile_root: opts.root_dir.join("seccomp"),
+            seccomp_default: opts.seccomp_default,
             cgroups_per_qos: opts.cgroups_per_qos,
             cgroup_driver: opts.cgroup_driver,
+            pod_pids_limit: opts.pod_pids_limit,
             memory_capacity: i64::try_from(
                 tinylet::node::machine::read_machine_info().memory_capacity,
             )

@@ -206,6 +206,16 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                 o.change_detection = crate::volume::Strategy::parse(&string(field, v)?)
                     .map_err(|e| err(field, e))?;
             }
+            "seccompDefault" => {
+                o.seccomp_default = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
+            "podPidsLimit" => {
+                o.pod_pids_limit = v
+                    .as_i64()
+                    .ok_or_else(|| err(field, format!("expected a whole number, found {v}")))?;
+            }
             "cgroupDriver" => {
                 o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&string(field, v)?)
                     .map_err(|e| err(field, e))?;
@@ -688,11 +698,16 @@ configMapAndSecretChangeDetectionStrategy: Cache
             &file,
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              clusterDNS: [10.0.0.10]\nclusterDomain: corp.local\nresolvConf: /run/resolv.conf\n\
-             allowPrivileged: false\ncgroupsPerQOS: false\ncgroupDriver: systemd\n",
+             allowPrivileged: false\ncgroupsPerQOS: false\ncgroupDriver: systemd\n\
+             seccompDefault: true\npodPidsLimit: 1024\n",
         )
         .unwrap();
         let mut o = Options::default();
+        assert!(!o.seccomp_default && o.pod_pids_limit == -1);
         apply_config_file(&mut o, &file).unwrap();
+        assert!(o.seccomp_default);
+        assert_eq!(o.pod_pids_limit, 1024);
+        assert!(o.ignored_config_fields.is_empty(), "{:?}", o.ignored_config_fields);
         assert_eq!(
             o.cluster_dns,
             vec!["10.0.0.10".parse::<std::net::IpAddr>().unwrap()]

@@ -61,6 +61,11 @@ Flags:
                                        (default true)
   --cgroup-driver string               cgroupfs or systemd; must match the runtime's
                                        (default cgroupfs)
+  --seccomp-default bool               containers without a seccomp profile get the
+                                       runtime's default profile (default false)
+  --pod-max-pids int                   the most processes a pod may run, set as pids.max
+                                       on its cgroup (needs --cgroups-per-qos); -1: no
+                                       limit (default -1)
   --serialize-image-pulls bool         pull one image at a time (default true)
   --registry-qps float                 image pulls per second; a pull beyond it fails and
                                        backs off; 0: unlimited (default 5)
@@ -366,6 +371,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                     .collect();
             }
             "cgroups-per-qos" => o.cgroups_per_qos = boolean(name, &v)?,
+            "seccomp-default" => o.seccomp_default = boolean(name, &v)?,
+            "pod-max-pids" => o.pod_pids_limit = number(name, &v)?,
             "cgroup-driver" => {
                 o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&v)
                     .map_err(|e| format!("flag --{name}: {e}"))?
@@ -494,6 +501,15 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             None => format!("flag --allowed-unsafe-sysctls: {e}"),
         });
     }
+    // The limit is written on the pod's cgroup: without one it would be
+    // silently lost.
+    if o.pod_pids_limit > 0 && !o.cgroups_per_qos {
+        return Err(
+            "flag --pod-max-pids (or podPidsLimit) needs --cgroups-per-qos (cgroupsPerQOS): \
+             the limit is set on each pod's cgroup"
+                .into(),
+        );
+    }
     if o.tls_cert_file.is_some() != o.tls_private_key_file.is_some() {
         return Err(
             "flags --tls-cert-file and --tls-private-key-file (or tlsCertFile and \
@@ -613,6 +629,8 @@ pub(super) const FLAGS: &[&str] = &[
     "allowed-unsafe-sysctls",
     "cgroups-per-qos",
     "cgroup-driver",
+    "seccomp-default",
+    "pod-max-pids",
     "serialize-image-pulls",
     "registry-qps",
     "registry-burst",
@@ -648,6 +666,7 @@ pub(super) const BOOL_FLAGS: &[&str] = &[
     "serialize-image-pulls",
     "allow-privileged",
     "cgroups-per-qos",
+    "seccomp-default",
     "enable-server",
     "anonymous-auth",
     "authentication-token-webhook",
@@ -970,6 +989,17 @@ mod tests {
         assert_eq!(o.verbosity, 2);
         // Nothing ignored: nothing to warn about.
         assert!(run(&["--max-pods=3"]).ignored_flags.is_empty());
+        // Security settings are used, never only warned about.
+        let o = run(&["--seccomp-default", "--pod-max-pids", "512"]);
+        assert!(o.ignored_flags.is_empty(), "{:?}", o.ignored_flags);
+        assert!(o.seccomp_default);
+        assert_eq!(o.pod_pids_limit, 512);
+        let e = parse_args(
+            ["--pod-max-pids=512", "--cgroups-per-qos=false"].map(String::from),
+        )
+        .err()
+        .unwrap_or_default();
+        assert!(e.contains("--pod-max-pids") && e.contains("--cgroups-per-qos"), "{e}");
     }
 
     #[test]

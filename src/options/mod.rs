@@ -96,6 +96,12 @@ pub struct Options {
     pub cgroups_per_qos: bool,
     /// `cgroupfs` or `systemd`, as the runtime uses (`--cgroup-driver`).
     pub cgroup_driver: crate::runtime::qos::CgroupDriver,
+    /// Containers without a seccomp profile get the runtime's default
+    /// (`--seccomp-default`, `seccompDefault`).
+    pub seccomp_default: bool,
+    /// The most processes a pod's cgroup may hold (`--pod-max-pids`,
+    /// `podPidsLimit`); negative: no limit.
+    pub pod_pids_limit: i64,
     /// One image pull at a time (`--serialize-image-pulls`).
     pub serialize_image_pulls: bool,
     /// Image pulls per second, 0: unlimited (`--registry-qps`).
@@ -227,6 +233,8 @@ impl Default for Options {
             allowed_unsafe_sysctls: Vec::new(),
             cgroups_per_qos: true,
             cgroup_driver: crate::runtime::qos::CgroupDriver::Cgroupfs,
+            seccomp_default: false,
+            pod_pids_limit: -1,
             serialize_image_pulls: true,
             registry_qps: 5.0,
             registry_burst: 10,

@@ -148,10 +148,7 @@ pub fn sandbox_config(
     cfg.annotations = labels::sandbox_annotations(pod);
 
     let mut linux = api::LinuxPodSandboxConfig::new();
-    linux.security_context = MessageField::some(sandbox_security_context(
-        pod,
-        &settings.seccomp_profile_root,
-    ));
+    linux.security_context = MessageField::some(sandbox_security_context(pod, settings));
     if settings.cgroups_per_qos {
         linux.cgroup_parent = qos::pod_cgroup_parent(pod, settings.cgroup_driver);
     }
@@ -230,7 +227,7 @@ pub fn container_config(
     res.oom_score_adj = qos::oom_score_adj(pod, container, inputs.settings.memory_capacity);
     linux.resources = MessageField::some(res);
     verify_run_as_non_root(pod, container, inputs.image_user.as_ref())?;
-    let sc = container_security_context(pod, container, &inputs.settings.seccomp_profile_root);
+    let sc = container_security_context(pod, container, inputs.settings);
     linux.security_context = MessageField::some(sc);
     cfg.linux = MessageField::some(linux);
     Ok(cfg)
@@ -1242,6 +1239,55 @@ mod tests {
         assert_eq!(sc.seccomp_profile_path, "unconfined");
         assert_eq!(sc.apparmor_profile, "runtime/default");
         assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty());
+    }
+
+    #[test]
+    fn seccomp_default_gives_runtime_default_to_pods_without_a_profile() {
+        use api::security_profile::ProfileType;
+        let mut s = settings();
+        s.seccomp_default = true;
+        let profile_of = |s: &NodeSettings, pod_sc: serde_json::Value, c_sc: serde_json::Value| {
+            let pod = sc_pod(pod_sc, c_sc);
+            let c = build(&pod, &inputs(s)).unwrap().linux.unwrap().security_context.unwrap();
+            let sb = sandbox_config(&pod, 0, Path::new("/var/log/pods"), s)
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap();
+            (
+                c.seccomp.profile_type.enum_value().unwrap(),
+                c.seccomp_profile_path,
+                sb.seccomp.profile_type.enum_value().unwrap(),
+            )
+        };
+        // No profile anywhere: the runtime's default, sandbox included.
+        assert_eq!(
+            profile_of(&s, serde_json::json!({}), serde_json::json!({})),
+            (ProfileType::RuntimeDefault, "runtime/default".into(), ProfileType::RuntimeDefault)
+        );
+        // One the pod author asked for wins, Unconfined included.
+        assert_eq!(
+            profile_of(
+                &s,
+                serde_json::json!({"seccompProfile": {"type": "Unconfined"}}),
+                serde_json::json!({})
+            ),
+            (ProfileType::Unconfined, "unconfined".into(), ProfileType::Unconfined)
+        );
+        assert_eq!(
+            profile_of(
+                &s,
+                serde_json::json!({}),
+                serde_json::json!({"seccompProfile": {"type": "Unconfined"}})
+            ),
+            (ProfileType::Unconfined, "unconfined".into(), ProfileType::RuntimeDefault)
+        );
+        // Without the setting nothing changes: no profile is Unconfined.
+        s.seccomp_default = false;
+        assert_eq!(
+            profile_of(&s, serde_json::json!({}), serde_json::json!({})),
+            (ProfileType::Unconfined, "unconfined".into(), ProfileType::Unconfined)
+        );
     }
 
     #[test]

@@ -79,10 +79,16 @@ pub struct NodeSettings {
     pub host_ips: Vec<String>,
     /// Where `Localhost` seccomp profiles are (`<root-dir>/seccomp`).
     pub seccomp_profile_root: PathBuf,
+    /// `--seccomp-default`: containers without a seccomp profile get the
+    /// runtime's default one instead of none.
+    pub seccomp_default: bool,
     /// Pods get a cgroup parent by QoS class (`--cgroups-per-qos`).
     pub cgroups_per_qos: bool,
     /// How cgroups are named (`--cgroup-driver`).
     pub cgroup_driver: CgroupDriver,
+    /// `--pod-max-pids`: `pids.max` of each pod's cgroup when above 0
+    /// (with `cgroups_per_qos`).
+    pub pod_pids_limit: i64,
     /// The node's memory in bytes, for Burstable OOM score adjustments.
     pub memory_capacity: i64,
 }
@@ -95,8 +101,10 @@ impl Default for NodeSettings {
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             host_ips: Vec::new(),
             seccomp_profile_root: PathBuf::from("/var/lib/tinylet/seccomp"),
+            seccomp_default: false,
             cgroups_per_qos: false,
             cgroup_driver: CgroupDriver::Cgroupfs,
+            pod_pids_limit: -1,
             memory_capacity: 0,
         }
     }
@@ -475,6 +483,20 @@ impl RuntimeManager {
         }
         if sandbox_id.is_empty() {
             return Ok(());
+        }
+        // The pod's process limit holds before any of its containers runs
+        // (again at every start: a restarted tinylet or a changed flag).
+        let starts = !(init_containers_to_start.is_empty()
+            && containers_to_start.is_empty()
+            && ephemeral_containers_to_start.is_empty());
+        if starts && self.node.cgroups_per_qos && self.node.pod_pids_limit > 0 {
+            qos::set_pod_pids_limit(
+                Path::new("/sys/fs/cgroup"),
+                self.node.cgroup_driver,
+                pod,
+                self.node.pod_pids_limit,
+            )
+            .map_err(|e| fail("set the pod's process limit", &e))?;
         }
         let sandbox = SandboxRef {
             id: &sandbox_id,

@@ -4,7 +4,8 @@
 //! its containers, and removing a finished pod's cgroup.
 //!
 //! The runtime creates the cgroups named here when it starts the sandbox;
-//! no pod-level limits are written (each container has its own).
+//! the one pod-level limit written is `--pod-max-pids` (`pids.max`), before
+//! the pod's containers start; the others are each container's own.
 
 use std::path::Path;
 
@@ -69,6 +70,52 @@ fn cgroup_name(names: &[String], driver: CgroupDriver) -> String {
 pub(crate) fn pod_cgroup_parent(pod: &Pod, driver: CgroupDriver) -> String {
     let uid = pod.metadata.uid.as_deref().unwrap_or("");
     cgroup_name(&pod_cgroup_names(qos_class(pod), uid), driver)
+}
+
+/// The pod's cgroup directory, relative to a hierarchy's root: the
+/// cgroupfs path, or for systemd the nested slices
+/// (`kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`).
+fn pod_cgroup_dir(pod: &Pod, driver: CgroupDriver) -> String {
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    let names = pod_cgroup_names(qos_class(pod), uid);
+    match driver {
+        CgroupDriver::Cgroupfs => names.join("/"),
+        CgroupDriver::Systemd => (1..=names.len())
+            .map(|n| cgroup_name(&names[..n], driver))
+            .collect::<Vec<_>>()
+            .join("/"),
+    }
+}
+
+/// Sets `pids.max` of the pod's cgroup under `cgroup_root`
+/// (`/sys/fs/cgroup`; on cgroup v1 its `pids` hierarchy) to `limit`
+/// (upstream's `--pod-max-pids`, which its pod container manager writes
+/// when it makes the pod's cgroup). The runtime made the cgroup with the
+/// sandbox; this runs before any of the pod's containers starts. The error
+/// names the file.
+pub(crate) fn set_pod_pids_limit(
+    cgroup_root: &Path,
+    driver: CgroupDriver,
+    pod: &Pod,
+    limit: i64,
+) -> Result<(), String> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    if let Some(e) = crate::paths::uid_error(uid) {
+        return Err(format!("pod UID {uid:?}: {e}"));
+    }
+    let base = if cgroup_root.join("cgroup.controllers").exists() {
+        cgroup_root.to_path_buf()
+    } else {
+        cgroup_root.join("pids")
+    };
+    let file = base.join(pod_cgroup_dir(pod, driver)).join("pids.max");
+    // Not created: the cgroup must be the runtime's, made with the sandbox.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&file)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, limit.to_string().as_bytes()))
+        .map_err(|e| format!("write {limit} to {}: {e}", file.display()))
 }
 
 /// Whether the pod is node-critical: in priority class
@@ -234,6 +281,39 @@ mod tests {
             serde_json::json!({"priorityClassName": "system-node-critical"}),
         );
         assert_eq!(oom_score_adj(&critical, &c(&critical), 4 * gi), -997);
+    }
+
+    #[test]
+    fn pod_pids_limit_goes_to_the_pods_own_cgroup() {
+        use CgroupDriver::*;
+        let best = pod(serde_json::json!([{"name": "a"}]), serde_json::json!({}));
+        for (v2, driver, dir) in [
+            (true, Cgroupfs, "kubepods/besteffort/pod1234-ab"),
+            (false, Cgroupfs, "pids/kubepods/besteffort/pod1234-ab"),
+            (
+                true,
+                Systemd,
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1234_ab.slice",
+            ),
+        ] {
+            let root = tempfile::tempdir().unwrap();
+            if v2 {
+                std::fs::write(root.path().join("cgroup.controllers"), "pids").unwrap();
+            }
+            // The runtime has not made the cgroup: an error naming the file.
+            let e = set_pod_pids_limit(root.path(), driver, &best, 64).unwrap_err();
+            assert!(e.contains(&format!("{dir}/pids.max")), "{e}");
+            let cg = root.path().join(dir);
+            std::fs::create_dir_all(&cg).unwrap();
+            std::fs::write(cg.join("pids.max"), "max").unwrap();
+            set_pod_pids_limit(root.path(), driver, &best, 64).unwrap();
+            assert_eq!(std::fs::read_to_string(cg.join("pids.max")).unwrap(), "64");
+        }
+        // A UID that is no plain path element names no cgroup.
+        let mut evil = best.clone();
+        evil.metadata.uid = Some("../../x".into());
+        let root = tempfile::tempdir().unwrap();
+        assert!(set_pod_pids_limit(root.path(), Cgroupfs, &evil, 1).is_err());
     }
 
     #[test]

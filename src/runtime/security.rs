@@ -5,7 +5,6 @@
 //! seccomp, AppArmor and SELinux profiles; masked and read-only paths; and
 //! the runAsNonRoot check against the image's user.
 
-use std::path::Path;
 
 use k8s_openapi::api::core::v1::{
     AppArmorProfile, Capabilities, Container, Pod, SELinuxOptions, SeccompProfile,
@@ -13,6 +12,7 @@ use k8s_openapi::api::core::v1::{
 use protobuf::{EnumOrUnknown, MessageField};
 
 use crate::cri::api;
+use super::NodeSettings;
 use crate::pod::{pod_name, pod_namespace, pod_uid};
 
 /// The user an image runs as, from the runtime's ImageStatus.
@@ -74,7 +74,7 @@ pub(crate) fn target_pid_namespace(
 /// SELinux options, supplemental groups and seccomp profile.
 pub(super) fn sandbox_security_context(
     pod: &Pod,
-    seccomp_root: &Path,
+    settings: &NodeSettings,
 ) -> api::LinuxSandboxSecurityContext {
     let spec = pod.spec.as_ref();
     let mut sc = api::LinuxSandboxSecurityContext::new();
@@ -107,7 +107,7 @@ pub(super) fn sandbox_security_context(
     let (profile, path) = seccomp(
         spec.and_then(|s| s.security_context.as_ref())
             .and_then(|p| p.seccomp_profile.as_ref()),
-        seccomp_root,
+        settings,
     );
     sc.seccomp = MessageField::some(profile);
     sc.seccomp_profile_path = path;
@@ -253,10 +253,17 @@ fn security_profile(
 }
 
 /// A seccomp profile for the CRI: the structured field and the older path
-/// form. No profile is Unconfined, as upstream without `--seccomp-default`.
-fn seccomp(profile: Option<&SeccompProfile>, root: &Path) -> (api::SecurityProfile, String) {
+/// form. No profile is Unconfined, or RuntimeDefault under
+/// `--seccomp-default` (`seccompDefault`), as upstream.
+fn seccomp(profile: Option<&SeccompProfile>, settings: &NodeSettings) -> (api::SecurityProfile, String) {
     use api::security_profile::ProfileType;
-    match profile.map(|p| (p.type_.as_str(), p.localhost_profile.as_deref())) {
+    let root = &settings.seccomp_profile_root;
+    let kind = match profile {
+        Some(p) => Some((p.type_.as_str(), p.localhost_profile.as_deref())),
+        None if settings.seccomp_default => Some(("RuntimeDefault", None)),
+        None => None,
+    };
+    match kind {
         Some(("RuntimeDefault", _)) => (
             security_profile(ProfileType::RuntimeDefault, ""),
             "runtime/default".into(),
@@ -342,7 +349,7 @@ fn supplemental_groups(pod: &Pod) -> Vec<i64> {
 pub(super) fn container_security_context(
     pod: &Pod,
     container: &Container,
-    seccomp_root: &Path,
+    settings: &NodeSettings,
 ) -> api::LinuxContainerSecurityContext {
     let e = effective_security(pod, container);
     let mut sc = api::LinuxContainerSecurityContext::new();
@@ -364,7 +371,7 @@ pub(super) fn container_security_context(
     }
     sc.privileged = e.privileged.unwrap_or(false);
     sc.readonly_rootfs = e.read_only_root_filesystem.unwrap_or(false);
-    let (profile, path) = seccomp(e.seccomp.as_ref(), seccomp_root);
+    let (profile, path) = seccomp(e.seccomp.as_ref(), settings);
     sc.seccomp = MessageField::some(profile);
     sc.seccomp_profile_path = path;
     if let Some((profile, name)) = apparmor(pod, container, e.apparmor.as_ref()) {

@@ -140,3 +140,56 @@ fn unsafe_sysctls_are_refused_unless_allowed() {
         ctd.sandbox_ids(&unsafe_pod).is_empty() && ctd.sandbox_ids(&hostnet).is_empty()
     });
 }
+
+/// `--pod-max-pids=12 --seccomp-default`: the pod's cgroup gets
+/// `pids.max` 12 before its container starts, a fork bomb in the container
+/// stops at it, and the container (with no profile of its own) runs under
+/// a seccomp filter.
+#[test]
+fn the_pod_process_limit_and_the_default_seccomp_profile_hold() {
+    let ctd = PrivateContainerd::start();
+    let kubelet = Tinylet::start_with(&ctd, NODE, &["--pod-max-pids=12", "--seccomp-default"]);
+    let pod = kubelet.pod_name("capped");
+    write_manifest(
+        &kubelet.manifest_dir(),
+        "capped.yaml",
+        &yaml_pod("capped", LONG_RUNNING, ""),
+    );
+    wait_until(SETTLE, "the pod runs", || ctd.pod_running(&pod, &["app"]));
+    let uid = ctd
+        .pod_objects(&pod)
+        .iter()
+        .map(|o| o.label("io.kubernetes.pod.uid").to_string())
+        .find(|u| !u.is_empty())
+        .expect("the pod's UID label");
+    let cgroup = ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"]
+        .iter()
+        .map(|root| std::path::Path::new(root).join(format!("kubepods/besteffort/pod{uid}")))
+        .find(|d| d.join("pids.max").exists())
+        .expect("the pod's pids cgroup");
+    let read = |f: &str| {
+        std::fs::read_to_string(cgroup.join(f))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(read("pids.max"), "12");
+
+    let id = ctd.container_ids(&pod).pop().expect("the app container");
+    let bomb = ctd.exec(
+        &id,
+        &["sh", "-c", "i=0; while [ $i -lt 40 ]; do sleep 600 & i=$((i+1)); done; echo all-forked"],
+    );
+    assert!(
+        !matches!(&bomb, Ok(out) if out.contains("all-forked")),
+        "40 forks went through a limit of 12: {bomb:?}"
+    );
+    let current: u64 = read("pids.current").parse().unwrap_or(u64::MAX);
+    assert!(current <= 12, "pids.current {current} over the limit");
+
+    let status = ctd.exec(&id, &["grep", "^Seccomp:", "/proc/1/status"]);
+    assert!(
+        matches!(&status, Ok(out) if out.split_whitespace().nth(1) == Some("2")),
+        "the container runs without a seccomp filter: {status:?}"
+    );
+}
