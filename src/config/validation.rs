@@ -3,7 +3,8 @@
 //! naming the field (`spec.containers[1].name`) and what is wrong with it.
 //!
 //! This is the subset of the API server's pod validation that protects the
-//! node: identities that end up in CRI labels and on disk, and containers
+//! node: identities that end up in CRI labels and on disk, names of the
+//! objects a pod refers to (they end up in API requests), and containers
 //! that can actually be created.
 
 use std::collections::HashSet;
@@ -330,6 +331,9 @@ fn validate(pod: &Pod, local: bool) -> Result<(), InvalidPod> {
             }
         }
     }
+    if local {
+        referenced_names(spec, &mut push);
+    }
     // Ephemeral containers' names become labels and log paths too, and
     // are unique with the others' (upstream validateEphemeralContainers).
     for (i, c) in ephemeral.iter().enumerate() {
@@ -347,6 +351,84 @@ fn validate(pod: &Pod, local: bool) -> Result<(), InvalidPod> {
         Ok(())
     } else {
         Err(InvalidPod { errors })
+    }
+}
+
+/// The names of the objects a local pod refers to (Secrets, ConfigMaps,
+/// pull secrets, its service account) become API URLs and thread names:
+/// each must be a DNS subdomain, as the API server requires of pods it
+/// stores, so that `../..` or `a?b` never reaches a request.
+fn referenced_names(spec: &k8s_openapi::api::core::v1::PodSpec, push: &mut impl FnMut(String, String)) {
+    let mut check = |field: String, name: Option<&str>| match name {
+        None | Some("") => push(field, "Required value".into()),
+        Some(name) => {
+            if let Some(msg) = dns1123_subdomain_error(name) {
+                push(field, msg);
+            }
+        }
+    };
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let base = format!("spec.volumes[{i}]");
+        if let Some(s) = &v.secret {
+            check(format!("{base}.secret.secretName"), s.secret_name.as_deref());
+        }
+        if let Some(c) = &v.config_map {
+            check(format!("{base}.configMap.name"), Some(c.name.as_str()));
+        }
+        let sources = v.projected.as_ref().and_then(|p| p.sources.as_ref());
+        for (j, s) in sources.into_iter().flatten().enumerate() {
+            let base = format!("{base}.projected.sources[{j}]");
+            if let Some(s) = &s.secret {
+                check(format!("{base}.secret.name"), Some(s.name.as_str()));
+            }
+            if let Some(c) = &s.config_map {
+                check(format!("{base}.configMap.name"), Some(c.name.as_str()));
+            }
+        }
+    }
+    let containers = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| (format!("spec.initContainers[{i}]"), c))
+        .chain(
+            spec.containers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (format!("spec.containers[{i}]"), c)),
+        );
+    for (base, c) in containers {
+        for (k, e) in c.env.iter().flatten().enumerate() {
+            let Some(from) = &e.value_from else { continue };
+            let at = format!("{base}.env[{k}].valueFrom");
+            if let Some(r) = &from.config_map_key_ref {
+                check(format!("{at}.configMapKeyRef.name"), Some(r.name.as_str()));
+            }
+            if let Some(r) = &from.secret_key_ref {
+                check(format!("{at}.secretKeyRef.name"), Some(r.name.as_str()));
+            }
+        }
+        for (k, e) in c.env_from.iter().flatten().enumerate() {
+            let at = format!("{base}.envFrom[{k}]");
+            if let Some(r) = &e.config_map_ref {
+                check(format!("{at}.configMapRef.name"), Some(r.name.as_str()));
+            }
+            if let Some(r) = &e.secret_ref {
+                check(format!("{at}.secretRef.name"), Some(r.name.as_str()));
+            }
+        }
+    }
+    for (i, s) in spec.image_pull_secrets.iter().flatten().enumerate() {
+        check(format!("spec.imagePullSecrets[{i}].name"), Some(s.name.as_str()));
+    }
+    for (field, name) in [
+        ("spec.serviceAccountName", spec.service_account_name.as_deref()),
+        ("spec.serviceAccount", spec.service_account.as_deref()),
+    ] {
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            check(field.into(), Some(name));
+        }
     }
 }
 
@@ -667,6 +749,59 @@ mod tests {
         assert!(addressable(&decode_pod(ok.as_bytes()).unwrap()));
         let bad = decode_pod(b"metadata: {name: 'a/b', namespace: default}").unwrap();
         assert!(!addressable(&bad));
+    }
+
+    #[test]
+    fn a_manifest_names_only_objects_the_api_can_address() {
+        let meta = "metadata: {name: web, namespace: default}\n";
+        let ok = "spec: {serviceAccountName: build-bot, imagePullSecrets: [{name: reg.cred}],\
+                  volumes: [{name: a, secret: {secretName: s1}}, {name: b, configMap: {name: c1}},\
+                  {name: p, projected: {sources: [{secret: {name: s2}}, {configMap: {name: c2}}]}}],\
+                  containers: [{name: c, image: i, env: [{name: X, valueFrom: {secretKeyRef: {name: s3, key: k}}}],\
+                  envFrom: [{configMapRef: {name: c3}}]}]}";
+        let pod = decode_pod(format!("{meta}{ok}").as_bytes()).unwrap();
+        assert_eq!(validate_pod(&pod), Ok(()));
+        let specs: &[(&str, &str)] = &[
+            (
+                "spec: {volumes: [{name: a, secret: {secretName: ../../nodes}}], containers: [{name: c, image: i}]}",
+                "spec.volumes[0].secret.secretName",
+            ),
+            (
+                "spec: {volumes: [{name: a, secret: {}}], containers: [{name: c, image: i}]}",
+                "spec.volumes[0].secret.secretName",
+            ),
+            (
+                "spec: {volumes: [{name: a, configMap: {name: 'x?watch=1'}}], containers: [{name: c, image: i}]}",
+                "spec.volumes[0].configMap.name",
+            ),
+            (
+                "spec: {volumes: [{name: p, projected: {sources: [{configMap: {name: ok}}, {secret: {name: 'A B'}}]}}],\
+                 containers: [{name: c, image: i}]}",
+                "spec.volumes[0].projected.sources[1].secret.name",
+            ),
+            (
+                "spec: {initContainers: [{name: i, image: i, env: [{name: X, valueFrom: {configMapKeyRef: {name: '', key: k}}}]}],\
+                 containers: [{name: c, image: i}]}",
+                "spec.initContainers[0].env[0].valueFrom.configMapKeyRef.name",
+            ),
+            (
+                "spec: {containers: [{name: c, image: i, envFrom: [{secretRef: {name: a/b}}]}]}",
+                "spec.containers[0].envFrom[0].secretRef.name",
+            ),
+            (
+                "spec: {imagePullSecrets: [{name: '%2e%2e'}], containers: [{name: c, image: i}]}",
+                "spec.imagePullSecrets[0].name",
+            ),
+            (
+                "spec: {serviceAccountName: ../default, containers: [{name: c, image: i}]}",
+                "spec.serviceAccountName",
+            ),
+        ];
+        for (spec, field) in specs {
+            let pod = decode_pod(format!("{meta}{spec}").as_bytes()).unwrap();
+            let err = validate_pod(&pod).unwrap_err();
+            assert!(err.names_field(field), "{spec}: {err}");
+        }
     }
 
     #[test]
