@@ -563,3 +563,90 @@ fn a_quiet_follow_is_closed_after_the_idle_timeout() {
         "an idle close is not the log's end: {rest:?}"
     );
 }
+
+/// The agent's process id (found by its root dir, as `server_threads`).
+fn agent_pid(agent: &Agent) -> u32 {
+    let root = agent.root_dir().display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .find_map(|p| {
+            let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(p.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmd).contains(&root).then_some(pid)
+        })
+        .expect("the agent's process")
+}
+
+/// Requests nobody authenticated, with made-up methods and 16 KiB path
+/// roots, leave `kubelet_http_requests_total` with upstream's buckets (an
+/// unknown root or method is `other`) and the process's memory where it
+/// was: before, each root became a series kept for good (RSS grew by
+/// 42 MiB here).
+#[test]
+fn a_flood_of_made_up_paths_neither_adds_series_nor_memory() {
+    let fake = FakeCri::start();
+    let ro = free_port();
+    let ro_s = ro.to_string();
+    let mut agent = Agent::start(
+        &fake.endpoint(),
+        &["--read-only-port", &ro_s, "--address", "127.0.0.1"],
+    );
+    wait_listening(&mut agent, ro);
+    agent.wait("healthy", || get(ro, "/healthz").0 == 200);
+    let pid = agent_pid(&agent);
+    let rss = || crate::support::churn::Footprint::of(pid).rss_kib;
+    // A warm-up with the same shape, so that the buffers a request needs
+    // are there before the first reading.
+    let flood = |n: usize, tag: &str| {
+        let filler = "x".repeat(16 * 1024);
+        let mut s = TcpStream::connect(("127.0.0.1", ro)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = vec![0u8; 4096];
+        for i in 0..n {
+            let method = if i % 2 == 0 {
+                "GET".to_string()
+            } else {
+                format!("M{tag}{i}")
+            };
+            let req = format!("{method} /{tag}{i}{filler}/x HTTP/1.1\r\nHost: node\r\n\r\n");
+            if s.write_all(req.as_bytes()).is_err() {
+                s = TcpStream::connect(("127.0.0.1", ro)).expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                continue;
+            }
+            // Each is answered 404 (or 405), and the connection kept.
+            match s.read(&mut buf) {
+                Ok(n) if n > 0 => {}
+                _ => {
+                    s = TcpStream::connect(("127.0.0.1", ro)).expect("connect");
+                    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                }
+            }
+        }
+    };
+    flood(200, "warm");
+    let before = rss();
+    flood(3000, "flood");
+    let after = rss();
+    // A generous bound: the unbounded labels kept 3000 x 16 KiB.
+    assert!(
+        after.saturating_sub(before) < 16 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+    let (status, metrics) = get(ro, "/metrics");
+    assert_eq!(status, 200);
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("kubelet_http_requests_total{"))
+        .collect();
+    assert!(series.len() <= 20, "{} series: {series:?}", series.len());
+    assert!(
+        series
+            .iter()
+            .any(|l| l.contains("method=\"other\",path=\"other\",server_type=\"readonly\"")),
+        "{series:?}"
+    );
+    assert!(!metrics.contains("flood"), "a made-up path became a label");
+    assert!(agent.running());
+}
