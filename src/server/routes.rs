@@ -690,4 +690,67 @@ mod tests {
             );
         }
     }
+
+    /// Exec, attach and port-forward count against the caller's share in
+    /// the pod's namespace, as log follows do: past it the request is
+    /// answered 429 before any session starts; another namespace is
+    /// another share.
+    #[test]
+    fn streams_past_the_callers_share_are_refused_before_a_session_starts() {
+        let mut state = state(Arc::new(Health::new(Duration::from_secs(60))));
+        state.auth = Auth::new(
+            crate::options::AuthConfig {
+                anonymous: true,
+                mode: Some(crate::options::AuthorizationMode::AlwaysAllow),
+                ..Default::default()
+            },
+            None,
+        );
+        let kept = std::cell::RefCell::new(Vec::new());
+        let ask = |target: &str| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (server_side, _) = l.accept().unwrap();
+            let mut c = Client::detached(super::super::conn::Conn::Plain(server_side), Port::Main);
+            let head = RequestHead {
+                method: "GET".into(),
+                target: target.into(),
+                headers: Vec::new(),
+            };
+            match state.handle(&mut c, &head) {
+                Next::Session(run) => {
+                    kept.borrow_mut().push((run, peer));
+                    None
+                }
+                _ => {
+                    drop(c);
+                    let mut out = String::new();
+                    peer.read_to_string(&mut out).unwrap();
+                    Some(out)
+                }
+            }
+        };
+        let targets = [
+            "/exec/team-a/web/app?command=sh",
+            "/attach/team-a/web/app",
+            "/portForward/team-a/web",
+        ];
+        for i in 0..crate::server::sessions::PER_NAMESPACE {
+            assert_eq!(ask(targets[i % 3]), None, "session {i}");
+        }
+        let refused = ask("/exec/team-a/web/app?command=sh").expect("a refusal");
+        assert!(
+            refused.starts_with("HTTP/1.1 429 Too Many Requests"),
+            "{refused}"
+        );
+        assert!(
+            refused.contains("\"system:anonymous\"") && refused.contains("\"team-a\""),
+            "{refused}"
+        );
+        assert_eq!(ask("/portForward/team-b/db"), None);
+        // A session that never ran (the node had no thread for it) gives
+        // its place back.
+        kept.borrow_mut().remove(0);
+        assert_eq!(ask("/attach/team-a/web/app"), None);
+    }
 }
