@@ -750,7 +750,7 @@ mod tests {
         assert_eq!(ask("/portForward/team-b/db"), None);
         // A session that never ran (the node had no thread for it) gives
         // its place back.
-        kept.borrow_mut().remove(0);
+        drop(kept.borrow_mut().remove(0));
         assert_eq!(ask("/attach/team-a/web/app"), None);
     }
 }
