@@ -355,9 +355,10 @@ impl State {
         }))
     }
 
-    /// Authenticates and authorizes a main-port request; a refusal is
-    /// answered (401, 403, or 500 for an authorization error), logged,
-    /// with no more detail than upstream gives.
+    /// Authenticates and authorizes a main-port request: the user when it
+    /// may go on. A refusal is answered (401, 403, or 500 for an
+    /// authorization error), logged, with no more detail than upstream
+    /// gives.
     fn allowed(&self, c: &mut Client, head: &RequestHead) -> Option<User> {
         let cert = c.peer_cert();
         let refuse = |c: &mut Client, status: u16, body: &str| {
