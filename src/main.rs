@@ -276,8 +276,12 @@ fn start_server(
                 ips: &ips,
             };
             Some(
-                tinylet::server::tls::server_config(&serving, opts.client_ca_file.as_deref())
-                    .map_err(anyhow::Error::msg)?,
+                tinylet::server::tls::server_config(
+                    &serving,
+                    opts.client_ca_file.as_deref(),
+                    opts.tls_min_version,
+                )
+                .map_err(anyhow::Error::msg)?,
             )
         }
         None => None,
@@ -617,6 +621,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
             node_name: node.clone(),
             root_dir: opts.root_dir.clone(),
             logs_dir: opts.pod_logs_dir.clone(),
+            sessions: tinylet::server::sessions::Sessions::new(opts.streaming_idle_timeout),
         },
     )?;
     let (pleg_tx, pleg_rx) = bounded(EVENTS_CAPACITY);

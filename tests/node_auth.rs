@@ -52,6 +52,7 @@ fn user(name: &str, groups: &[&str]) -> User {
     User {
         name: name.into(),
         groups: groups.iter().map(|g| g.to_string()).collect(),
+        ..User::default()
     }
 }
 
@@ -257,6 +258,70 @@ fn requests_are_authorized_by_subject_access_review_and_cached() {
             .allowed
     );
     assert_eq!(fake.count("POST", ACCESS_REVIEWS), 6);
+}
+
+/// A bound service account token's `uid` and `extra` (its pod, its node)
+/// go from the TokenReview into the SubjectAccessReview, as upstream's
+/// authorizer sends them: an authorizer that scopes such tokens sees the
+/// scope, and the same user with another scope is another question.
+#[test]
+fn the_access_review_carries_the_tokens_uid_and_extra() {
+    let fake = FakeApiServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pod_name = "authentication.kubernetes.io/pod-name";
+    let node_name = "authentication.kubernetes.io/node-name";
+    fake.add_scoped_token(
+        "bound",
+        "system:serviceaccount:mon:agent",
+        &["system:serviceaccounts"],
+        "5f0c-uid",
+        &[(pod_name, &["agent-x"]), (node_name, &["edge-1"])],
+    );
+    fake.add_scoped_token(
+        "bound-2",
+        "system:serviceaccount:mon:agent",
+        &["system:serviceaccounts"],
+        "77aa-uid",
+        &[(pod_name, &["agent-y"])],
+    );
+    fake.allow_access("agents", "system:serviceaccounts", "get", "nodes/metrics");
+    let auth = Auth::new(config(), Some(node_client(&fake, &dir)));
+
+    let head = request("GET", "/metrics", Some("bound"));
+    let agent = auth.authenticate(None, &head).unwrap().unwrap();
+    assert_eq!(agent.uid, "5f0c-uid");
+    assert_eq!(agent.extra[pod_name], ["agent-x"]);
+    assert!(auth.authorize(&agent, &head).unwrap().allowed);
+    let sent = review_bodies(&fake, ACCESS_REVIEWS);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0]["spec"]["uid"], "5f0c-uid");
+    assert_eq!(
+        sent[0]["spec"]["extra"],
+        serde_json::json!({pod_name: ["agent-x"], node_name: ["edge-1"]})
+    );
+    assert_eq!(sent[0]["spec"]["user"], "system:serviceaccount:mon:agent");
+
+    // The same user by another token: asked again, with its own scope.
+    let head2 = request("GET", "/metrics", Some("bound-2"));
+    let other = auth.authenticate(None, &head2).unwrap().unwrap();
+    assert!(auth.authorize(&other, &head2).unwrap().allowed);
+    let sent = review_bodies(&fake, ACCESS_REVIEWS);
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[1]["spec"]["uid"], "77aa-uid");
+    assert_eq!(
+        sent[1]["spec"]["extra"],
+        serde_json::json!({pod_name: ["agent-y"]})
+    );
+
+    // A certificate's user has neither: the fields are left out.
+    let plain = user("alice", &["system:authenticated"]);
+    assert!(!auth.authorize(&plain, &head).unwrap().allowed);
+    let sent = review_bodies(&fake, ACCESS_REVIEWS);
+    let spec = sent[2]["spec"].as_object().unwrap();
+    assert!(
+        !spec.contains_key("uid") && !spec.contains_key("extra"),
+        "{spec:?}"
+    );
 }
 
 #[test]

@@ -127,19 +127,27 @@ pub(crate) fn make_ca_and_client(dir: &Path, name: &str) {
     let subj = format!("/CN={name}-ca");
     args.push(&subj);
     openssl(dir, &args);
-    let key = format!("{name}-client.key");
-    let csr = format!("{name}-client.csr");
-    let crt = format!("{name}-client.crt");
+    make_client(dir, name, &format!("{name}-client"), "/CN=client/O=testers");
+}
+
+/// A client pair (`<client>.crt`, `<client>.key`) with `subject`, signed by
+/// the CA `make_ca_and_client` made as `<ca>` in `dir`.
+fn make_client(dir: &Path, ca: &str, client: &str, subject: &str) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let ca_key = format!("{ca}-ca.key");
+    let ca = format!("{ca}-ca.crt");
+    let key = format!("{client}.key");
+    let csr = format!("{client}.csr");
+    let crt = format!("{client}.crt");
     let mut args = vec!["req"];
     args.extend(ec);
-    args.extend([
-        "-keyout",
-        &key,
-        "-out",
-        &csr,
-        "-subj",
-        "/CN=client/O=testers",
-    ]);
+    args.extend(["-keyout", &key, "-out", &csr, "-subj", subject]);
     openssl(dir, &args);
     std::fs::write(dir.join("ext"), "extendedKeyUsage=clientAuth\n").unwrap();
     openssl(
@@ -360,5 +368,285 @@ fn slow_oversized_and_idle_clients_do_not_stop_the_server() {
         "{threads} server threads with 1000 idle clients"
     );
     drop(idle);
+    assert!(agent.running());
+}
+
+/// A follow of `web`'s log on the main port as the client pair `cert`:
+/// the status and, for 200, the open connection once the log's first line
+/// arrived; for another status, the body.
+fn follow(
+    port: u16,
+    cert: (&Path, &Path),
+) -> (
+    u16,
+    Option<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>,
+    String,
+) {
+    let config = tls_config(Some(cert));
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(config, name).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let req =
+        "GET /containerLogs/default/web-edge-1/app?follow=true HTTP/1.1\r\nHost: node\r\n\r\n";
+    tls.write_all(req.as_bytes()).expect("send");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let status = head
+                .split(' ')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            if status == 200 && body.contains("hello") {
+                return (status, Some(tls), body.to_string());
+            }
+            if status != 200 && head.contains("Content-Length") {
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: "))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                if body.len() >= len {
+                    return (status, None, body.to_string());
+                }
+            }
+        }
+        match tls.read(&mut buf) {
+            Ok(0) | Err(_) => {
+                let text = String::from_utf8_lossy(&got).into_owned();
+                panic!("the follow ended early: {text:?}");
+            }
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A node whose main port authenticates by client certificates of `ca`
+/// and allows every caller, running `web` with a line in its log.
+fn node_with_a_log(fake: &FakeCri, certs: &Path, extra: &[&str]) -> (Agent, u16) {
+    let port = free_port();
+    let port_s = port.to_string();
+    let ca = certs.join("good-ca.crt");
+    let mut args = vec![
+        "--port",
+        &port_s,
+        "--address",
+        "127.0.0.1",
+        "--client-ca-file",
+        ca.to_str().unwrap(),
+        "--authorization-mode",
+        "AlwaysAllow",
+    ];
+    args.extend_from_slice(extra);
+    let mut agent = Agent::start(&fake.endpoint(), &args);
+    write_manifest(&agent.manifests(), "web.yaml", POD);
+    agent.wait("web runs", || running_containers(fake, "web-edge-1") == 1);
+    let log = fake.containers_named("app")[0].log_path.clone();
+    assert!(!log.is_empty(), "the container has no log path");
+    let log = Path::new(&log);
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    std::fs::write(log, "2026-11-28T13:00:00.000000000Z stdout F hello\n").unwrap();
+    wait_listening(&mut agent, port);
+    (agent, port)
+}
+
+/// One caller cannot take every session of the node: alice's follows of
+/// one namespace stop at her share (429, saying why), and bob is still
+/// served; a follow she closes gives its place back.
+#[test]
+fn one_user_cannot_take_every_log_follow() {
+    let certs = tempfile::tempdir().unwrap();
+    make_ca_and_client(certs.path(), "good");
+    make_client(certs.path(), "good", "alice", "/CN=alice");
+    make_client(certs.path(), "good", "bob", "/CN=bob");
+    let pair = |who: &str| {
+        (
+            certs.path().join(format!("{who}.crt")),
+            certs.path().join(format!("{who}.key")),
+        )
+    };
+    let (alice, bob) = (pair("alice"), pair("bob"));
+    let fake = FakeCri::start();
+    let (mut agent, port) = node_with_a_log(&fake, certs.path(), &[]);
+
+    let mut held = Vec::new();
+    let mut refusals = Vec::new();
+    for _ in 0..17 {
+        match follow(port, (&alice.0, &alice.1)) {
+            (200, Some(conn), _) => held.push(conn),
+            (status, _, body) => refusals.push((status, body)),
+        }
+    }
+    assert_eq!(held.len(), 8, "alice's follows held: {refusals:?}");
+    for (status, body) in &refusals {
+        assert_eq!(*status, 429, "{body}");
+        assert!(
+            body.contains("too many sessions")
+                && body.contains("\"alice\"")
+                && body.contains("\"default\""),
+            "{body}"
+        );
+    }
+    let (status, bob_follow, body) = follow(port, (&bob.0, &bob.1));
+    assert_eq!(
+        status, 200,
+        "bob was refused while alice holds hers: {body}"
+    );
+    assert!(bob_follow.is_some());
+
+    // Alice closes one: once its session has ended, she gets one more.
+    drop(held.pop());
+    agent.wait(
+        "alice's closed follow gives its place back",
+        || match follow(port, (&alice.0, &alice.1)) {
+            (200, Some(conn), _) => {
+                held.push(conn);
+                true
+            }
+            _ => false,
+        },
+    );
+    assert_eq!(held.len(), 8);
+    assert!(agent.running());
+}
+
+/// `--streaming-connection-idle-timeout`: a follow of a log that stays
+/// quiet is closed after that long (before, it was held for as long as the
+/// container ran).
+#[test]
+fn a_quiet_follow_is_closed_after_the_idle_timeout() {
+    let certs = tempfile::tempdir().unwrap();
+    make_ca_and_client(certs.path(), "good");
+    let client = (
+        certs.path().join("good-client.crt"),
+        certs.path().join("good-client.key"),
+    );
+    let fake = FakeCri::start();
+    let (_agent, port) = node_with_a_log(
+        &fake,
+        certs.path(),
+        &["--streaming-connection-idle-timeout", "1s"],
+    );
+    let (status, conn, _) = follow(port, (&client.0, &client.1));
+    assert_eq!(status, 200);
+    let mut conn = conn.unwrap();
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let mut buf = [0u8; 1024];
+    // Read until the server closes (or the 30 s read timeout says it never did).
+    let closed = loop {
+        match conn.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => rest.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break true,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                break false
+            }
+            Err(_) => break true,
+        }
+    };
+    assert!(closed, "the quiet follow was still open after 30 s");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "closed after {:?}, before the idle timeout",
+        started.elapsed()
+    );
+    assert!(
+        !String::from_utf8_lossy(&rest).contains("0\r\n\r\n"),
+        "an idle close is not the log's end: {rest:?}"
+    );
+}
+
+/// The agent's process id (found by its root dir, as `server_threads`).
+fn agent_pid(agent: &Agent) -> u32 {
+    let root = agent.root_dir().display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .find_map(|p| {
+            let pid: u32 = p.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(p.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmd).contains(&root).then_some(pid)
+        })
+        .expect("the agent's process")
+}
+
+/// Requests nobody authenticated, with made-up methods and 16 KiB path
+/// roots, leave `kubelet_http_requests_total` with upstream's buckets (an
+/// unknown root or method is `other`) and the process's memory where it
+/// was: before, each root became a series kept for good (RSS grew by
+/// 42 MiB here).
+#[test]
+fn a_flood_of_made_up_paths_neither_adds_series_nor_memory() {
+    let fake = FakeCri::start();
+    let ro = free_port();
+    let ro_s = ro.to_string();
+    let mut agent = Agent::start(
+        &fake.endpoint(),
+        &["--read-only-port", &ro_s, "--address", "127.0.0.1"],
+    );
+    wait_listening(&mut agent, ro);
+    agent.wait("healthy", || get(ro, "/healthz").0 == 200);
+    let pid = agent_pid(&agent);
+    let rss = || crate::support::churn::Footprint::of(pid).rss_kib;
+    // A warm-up with the same shape, so that the buffers a request needs
+    // are there before the first reading.
+    let flood = |n: usize, tag: &str| {
+        let filler = "x".repeat(16 * 1024);
+        let mut s = TcpStream::connect(("127.0.0.1", ro)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut buf = vec![0u8; 4096];
+        for i in 0..n {
+            let method = if i % 2 == 0 {
+                "GET".to_string()
+            } else {
+                format!("M{tag}{i}")
+            };
+            let req = format!("{method} /{tag}{i}{filler}/x HTTP/1.1\r\nHost: node\r\n\r\n");
+            if s.write_all(req.as_bytes()).is_err() {
+                s = TcpStream::connect(("127.0.0.1", ro)).expect("connect");
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                continue;
+            }
+            // Each is answered 404 (or 405), and the connection kept.
+            match s.read(&mut buf) {
+                Ok(n) if n > 0 => {}
+                _ => {
+                    s = TcpStream::connect(("127.0.0.1", ro)).expect("connect");
+                    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                }
+            }
+        }
+    };
+    flood(200, "warm");
+    let before = rss();
+    flood(3000, "flood");
+    let after = rss();
+    // A generous bound: the unbounded labels kept 3000 x 16 KiB.
+    assert!(
+        after.saturating_sub(before) < 16 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+    let (status, metrics) = get(ro, "/metrics");
+    assert_eq!(status, 200);
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("kubelet_http_requests_total{"))
+        .collect();
+    assert!(series.len() <= 20, "{} series: {series:?}", series.len());
+    assert!(
+        series
+            .iter()
+            .any(|l| l.contains("method=\"other\",path=\"other\",server_type=\"readonly\"")),
+        "{series:?}"
+    );
+    assert!(!metrics.contains("flood"), "a made-up path became a label");
     assert!(agent.running());
 }

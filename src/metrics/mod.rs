@@ -153,13 +153,68 @@ pub(crate) fn pleg_relist(took: Duration, interval: Option<Duration>) {
     }
 }
 
-/// One request to the node's API: `path` is the first element of the
-/// request's path (`/stats`, `/exec`, ...: upstream's label is that root),
-/// `server_type` `readonly` or `readwrite`, `long_running` for streaming
-/// and follow requests.
+/// The methods `kubelet_http_requests_total` names, as upstream's server
+/// buckets them (its `metricsMethodBuckets`); any other is `other`.
+const HTTP_METHODS: &[&str] = &[
+    "OPTIONS", "GET", "HEAD", "POST", "PUT", "DELETE", "TRACE", "CONNECT",
+];
+
+/// The path roots `kubelet_http_requests_total` names: upstream's buckets
+/// (each root its server registers), whether or not tinylet serves them
+/// all; any other root is `other`.
+const HTTP_PATH_ROOTS: &[&str] = &[
+    "healthz",
+    "pods",
+    "stats",
+    "metrics",
+    "metrics/cadvisor",
+    "metrics/probes",
+    "metrics/resource",
+    "checkpoint",
+    "run",
+    "exec",
+    "attach",
+    "portForward",
+    "containerLogs",
+    "configz",
+    "runningpods",
+    "pprof",
+    "logs",
+    "debug",
+];
+
+/// The label value of whatever a caller sent that is not in `known`.
+const OTHER: &str = "other";
+
+/// One request to the node's API: `path` is the root of the request's
+/// path (its first element, and the second under `metrics/`), `server_type`
+/// `readonly` or `readwrite`, `long_running` for streaming and follow
+/// requests. Recorded before authentication, so a method or root that is
+/// not one of upstream's buckets counts as `other`, as upstream's do:
+/// whatever strangers send, the family keeps a few dozen series.
 pub(crate) fn http_request(method: &str, path: &str, server_type: &str, long_running: bool) {
     let long = if long_running { "true" } else { "false" };
+    let method = HTTP_METHODS
+        .iter()
+        .find(|m| **m == method)
+        .copied()
+        .unwrap_or(OTHER);
+    let path = HTTP_PATH_ROOTS
+        .iter()
+        .find(|p| **p == path)
+        .copied()
+        .unwrap_or(OTHER);
+    let server_type = match server_type {
+        "readonly" => "readonly",
+        _ => "readwrite",
+    };
     HTTP_REQUESTS.inc(&[method, path, server_type, long]);
+}
+
+/// The label values of every `kubelet_http_requests_total` series.
+#[cfg(test)]
+pub(crate) fn http_request_series() -> Vec<Vec<String>> {
+    HTTP_REQUESTS.label_sets()
 }
 
 /// One answer (or failure, `code` None) of the apiserver to `method` on

@@ -263,6 +263,12 @@ impl CounterFamily {
         }
     }
 
+    /// The label values of each series.
+    #[cfg(test)]
+    pub(crate) fn label_sets(&self) -> Vec<Vec<String>> {
+        self.series.lock().iter().map(|(k, _)| k.to_vec()).collect()
+    }
+
     /// The value of one series (0 when absent).
     pub fn get(&self, values: &[&str]) -> u64 {
         let s = self.series.lock();

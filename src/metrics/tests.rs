@@ -95,7 +95,7 @@ fn the_metrics_page_has_the_kubelets_names_and_parses() {
     pod_started(Duration::from_millis(1500));
     pod_worker_sync(WorkerOperation::Create, Duration::from_millis(40));
     pleg_relist(Duration::from_millis(8), Some(Duration::from_secs(1)));
-    http_request("GET", "/stats", "readwrite", false);
+    http_request("GET", "stats", "readwrite", false);
     rest_client_request(Some(201), "POST", "10.0.0.1:6443");
     rest_client_request(None, "GET", "10.0.0.1:6443");
     eviction("nodefs.available");
@@ -171,7 +171,7 @@ fn the_metrics_page_has_the_kubelets_names_and_parses() {
     );
     let http = [
         ("method", "GET"),
-        ("path", "/stats"),
+        ("path", "stats"),
         ("server_type", "readwrite"),
         ("long_running", "false"),
     ];

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{log_max_files, log_max_size, parse_duration, AuthorizationMode, Options};
+use super::{
+    log_max_files, log_max_size, parse_duration, AuthorizationMode, Options, TlsMinVersion,
+};
 use crate::config::decode::parse_object;
 use crate::node::taint::parse_taints;
 
@@ -320,6 +322,11 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                     o.tls_private_key_file = path;
                 }
             }
+            "tlsMinVersion" => {
+                o.tls_min_version =
+                    TlsMinVersion::parse(&string(field, v)?).map_err(|e| err(field, e))?
+            }
+            "streamingConnectionIdleTimeout" => o.streaming_idle_timeout = duration(field, v)?,
             "enableServer" => {
                 o.enable_server = Some(
                     v.as_bool()
@@ -417,6 +424,54 @@ authentication: {anonymous: {enabled: false}}
 cgroupDriver: systemd
 configMapAndSecretChangeDetectionStrategy: Cache
 ";
+
+    #[test]
+    fn tls_min_version_and_the_streaming_idle_timeout_are_read_not_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = run(&[]);
+        assert_eq!(o.tls_min_version, crate::options::TlsMinVersion::Tls12);
+        assert_eq!(o.streaming_idle_timeout, Duration::from_secs(4 * 3600));
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let file = config_file(
+            &dir,
+            "c.yaml",
+            &format!("{head}tlsMinVersion: VersionTLS13\nstreamingConnectionIdleTimeout: 5m\n"),
+        );
+        let o = run(&["--config", &file]);
+        assert_eq!(o.tls_min_version, crate::options::TlsMinVersion::Tls13);
+        assert_eq!(o.streaming_idle_timeout, Duration::from_secs(300));
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
+        assert!(o.ignored_flags.is_empty(), "{:?}", o.ignored_flags);
+        // Flags override the file.
+        let o = run(&[
+            "--config",
+            &file,
+            "--tls-min-version=VersionTLS12",
+            "--streaming-connection-idle-timeout",
+            "0s",
+        ]);
+        assert_eq!(o.tls_min_version, crate::options::TlsMinVersion::Tls12);
+        assert!(o.streaming_idle_timeout.is_zero());
+        // TLS 1.0 and 1.1 are refused at start, naming where they came from.
+        let e = parse(&["--tls-min-version", "VersionTLS10"]).unwrap_err();
+        assert!(
+            e.contains("--tls-min-version") && e.contains("VersionTLS10"),
+            "{e}"
+        );
+        let old = config_file(
+            &dir,
+            "old.yaml",
+            &format!("{head}tlsMinVersion: VersionTLS11\n"),
+        );
+        let e = parse(&["--config", &old]).unwrap_err();
+        assert!(e.contains("tlsMinVersion") && e.contains("old.yaml"), "{e}");
+        let e = parse(&["--streaming-connection-idle-timeout", "soon"]).unwrap_err();
+        assert!(e.contains("--streaming-connection-idle-timeout"), "{e}");
+    }
 
     #[test]
     fn eviction_flags_and_config_fields() {

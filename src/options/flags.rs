@@ -13,6 +13,7 @@ use super::ignored::{IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS};
 use super::status_cmd::parse_status_args;
 use super::{
     boolean, log_max_files, log_max_size, parse_duration, AuthorizationMode, Command, Options,
+    TlsMinVersion,
 };
 use crate::node::taint::parse_taints;
 
@@ -158,6 +159,13 @@ node serves each only when its flag or --enable-server is given):
                                        authenticate (CN: user, O: groups)
   --enable-server bool                 serve --port (and, standalone, --healthz-port); false
                                        turns the main and read-only ports off
+  --tls-min-version string             oldest TLS version of --port: VersionTLS12 or
+                                       VersionTLS13 (default VersionTLS12; TLS 1.0 and 1.1
+                                       are not spoken)
+  --streaming-connection-idle-timeout duration
+                                       a log follow, exec, attach or port-forward session
+                                       with no traffic either way for this long is closed;
+                                       0: never (default 4h0m0s)
 
   -v, --v int                          log verbosity: 0 info, 1-3 more info, 4+ debug, 6+ trace
   -h, --help                           print this help
@@ -403,6 +411,11 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "cert-dir" => o.cert_dir = (!v.is_empty()).then(|| PathBuf::from(v)),
             "client-ca-file" => o.client_ca_file = (!v.is_empty()).then(|| PathBuf::from(v)),
             "enable-server" => o.enable_server = Some(boolean(name, &v)?),
+            "tls-min-version" => {
+                o.tls_min_version =
+                    TlsMinVersion::parse(&v).map_err(|e| format!("flag --{name}: {e}"))?
+            }
+            "streaming-connection-idle-timeout" => o.streaming_idle_timeout = dur(&v)?,
             "anonymous-auth" => o.auth.anonymous = boolean(name, &v)?,
             "authentication-token-webhook" => o.auth.token_webhook = boolean(name, &v)?,
             "authentication-token-webhook-cache-ttl" => o.auth.token_cache_ttl = dur(&v)?,
@@ -644,6 +657,8 @@ pub(super) const FLAGS: &[&str] = &[
     "cert-dir",
     "client-ca-file",
     "enable-server",
+    "tls-min-version",
+    "streaming-connection-idle-timeout",
     "anonymous-auth",
     "authentication-token-webhook",
     "authentication-token-webhook-cache-ttl",

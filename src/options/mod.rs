@@ -149,6 +149,51 @@ pub struct Options {
     pub container_log_max_files: usize,
     /// The eviction thresholds and their settings (`--eviction-*`).
     pub eviction: crate::eviction::Settings,
+    /// A long session of the node API (a log follow, exec, attach,
+    /// port-forward) with no traffic either way for this long is closed
+    /// (`--streaming-connection-idle-timeout`,
+    /// `streamingConnectionIdleTimeout`); zero: never.
+    pub streaming_idle_timeout: Duration,
+    /// The oldest TLS version the main port speaks (`--tls-min-version`,
+    /// `tlsMinVersion`).
+    pub tls_min_version: TlsMinVersion,
+}
+
+/// The oldest TLS version the node API's main port accepts, by upstream's
+/// names. rustls speaks TLS 1.2 and 1.3 only, so `VersionTLS10` and
+/// `VersionTLS11` are refused at start rather than silently raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsMinVersion {
+    /// `VersionTLS12`, and upstream's default (Go's servers' minimum).
+    #[default]
+    Tls12,
+    /// `VersionTLS13`.
+    Tls13,
+}
+
+impl TlsMinVersion {
+    /// Parses upstream's names; empty is the default.
+    pub fn parse(v: &str) -> Result<TlsMinVersion, String> {
+        match v {
+            "" | "VersionTLS12" => Ok(TlsMinVersion::Tls12),
+            "VersionTLS13" => Ok(TlsMinVersion::Tls13),
+            "VersionTLS10" | "VersionTLS11" => Err(format!(
+                "{v} is not supported: the node API speaks TLS 1.2 and 1.3 only \
+                 (use VersionTLS12 or VersionTLS13)"
+            )),
+            _ => Err(format!(
+                "{v:?} is not a TLS version (VersionTLS12 or VersionTLS13)"
+            )),
+        }
+    }
+
+    /// Upstream's name of the version.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsMinVersion::Tls12 => "VersionTLS12",
+            TlsMinVersion::Tls13 => "VersionTLS13",
+        }
+    }
 }
 
 /// Where the node's API listens; `None`: that listener is off.
@@ -256,6 +301,8 @@ impl Default for Options {
             container_log_max_size: crate::logs::rotate::DEFAULT_MAX_SIZE,
             container_log_max_files: crate::logs::rotate::DEFAULT_MAX_FILES,
             eviction: crate::eviction::Settings::default(),
+            streaming_idle_timeout: Duration::from_secs(4 * 3600),
+            tls_min_version: TlsMinVersion::Tls12,
         }
     }
 }

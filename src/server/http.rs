@@ -27,8 +27,10 @@ use crate::thread::{spawn_named, JoinOnDrop};
 pub(crate) const MAX_CONNS: usize = 128;
 /// Request-serving threads at most.
 pub(crate) const MAX_WORKERS: usize = 4;
-/// Long sessions (log follows, exec, attach, port-forward) at most.
-pub(crate) const MAX_SESSIONS: usize = 16;
+/// Long sessions (log follows, exec, attach, port-forward) at most, each
+/// a thread (a 256 KiB stack, mostly untouched, and two 32 KiB buffers);
+/// above what one caller may hold (`sessions::PER_USER`).
+pub(crate) const MAX_SESSIONS: usize = 64;
 /// The TLS handshake and a request head must arrive within this.
 pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// A kept-alive connection without a new request is closed after this.
@@ -109,6 +111,7 @@ pub(crate) fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Request Entity Too Large",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
@@ -537,7 +540,10 @@ impl Pool {
         if self.sessions.fetch_add(1, Ordering::Relaxed) >= MAX_SESSIONS {
             self.sessions.fetch_sub(1, Ordering::Relaxed);
             c.keep_alive = false;
-            let _ = c.text(503, "too many sessions\n");
+            let _ = c.text(
+                503,
+                &format!("too many sessions on this node ({MAX_SESSIONS}); try again later\n"),
+            );
             return;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);

@@ -7,7 +7,8 @@
 //! `http` is the bounded, synchronous machinery (threads, timeouts,
 //! limits), `tls` and `cert` the main port's TLS, `auth` who may ask,
 //! `routes` what each path answers, `stream` the exec, attach and
-//! port-forward sessions relayed to the runtime's streaming server.
+//! port-forward sessions relayed to the runtime's streaming server,
+//! `sessions` how many of those (and log follows) each caller may hold.
 
 pub mod auth;
 pub(crate) mod cert;
@@ -15,6 +16,7 @@ pub mod conn;
 pub mod head;
 pub mod http;
 pub mod routes;
+pub mod sessions;
 pub mod stream;
 pub mod tls;
 
@@ -131,6 +133,8 @@ pub fn configz(opts: &Options) -> String {
             "healthzBindAddress": opts.healthz_bind_address.to_string(),
             "tlsCertFile": path(&opts.tls_cert_file),
             "tlsPrivateKeyFile": path(&opts.tls_private_key_file),
+            "tlsMinVersion": opts.tls_min_version.name(),
+            "streamingConnectionIdleTimeout": go_duration(opts.streaming_idle_timeout),
             "authentication": {
                 "x509": {"clientCAFile": path(&opts.client_ca_file)},
                 "webhook": {

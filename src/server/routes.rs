@@ -12,9 +12,10 @@ use std::time::Instant;
 use log::{debug, error};
 use serde_json::{json, Value};
 
-use super::auth::Auth;
+use super::auth::{Auth, User};
 use super::head::{percent_decode, query_pairs, RequestHead};
 use super::http::{Client, Handler, Next, Port};
+use super::sessions::{IdleWriter, Sessions};
 use super::stream::{self, StreamKind};
 use crate::cri::{ImageService, RuntimeService};
 use crate::health::Health;
@@ -42,6 +43,8 @@ pub struct State {
     pub node_name: String,
     pub root_dir: PathBuf,
     pub logs_dir: PathBuf,
+    /// Long sessions by caller, and their idle timeout.
+    pub sessions: Arc<Sessions>,
 }
 
 fn is_healthz(path: &str) -> bool {
@@ -75,9 +78,9 @@ impl Handler for State {
                 _ => not_found(c),
             },
             Port::Main => {
-                if !self.allowed(c, head) {
+                let Some(user) = self.allowed(c, head) else {
                     return Next::Close;
-                }
+                };
                 match path.as_str() {
                     p if is_healthz(p) => self.healthz(c, p),
                     "/pods" | "/pods/" => self.pods(c, head),
@@ -85,9 +88,11 @@ impl Handler for State {
                     "/configz" => self.configz(c, head),
                     p if is_stats(p) => self.stats(c, head),
                     p if p.starts_with("/run/") => self.run(c, head),
-                    p if p.starts_with("/containerLogs/") => return self.container_logs(c, head),
+                    p if p.starts_with("/containerLogs/") => {
+                        return self.container_logs(c, head, &user.name)
+                    }
                     p => match stream_kind(p) {
-                        Some(kind) => return self.session(c, head, kind),
+                        Some(kind) => return self.session(c, head, kind, &user.name),
                         None => not_found(c),
                     },
                 }
@@ -193,8 +198,9 @@ impl State {
 
     /// `/containerLogs/<namespace>/<pod>/<container>`: the container's
     /// log as plain text; with `follow` on a session thread of its own,
-    /// until the container ends or the client goes.
-    fn container_logs(&self, c: &mut Client, head: &RequestHead) -> Next {
+    /// until the container ends, the client goes or nothing was written
+    /// for the idle timeout; a follow counts as a session of `user`.
+    fn container_logs(&self, c: &mut Client, head: &RequestHead, user: &str) -> Next {
         let done = |r: std::io::Result<()>| if r.is_ok() { Next::Done } else { Next::Close };
         if head.method != "GET" {
             return done(c.text(405, "405: Method Not Allowed"));
@@ -217,6 +223,15 @@ impl State {
             Err(e) => return done(c.text(400, &e)),
         };
         let follow = opts.follow;
+        // A follow is a session: counted for its caller, closed when idle.
+        let slot = match follow {
+            true => match self.sessions.admit(user, &ns) {
+                Ok(slot) => Some(slot),
+                Err(why) => return done(c.text(429, &why)),
+            },
+            false => None,
+        };
+        let idle = if follow { self.sessions.idle() } else { None };
         let runtime = self.runtime.clone();
         let not_started = self.not_started(&ns, &pod, &container);
         let serve = move |c: &mut Client| -> std::io::Result<()> {
@@ -232,13 +247,14 @@ impl State {
                     return c.text(500, "Internal Server Error");
                 }
             };
-            let mut body = c.chunked(200, "text/plain")?;
+            let mut body = IdleWriter::new(c.chunked(200, "text/plain")?, idle);
             stream.copy_to(&mut body)?;
-            body.finish()
+            body.into_inner().finish()
         };
         if follow {
             let what = head.path().to_string();
             Next::Session(Box::new(move |mut client: Client| {
+                let _slot = slot;
                 if let Err(e) = serve(&mut client) {
                     debug!("node API: GET {what}: follow ended: {e}");
                 }
@@ -301,17 +317,35 @@ impl State {
 
     /// Exec, attach and port-forward: the rest of the connection goes to
     /// a session thread that relays it to the runtime's streaming server.
-    fn session(&self, c: &mut Client, head: &RequestHead, kind: StreamKind) -> Next {
+    /// Each counts as a session of `user` on the pod's namespace (the
+    /// path's first element after the kind), refused with 429 past the
+    /// caller's share.
+    fn session(&self, c: &mut Client, head: &RequestHead, kind: StreamKind, user: &str) -> Next {
         let mut head = head.clone();
         // A bearer token in the WebSocket protocol was for this node only.
         super::auth::strip_token_protocol(&mut head);
         let runtime = self.runtime.clone();
         c.keep_alive = false;
+        let namespace = head
+            .path()
+            .split('/')
+            .nth(2)
+            .map(|ns| percent_decode(ns, false))
+            .unwrap_or_default();
+        let slot = match self.sessions.admit(user, &namespace) {
+            Ok(slot) => slot,
+            Err(why) => {
+                let _ = c.text(429, &why);
+                return Next::Close;
+            }
+        };
+        let idle = self.sessions.idle();
         Next::Session(Box::new(move |mut client: Client| {
+            let _slot = slot;
             // What the client sent right after its request (a SPDY client
             // may open its streams before the answer) goes first.
             let early = client.take_read_ahead();
-            if let Err(e) = stream::serve(kind, client.conn, &head, &early, &*runtime) {
+            if let Err(e) = stream::serve(kind, client.conn, &head, &early, &*runtime, idle) {
                 debug!(
                     "node API: {} {}: session ended: {e}",
                     head.method,
@@ -321,15 +355,16 @@ impl State {
         }))
     }
 
-    /// Authenticates and authorizes a main-port request; a refusal is
-    /// answered (401, 403, or 500 for an authorization error), logged,
-    /// with no more detail than upstream gives.
-    fn allowed(&self, c: &mut Client, head: &RequestHead) -> bool {
+    /// Authenticates and authorizes a main-port request: the user when it
+    /// may go on. A refusal is answered (401, 403, or 500 for an
+    /// authorization error), logged, with no more detail than upstream
+    /// gives.
+    fn allowed(&self, c: &mut Client, head: &RequestHead) -> Option<User> {
         let cert = c.peer_cert();
         let refuse = |c: &mut Client, status: u16, body: &str| {
             c.keep_alive = false;
             let _ = c.text(status, body);
-            false
+            None
         };
         let user = match self.auth.authenticate(cert.as_deref(), head) {
             Ok(Some(u)) => u,
@@ -349,7 +384,7 @@ impl State {
             }
         };
         match self.auth.authorize(&user, head) {
-            Ok(d) if d.allowed => true,
+            Ok(d) if d.allowed => Some(user),
             Ok(d) => {
                 debug!(
                     "node API: {} {} refused for {}: {}",
@@ -503,12 +538,16 @@ mod tests {
     use std::time::Duration;
 
     fn ask(state: &State, port: Port, path: &str) -> String {
+        ask_with(state, port, "GET", path)
+    }
+
+    fn ask_with(state: &State, port: Port, method: &str, path: &str) -> String {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (server_side, _) = l.accept().unwrap();
         let mut c = Client::detached(super::super::conn::Conn::Plain(server_side), port);
         let head = RequestHead {
-            method: "GET".into(),
+            method: method.into(),
             target: path.into(),
             headers: Vec::new(),
         };
@@ -519,12 +558,10 @@ mod tests {
         out
     }
 
-    #[test]
-    fn healthz_fails_with_the_reason_when_the_sync_loop_is_stuck() {
-        let health = Arc::new(Health::new(Duration::from_secs(60)));
+    fn state(health: Arc<Health>) -> State {
         let fake = Arc::new(crate::runtime::fake::FakeRuntime::default());
-        let state = State {
-            health: health.clone(),
+        State {
+            health,
             pods: Arc::new(PodView::default()),
             statuses: StatusReporter::standalone(),
             running: Arc::new(RunningPods::default()),
@@ -536,7 +573,14 @@ mod tests {
             node_name: "edge-1".into(),
             root_dir: "/nonexistent".into(),
             logs_dir: "/nonexistent".into(),
-        };
+            sessions: Sessions::new(Duration::from_secs(3600)),
+        }
+    }
+
+    #[test]
+    fn healthz_fails_with_the_reason_when_the_sync_loop_is_stuck() {
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        let state = state(health.clone());
         let now = Instant::now();
         health.sync_loop_turned_at(now);
         health.relisted_at(now);
@@ -562,5 +606,152 @@ mod tests {
         }
         assert!(ask(&state, Port::Healthz, "/pods").starts_with("HTTP/1.1 404 "));
         assert!(ask(&state, Port::Main, "/pods").starts_with("HTTP/1.1 401 "));
+    }
+
+    /// Requests with made-up paths and methods, refused before anyone
+    /// authenticated them, leave `kubelet_http_requests_total` with
+    /// upstream's buckets only: a flood cannot grow the node's memory.
+    #[test]
+    fn unauthenticated_floods_count_as_other_in_bounded_series() {
+        let state = state(Arc::new(Health::new(Duration::from_secs(60))));
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..600 {
+            let (a, b) = (next(), next());
+            let method = match i % 4 {
+                0 => "GET".to_string(),
+                1 => format!("M{a:x}"),
+                2 => "PATCH".to_string(),
+                _ => format!("{b:X}"),
+            };
+            let path = match i % 3 {
+                0 => format!("/{a:x}/{b:x}"),
+                1 => format!("/metrics/{a:x}"),
+                _ => format!("/pods{b:x}"),
+            };
+            let port = if i % 2 == 0 {
+                Port::Main
+            } else {
+                Port::ReadOnly
+            };
+            let answer = ask_with(&state, port, &method, &path);
+            assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+        }
+        let methods = [
+            "OPTIONS", "GET", "HEAD", "POST", "PUT", "DELETE", "TRACE", "CONNECT", "other",
+        ];
+        let roots = [
+            "healthz",
+            "pods",
+            "stats",
+            "metrics",
+            "metrics/cadvisor",
+            "metrics/probes",
+            "metrics/resource",
+            "checkpoint",
+            "run",
+            "exec",
+            "attach",
+            "portForward",
+            "containerLogs",
+            "configz",
+            "runningpods",
+            "pprof",
+            "logs",
+            "debug",
+            "other",
+        ];
+        let series = crate::metrics::http_request_series();
+        for labels in &series {
+            let [method, path, server_type, long] = labels.as_slice() else {
+                panic!("{labels:?}");
+            };
+            assert!(methods.contains(&method.as_str()), "{labels:?}");
+            assert!(roots.contains(&path.as_str()), "{labels:?}");
+            assert!(["readonly", "readwrite"].contains(&server_type.as_str()));
+            assert!(["true", "false"].contains(&long.as_str()));
+        }
+        // Methods by server type by long-running, and a few dozen roots.
+        assert!(series.len() <= 9 * 2 * 2 * 19, "{} series", series.len());
+        for (method, port) in [
+            ("other", "readwrite"),
+            ("other", "readonly"),
+            ("GET", "readwrite"),
+        ] {
+            assert!(
+                series
+                    .iter()
+                    .any(|l| l[0] == method && l[1] == "other" && l[2] == port),
+                "no {method} other {port} series in {series:?}"
+            );
+        }
+    }
+
+    /// Exec, attach and port-forward count against the caller's share in
+    /// the pod's namespace, as log follows do: past it the request is
+    /// answered 429 before any session starts; another namespace is
+    /// another share.
+    #[test]
+    fn streams_past_the_callers_share_are_refused_before_a_session_starts() {
+        let mut state = state(Arc::new(Health::new(Duration::from_secs(60))));
+        state.auth = Auth::new(
+            crate::options::AuthConfig {
+                anonymous: true,
+                mode: Some(crate::options::AuthorizationMode::AlwaysAllow),
+                ..Default::default()
+            },
+            None,
+        );
+        let kept = std::cell::RefCell::new(Vec::new());
+        let ask = |target: &str| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (server_side, _) = l.accept().unwrap();
+            let mut c = Client::detached(super::super::conn::Conn::Plain(server_side), Port::Main);
+            let head = RequestHead {
+                method: "GET".into(),
+                target: target.into(),
+                headers: Vec::new(),
+            };
+            match state.handle(&mut c, &head) {
+                Next::Session(run) => {
+                    kept.borrow_mut().push((run, peer));
+                    None
+                }
+                _ => {
+                    drop(c);
+                    let mut out = String::new();
+                    peer.read_to_string(&mut out).unwrap();
+                    Some(out)
+                }
+            }
+        };
+        let targets = [
+            "/exec/team-a/web/app?command=sh",
+            "/attach/team-a/web/app",
+            "/portForward/team-a/web",
+        ];
+        for i in 0..crate::server::sessions::PER_NAMESPACE {
+            assert_eq!(ask(targets[i % 3]), None, "session {i}");
+        }
+        let refused = ask("/exec/team-a/web/app?command=sh").expect("a refusal");
+        assert!(
+            refused.starts_with("HTTP/1.1 429 Too Many Requests"),
+            "{refused}"
+        );
+        assert!(
+            refused.contains("\"system:anonymous\"") && refused.contains("\"team-a\""),
+            "{refused}"
+        );
+        assert_eq!(ask("/portForward/team-b/db"), None);
+        // A session that never ran (the node had no thread for it) gives
+        // its place back.
+        drop(kept.borrow_mut().remove(0));
+        assert_eq!(ask("/attach/team-a/web/app"), None);
     }
 }

@@ -53,16 +53,18 @@ const LINGER: Duration = Duration::from_secs(10);
 /// the client's request there and relays bytes both ways until either side
 /// closes. `early` is what the client sent after its request head that
 /// was read with it: it reaches the streaming server first, once that has
-/// switched protocols.
+/// switched protocols. With `idle`, a session that moves no byte either way
+/// for that long is closed (upstream's `streamingConnectionIdleTimeout`).
 pub fn serve(
     kind: StreamKind,
     mut conn: Conn,
     head: &RequestHead,
     early: &[u8],
     runtime: &dyn RuntimeService,
+    idle: Option<Duration>,
 ) -> io::Result<()> {
     match session_url(kind, head, runtime) {
-        Ok(url) => proxy(conn, head, early, &url),
+        Ok(url) => proxy(conn, head, early, &url, idle),
         Err((code, body)) => answer(&mut conn, code, &body),
     }
 }
@@ -409,7 +411,13 @@ fn split_url(url: &str) -> Option<(&str, &str)> {
 }
 
 /// Replays the request to the streaming server and relays its answer.
-fn proxy(mut conn: Conn, head: &RequestHead, early: &[u8], url: &str) -> io::Result<()> {
+fn proxy(
+    mut conn: Conn,
+    head: &RequestHead,
+    early: &[u8],
+    url: &str,
+    idle: Option<Duration>,
+) -> io::Result<()> {
     if !is_upgrade(head) {
         return answer(&mut conn, 500, "Upgrade request required\n");
     }
@@ -453,7 +461,7 @@ fn proxy(mut conn: Conn, head: &RequestHead, early: &[u8], url: &str) -> io::Res
     if let Some((_, tls)) = conn.tls_mut() {
         tls.set_buffer_limit(Some(BUF));
     }
-    let result = relay(&mut conn, &mut backend, from_backend);
+    let result = relay(&mut conn, &mut backend, from_backend, idle);
     close(&mut conn);
     let _ = backend.shutdown(Shutdown::Both);
     result
@@ -725,12 +733,19 @@ fn client_takes_input(conn: &mut Conn, buf: &Buf) -> bool {
 }
 
 /// Copies bytes both ways until either side ends (the other then gets
-/// what was still buffered for it, within [`LINGER`] of no progress).
-fn relay(conn: &mut Conn, backend: &mut TcpStream, mut to_client: Buf) -> io::Result<()> {
+/// what was still buffered for it, within [`LINGER`] of no progress), or
+/// no byte moved either way for `idle`.
+fn relay(
+    conn: &mut Conn,
+    backend: &mut TcpStream,
+    mut to_client: Buf,
+    idle: Option<Duration>,
+) -> io::Result<()> {
     let mut to_backend = Buf::new();
     let mut client_ended = false;
     let mut backend_ended = false;
     let mut backend_shut = false;
+    let mut last_moved = Instant::now();
     loop {
         loop {
             let mut moved = false;
@@ -766,6 +781,7 @@ fn relay(conn: &mut Conn, backend: &mut TcpStream, mut to_client: Buf) -> io::Re
             if !moved {
                 break;
             }
+            last_moved = Instant::now();
         }
         // Everything the backend said has reached the client: done.
         if backend_ended && to_client.is_empty() && !client_has_output(conn, &to_client) {
@@ -815,6 +831,19 @@ fn relay(conn: &mut Conn, backend: &mut TcpStream, mut to_client: Buf) -> io::Re
         ];
         let timeout = if client_ended || backend_ended {
             LINGER.as_millis() as libc::c_int
+        } else if let Some(idle) = idle {
+            let left = idle.saturating_sub(last_moved.elapsed());
+            if left.is_zero() {
+                log::debug!(
+                    "server: session idle for {}; closing it",
+                    super::go_duration(idle)
+                );
+                return Ok(());
+            }
+            // Rounded up, so that the wake-up comes at or after the deadline.
+            left.as_millis()
+                .saturating_add(1)
+                .min(libc::c_int::MAX as u128) as libc::c_int
         } else {
             -1
         };
@@ -827,7 +856,7 @@ fn relay(conn: &mut Conn, backend: &mut TcpStream, mut to_client: Buf) -> io::Re
             }
             return Err(e);
         }
-        if n == 0 {
+        if n == 0 && (client_ended || backend_ended) {
             // One side ended and the rest made no progress for LINGER.
             return Ok(());
         }
@@ -1135,6 +1164,16 @@ mod tests {
         h: RequestHead,
         rt: Arc<Runtime>,
     ) -> (TcpStream, Receiver<io::Result<()>>) {
+        start_plain_idle(kind, h, rt, None)
+    }
+
+    /// As [`start_plain`], with an idle timeout.
+    fn start_plain_idle(
+        kind: StreamKind,
+        h: RequestHead,
+        rt: Arc<Runtime>,
+        idle: Option<Duration>,
+    ) -> (TcpStream, Receiver<io::Result<()>>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         small_buffers(l.as_raw_fd());
         let mut client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -1145,7 +1184,7 @@ mod tests {
         spawn_named("test-serve", move || {
             let mut server = server;
             read_until_head_end(&mut server);
-            let _ = tx.send(serve(kind, Conn::Plain(server), &h, &[], rt.as_ref()));
+            let _ = tx.send(serve(kind, Conn::Plain(server), &h, &[], rt.as_ref(), idle));
         })
         .unwrap()
         .detach();
@@ -1349,6 +1388,34 @@ mod tests {
     }
 
     #[test]
+    fn a_session_without_traffic_for_the_idle_timeout_is_closed() {
+        let (url, got) = backend(Backend::Echo);
+        let rt = Arc::new(Runtime::new(url));
+        let target = "/attach/default/web/app?input=1&output=1";
+        let idle = Some(Duration::from_millis(300));
+        let (mut c, rx) = start_plain_idle(StreamKind::Attach, head(target, true), rt, idle);
+        assert!(read_until_head_end(&mut c).starts_with(b"HTTP/1.1 101 "));
+        // Traffic keeps it open past the timeout ...
+        for _ in 0..4 {
+            c.write_all(b"ping").unwrap();
+            let mut b = [0u8; 4];
+            c.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"ping");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // ... and silence both ways closes it (without the timeout neither
+        // side would ever end it: the receive below would time out).
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the idle session was closed")
+            .unwrap();
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "{rest:?}");
+        got.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(got.recv_timeout(Duration::from_secs(30)).unwrap().len(), 16);
+    }
+
+    #[test]
     fn a_client_that_goes_away_ends_the_session() {
         // The backend waits for more (echo): the client's FIN is passed on.
         let (url, got) = backend(Backend::Echo);
@@ -1410,6 +1477,8 @@ mod tests {
                     &h,
                     &[],
                     rt.as_ref(),
+                    // The default idle timeout: a deadline, no wake-ups.
+                    Some(Duration::from_secs(4 * 3600)),
                 )
                 .map(|()| 0),
             );
@@ -1562,7 +1631,7 @@ mod tests {
                 let tls = rustls::ServerConnection::new(server_cfg).unwrap();
                 let mut conn = Conn::Tls(server_sock, Box::new(tls));
                 read_until_head_end(&mut conn);
-                let _ = tx.send(serve(StreamKind::Exec, conn, &hs, &[], rt.as_ref()));
+                let _ = tx.send(serve(StreamKind::Exec, conn, &hs, &[], rt.as_ref(), None));
             })
             .unwrap()
             .detach();

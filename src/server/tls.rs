@@ -14,6 +14,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::atomic_file::{write_file, Durability};
+use crate::options::TlsMinVersion;
 
 /// Names of the self-signed pair under `--cert-dir`, as upstream's.
 pub(crate) const CERT_FILE: &str = "kubelet.crt";
@@ -85,10 +86,14 @@ pub(crate) fn ensure_self_signed(
     Ok((cert, key))
 }
 
-/// The main port's TLS configuration. Errors name the flag and the file.
+/// The main port's TLS configuration, speaking TLS 1.2 and 1.3 or, from
+/// `min` `VersionTLS13`, 1.3 only (rustls has neither 1.0 nor 1.1:
+/// `TlsMinVersion` refuses those when the flags are read). Errors name
+/// the flag and the file.
 pub fn server_config(
     serving: &Serving,
     client_ca: Option<&Path>,
+    min: TlsMinVersion,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
     let (certs, key) = match serving.files {
         Some((cert, key)) => load_pair(cert, key)
@@ -100,9 +105,13 @@ pub fn server_config(
         }
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&'static rustls::SupportedProtocolVersion] = match min {
+        TlsMinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        TlsMinVersion::Tls13 => &[&rustls::version::TLS13],
+    };
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
+        .with_protocol_versions(versions)
+        .map_err(|e| format!("--tls-min-version {}: {e}", min.name()))?;
     let builder = match client_ca {
         Some(path) => {
             let shown = path.display();
@@ -162,6 +171,83 @@ mod tests {
             host: "edge-1",
             ips: &[],
         };
-        server_config(&serving, None).unwrap();
+        server_config(&serving, None, TlsMinVersion::Tls12).unwrap();
+    }
+
+    /// Whether a client speaking only `versions` completes a handshake
+    /// with `server` (in memory, trusting the self-signed pair in `pki`).
+    fn handshakes(
+        server: Arc<rustls::ServerConfig>,
+        pki: &Path,
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> bool {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(pki.join(CERT_FILE)).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("edge-1").unwrap();
+        let mut c = rustls::ClientConnection::new(Arc::new(client), name).unwrap();
+        let mut s = rustls::ServerConnection::new(server).unwrap();
+        for _ in 0..10 {
+            let mut wire = Vec::new();
+            while c.wants_write() {
+                c.write_tls(&mut wire).unwrap();
+            }
+            if s.read_tls(&mut &wire[..]).is_err() || s.process_new_packets().is_err() {
+                return false;
+            }
+            let mut back = Vec::new();
+            while s.wants_write() {
+                s.write_tls(&mut back).unwrap();
+            }
+            if c.read_tls(&mut &back[..]).is_err() || c.process_new_packets().is_err() {
+                return false;
+            }
+            if !c.is_handshaking() && !s.is_handshaking() {
+                return true;
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn the_minimum_tls_version_is_what_the_main_port_speaks() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        let serving = Serving {
+            files: None,
+            cert_dir: &pki,
+            host: "edge-1",
+            ips: &[],
+        };
+        let tls12: &[&'static rustls::SupportedProtocolVersion] = &[&rustls::version::TLS12];
+        let tls13: &[&'static rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+        let default = server_config(&serving, None, TlsMinVersion::Tls12).unwrap();
+        assert!(handshakes(default.clone(), &pki, tls12));
+        assert!(handshakes(default, &pki, tls13));
+        let only13 = server_config(&serving, None, TlsMinVersion::Tls13).unwrap();
+        assert!(
+            !handshakes(only13.clone(), &pki, tls12),
+            "a TLS 1.2 client got in"
+        );
+        assert!(handshakes(only13, &pki, tls13));
+
+        // Upstream's names; TLS 1.0 and 1.1 refused with the reason.
+        assert_eq!(
+            TlsMinVersion::parse("VersionTLS13"),
+            Ok(TlsMinVersion::Tls13)
+        );
+        assert_eq!(TlsMinVersion::parse(""), Ok(TlsMinVersion::Tls12));
+        for old in ["VersionTLS10", "VersionTLS11"] {
+            let e = TlsMinVersion::parse(old).unwrap_err();
+            assert!(e.contains("TLS 1.2 and 1.3 only"), "{e}");
+        }
+        assert!(TlsMinVersion::parse("TLS1.3").is_err());
     }
 }

@@ -781,6 +781,8 @@ fn webhook_authentication_and_authorization_on_a_joined_node() {
     fake.add_token("reader-token", "reader", &["log-readers"]);
     fake.add_token("other-token", "other", &[]);
     fake.allow_access("read-logs", "log-readers", "get", "nodes/proxy");
+    fake.add_token("exec-token", "operator", &["execers"]);
+    fake.allow_access("run-commands", "execers", "create", "nodes/proxy");
     let ctd = PrivateContainerd::start();
     let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
     let kubeconfig = kubeconfig.display().to_string();
@@ -844,11 +846,24 @@ fn webhook_authentication_and_authorization_on_a_joined_node() {
         "Forbidden (user=other, verb=get, resource=nodes, subresource=proxy)"
     );
     // A WebSocket client (a browser's) sends its token as a subprotocol;
-    // the runtime never sees it.
-    let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("reader-token");
-    let protocols = format!("v4.channel.k8s.io, base64url.bearer.authorization.k8s.io.{token}");
+    // the runtime never sees it. Its exec is an upgrade GET, authorized as
+    // create: the readers' get on nodes/proxy does not run commands.
+    let protocols = |token: &str| {
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token);
+        format!("v4.channel.k8s.io, base64url.bearer.authorization.k8s.io.{token}")
+    };
     let target = format!("/exec/default/{pod}/app?command=echo&command=hi&output=1");
-    let mut ws = WebSocket::connect(&dial, &target, &protocols).unwrap();
+    let e = WebSocket::connect(&dial, &target, &protocols("reader-token"))
+        .err()
+        .expect("a get grant ran a command");
+    assert!(
+        e.to_string().contains("403")
+            && e.to_string().contains(
+                "Forbidden (user=reader, verb=create, resource=nodes, subresource=proxy)"
+            ),
+        "{e}"
+    );
+    let mut ws = WebSocket::connect(&dial, &target, &protocols("exec-token")).unwrap();
     ws.finish().unwrap();
     assert_eq!(ws.text(1), "hi\n");
     // A SubjectAccessReview that cannot be made: 500, named as upstream

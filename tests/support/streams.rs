@@ -73,7 +73,7 @@ pub fn serve_on_loopback(kind: StreamKind, runtime: Arc<dyn RuntimeService>) -> 
                         })
                         .collect(),
                 };
-                if let Err(e) = serve(kind, Conn::Plain(sock), &head, &[], runtime.as_ref()) {
+                if let Err(e) = serve(kind, Conn::Plain(sock), &head, &[], runtime.as_ref(), None) {
                     eprintln!("serve {}: {e}", head.target);
                 }
             });

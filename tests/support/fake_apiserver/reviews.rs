@@ -83,11 +83,19 @@ pub(super) fn create_review(
             ));
         }
         match st.tokens.get(token) {
-            Some(u) => json!({
-                "authenticated": true,
-                "user": {"username": u.name, "groups": u.groups},
-                "audiences": ["https://kubernetes.default.svc.cluster.local"],
-            }),
+            Some(u) => {
+                let mut user = json!({"username": u.name, "groups": u.groups});
+                if let (Some(Value::Object(claims)), Value::Object(user)) =
+                    (st.token_claims.get(token), &mut user)
+                {
+                    user.extend(claims.clone());
+                }
+                json!({
+                    "authenticated": true,
+                    "user": user,
+                    "audiences": ["https://kubernetes.default.svc.cluster.local"],
+                })
+            }
             None => json!({"user": {}}),
         }
     } else {

@@ -167,6 +167,28 @@ impl FakeApiServer {
         self.shared.state.lock().tokens.insert(token.to_string(), u);
     }
 
+    /// Registers a bearer token as `add_token` does, whose TokenReview
+    /// answer also carries `uid` and `extra` (as a bound service account
+    /// token's does).
+    pub fn add_scoped_token(
+        &self,
+        token: &str,
+        user: &str,
+        groups: &[&str],
+        uid: &str,
+        extra: &[(&str, &[&str])],
+    ) {
+        self.add_token(token, user, groups);
+        let extra: serde_json::Map<String, Value> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+            .collect();
+        self.shared.state.lock().token_claims.insert(
+            token.to_string(),
+            serde_json::json!({"uid": uid, "extra": extra}),
+        );
+    }
+
     /// Lets SubjectAccessReviews allow `subject` (a user name or a group)
     /// to `verb` (or "*") `resource` (`nodes/proxy`, `nodes/*` or "*"), as a
     /// ClusterRoleBinding named `binding` would.

@@ -301,6 +301,8 @@ pub(super) struct State {
     /// The last RV the watch cache of each type saw.
     type_rv: HashMap<Res, u64>,
     pub(super) tokens: HashMap<String, User>,
+    /// A token's `uid` and `extra` in TokenReview answers, when it has them.
+    pub(super) token_claims: HashMap<String, Value>,
     pub(super) requests: Vec<RecordedRequest>,
     pub(super) faults: Vec<Fault>,
     pub(super) bookmark_interval: Duration,
@@ -334,6 +336,7 @@ impl State {
             compacted: FIRST_RV,
             type_rv: HashMap::new(),
             tokens: HashMap::new(),
+            token_claims: HashMap::new(),
             requests: Vec::new(),
             faults: Vec::new(),
             bookmark_interval: Duration::from_secs(60),
