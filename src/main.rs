@@ -431,13 +431,16 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     let (probe_tx, probe_rx) = bounded(UPDATES_CAPACITY);
     let objects: Option<Arc<dyn ObjectSource>> = client.as_ref().map(|c| {
         let state = node_state.clone();
-        let objects: Arc<dyn ObjectSource> = Arc::new(ObjectManager::new(
-            Arc::new(ApiObjects::new(c.clone())),
-            opts.change_detection,
-            Some(Arc::new(ApiWatcher::new(c.clone()))),
-            Box::new(move || state.read().object_ttl.unwrap_or(objects::DEFAULT_TTL)),
-            Some(probe_tx.clone()),
-        ));
+        let objects: Arc<dyn ObjectSource> = Arc::new(
+            ObjectManager::new(
+                Arc::new(ApiObjects::new(c.clone())),
+                opts.change_detection,
+                Some(Arc::new(ApiWatcher::new(c.clone()))),
+                Box::new(move || state.read().object_ttl.unwrap_or(objects::DEFAULT_TTL)),
+                Some(probe_tx.clone()),
+            )
+            .with_recorder(recorder.clone()),
+        );
         objects
     });
     // imagePullSecrets and env's ConfigMaps and Secrets are read from the

@@ -139,6 +139,11 @@ impl Agent {
         fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// The process ID of the running binary.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn running(&mut self) -> bool {
         self.child
             .as_mut()
