@@ -113,9 +113,9 @@ pub trait Watcher: Send + Sync {
 const SYNC_WAIT: Duration = Duration::from_secs(1);
 /// The TTL of the Cache strategy when the node has no TTL annotation.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
-/// Watches the node keeps at most (a thread and a connection each, about
-/// 60 KiB of RSS): with the agent's own ~30 threads this keeps it under
-/// 150 threads and 300 open files however many objects pods reference.
+/// Watches the node keeps at most (a thread and a connection each): with
+/// the agent's own ~30 threads and ~20 open files this keeps it under 150
+/// threads and 300 open files however many objects pods reference.
 pub(crate) const NODE_WATCHES: usize = 100;
 /// Watches one pod gets at most, so that one pod cannot take the node's
 /// whole budget; a pod seldom references more than a handful of objects.
@@ -188,7 +188,8 @@ pub struct ObjectManager {
 }
 
 impl ObjectManager {
-    /// `watcher` is needed for `Strategy::Watch` (without one, reads are GETs).
+    /// `watcher` is needed for `Strategy::Watch` (without one, reads are as
+    /// under Cache).
     pub fn new(
         api: Arc<dyn ObjectSource>,
         strategy: Strategy,
