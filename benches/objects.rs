@@ -12,7 +12,15 @@
 //! re-watch, every 5 to 10 minutes, falls in a short window only for some
 //! objects: a longer `--window-secs` gives a truer figure).
 //!
+//! Then a node where one pod references 1,100 ConfigMaps (`optional`
+//! envFrom refs, ten of them existing), as issue 26's hostile pod: the
+//! agent's threads, open files and RSS idle before it, at their peak while
+//! its objects are read and once it runs, its watches, and how long
+//! another pod takes to start (from creation to running in containerd)
+//! before it, while its objects are read, and after it runs.
+//!
 //!   cargo bench --bench objects -- [--pods N] [--window-secs N]
+//!                                  [--referenced N] [--referenced-only]
 //!
 //! `TINYLET_E2E_BIN` picks the tinylet binary (default: the one cargo built
 //! with the bench); `packaging/bench.sh` passes its release binary. Needs
@@ -39,12 +47,17 @@ const LONG_RUNNING: &str = "trap 'exit 0' TERM; while :; do sleep 1; done";
 struct Options {
     pods: usize,
     window: Duration,
+    /// ConfigMaps the hostile pod references (0: that part is skipped).
+    referenced: usize,
+    referenced_only: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
     let mut o = Options {
         pods: 20,
         window: Duration::from_secs(60),
+        referenced: 1100,
+        referenced_only: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -57,6 +70,8 @@ fn parse(args: &[String]) -> Result<Options> {
             "--bench" | "--quick" | "--no-cluster" | "--cluster-only" | "--host-network" => {}
             "--pods" => o.pods = number()?.max(1) as usize,
             "--window-secs" => o.window = Duration::from_secs(number()?.max(5)),
+            "--referenced" => o.referenced = number()? as usize,
+            "--referenced-only" => o.referenced_only = true,
             other => bail!("unknown option {other:?} (see the header of benches/objects.rs)"),
         }
     }
@@ -313,6 +328,170 @@ fn print_report(o: &Options, plain: &Figures, with: &Figures) {
     ]);
 }
 
+/// Threads, open files and RSS (KiB) of `pid`.
+#[derive(Default, Clone, Copy)]
+struct Usage {
+    threads: u64,
+    files: u64,
+    rss_kib: u64,
+}
+
+fn usage(pid: u32) -> Result<Usage> {
+    Ok(Usage {
+        threads: status_field(pid, "Threads:")?,
+        files: std::fs::read_dir(format!("/proc/{pid}/fd"))?.count() as u64,
+        rss_kib: status_field(pid, "VmRSS:")?,
+    })
+}
+
+/// Creates a plain pod and says how long it took to run in containerd.
+fn time_pod_start(ctd: &PrivateContainerd, fake: &FakeApiServer, name: &str) -> Duration {
+    let start = std::time::Instant::now();
+    fake.create_pod(pod(name, false));
+    wait_until(Duration::from_secs(120), "the pod runs", || {
+        ctd.pod_running(name, &["app"])
+    });
+    start.elapsed()
+}
+
+/// The hostile pod: one node, a pod that references `o.referenced`
+/// ConfigMaps, and another pod started before and after it.
+fn measure_referenced(ctd: &PrivateContainerd, o: &Options) -> Result<()> {
+    let node = "objects";
+    let fake = FakeApiServer::start();
+    let kc_dir = ctd.dir().join("kubeconfig-referenced");
+    std::fs::create_dir_all(&kc_dir)?;
+    let kubeconfig = fake.write_kubeconfig(
+        &kc_dir,
+        &format!("system:node:{node}"),
+        KubeconfigAuth::token(),
+    );
+    let kc = kubeconfig.display().to_string();
+    let mut t = Tinylet::start_with(ctd, node, &["--kubeconfig", &kc, "--v", "2"]);
+    let before = time_pod_start(ctd, &fake, "before");
+    std::thread::sleep(Duration::from_secs(5));
+    let pid = t.pid().ok_or_else(|| anyhow!("tinylet is not running"))?;
+    let idle = usage(pid)?;
+    for i in (0..o.referenced).step_by((o.referenced / 10).max(1)) {
+        let key = format!("K{i}");
+        fake.create_config_map(NS, &format!("cm-{i}"), &[(key.as_str(), "v")]);
+    }
+    let mut hog = pod("hog", false);
+    hog["spec"]["containers"][0]["envFrom"] = (0..o.referenced)
+        .map(|i| json!({"configMapRef": {"name": format!("cm-{i}"), "optional": true}}))
+        .collect();
+    let created = std::time::Instant::now();
+    fake.create_pod(hog);
+    let mut peak = idle;
+    let sample = |peak: &mut Usage| -> Result<()> {
+        let u = usage(pid)?;
+        peak.threads = peak.threads.max(u.threads);
+        peak.files = peak.files.max(u.files);
+        peak.rss_kib = peak.rss_kib.max(u.rss_kib);
+        Ok(())
+    };
+    // Another pod while the hostile pod's objects are being read.
+    let reads = (o.referenced / 4).max(1);
+    wait_until(
+        Duration::from_secs(120),
+        "the pod's objects are being read",
+        || {
+            fake.requests()
+                .iter()
+                .filter(|r| r.path.contains("/configmaps"))
+                .count()
+                >= reads
+        },
+    );
+    sample(&mut peak)?;
+    let hog_ran_first = ctd.pod_running("hog", &["app"]);
+    let during = time_pod_start(ctd, &fake, "during");
+    let deadline = created + Duration::from_secs(300);
+    while !ctd.pod_running("hog", &["app"]) {
+        sample(&mut peak)?;
+        if !t.is_running() {
+            bail!("tinylet exited; log tail:\n{}", t.log_tail(30));
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("the pod with {} references never ran", o.referenced);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let hog_start = created.elapsed();
+    let after = time_pod_start(ctd, &fake, "after");
+    sample(&mut peak)?;
+    std::thread::sleep(Duration::from_secs(5));
+    let running = usage(pid)?;
+    let watches = fake
+        .requests()
+        .iter()
+        .filter(|r| r.query.contains("watch=true") && r.path.ends_with("/configmaps"))
+        .count();
+    let row = |cols: [&str; 4]| {
+        println!(
+            "{:<44} {:<16} {:<16} {}",
+            cols[0], cols[1], cols[2], cols[3]
+        )
+    };
+    let mib = |k: u64| format!("{:.1} MiB", k as f64 / 1024.0);
+    println!();
+    println!(
+        "one pod referencing {} ConfigMaps (Watch): tinylet {}",
+        o.referenced,
+        containerd::tinylet_bin().display()
+    );
+    row(["", "idle before", "peak", "running after"]);
+    row([
+        "threads",
+        &idle.threads.to_string(),
+        &peak.threads.to_string(),
+        &running.threads.to_string(),
+    ]);
+    row([
+        "open files",
+        &idle.files.to_string(),
+        &peak.files.to_string(),
+        &running.files.to_string(),
+    ]);
+    row([
+        "RSS",
+        &mib(idle.rss_kib),
+        &mib(peak.rss_kib),
+        &mib(running.rss_kib),
+    ]);
+    let ok = peak.threads < 150 && peak.files < 300;
+    println!(
+        "target: < 150 threads and < 300 open files: {}",
+        if ok { "met" } else { "MISSED" }
+    );
+    println!(
+        "watches opened: {watches}; the pod ran {:.1} s after its creation",
+        hog_start.as_secs_f64()
+    );
+    println!(
+        "another pod's start: {:.2} s before, {:.2} s while its objects were read{}, {:.2} s after",
+        before.as_secs_f64(),
+        during.as_secs_f64(),
+        if hog_ran_first {
+            " (it already ran)"
+        } else {
+            ""
+        },
+        after.as_secs_f64()
+    );
+    let pods = ["before", "hog", "during", "after"];
+    for n in pods {
+        fake.delete_pod(NS, n, Some(0));
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "the bench's pods are gone",
+        || pods.iter().all(|n| ctd.pod_gone(n)),
+    );
+    t.sigterm();
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.iter().any(|a| a == "--bench") {
@@ -326,10 +505,18 @@ fn main() -> ExitCode {
         }
     };
     let ctd = PrivateContainerd::start();
-    let result = measure(&ctd, &o, false).and_then(|plain| {
-        let with = measure(&ctd, &o, true)?;
-        print_report(&o, &plain, &with);
+    let result = if o.referenced_only {
         Ok(())
+    } else {
+        measure(&ctd, &o, false).and_then(|plain| {
+            let with = measure(&ctd, &o, true)?;
+            print_report(&o, &plain, &with);
+            Ok(())
+        })
+    };
+    let result = result.and_then(|()| match o.referenced {
+        0 => Ok(()),
+        _ => measure_referenced(&ctd, &o),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

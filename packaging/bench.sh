@@ -10,7 +10,9 @@
 # and port-forward throughput beside the runtime's own streaming server,
 # and the CPU of a `logs -f`; then the watched objects (benches/objects.rs):
 # RSS, threads, apiserver connections and idle bytes a day of 20 pods each
-# mounting a ConfigMap and a Secret, beside 20 pods without. Needs root.
+# mounting a ConfigMap and a Secret, beside 20 pods without; and one pod
+# referencing 1,100 ConfigMaps: the agent's threads, open files and RSS,
+# and another pod's start time before and after it. Needs root.
 #
 #   bash packaging/bench.sh                  # the full run, about 9-11 minutes
 #   bash packaging/bench.sh --quick          # a smoke run, about 3 minutes
@@ -21,6 +23,8 @@
 #   bash packaging/bench.sh --no-node-api    # skip the node API part
 #   bash packaging/bench.sh --no-objects     # skip the watched objects part
 #   bash packaging/bench.sh --objects-only   # only the watched objects part
+#   bash packaging/bench.sh --referenced-only  # only its 1,100 referenced
+#                                            # objects (about a minute)
 #   bash packaging/bench.sh --baseline OLD   # pod start part for the binary OLD
 #                                            # first, then for this tree's, in one run
 #
@@ -71,6 +75,7 @@ node_api_args=()
 node_api=1
 objects=1
 objects_only=0
+objects_args=()
 baseline=
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
@@ -81,6 +86,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
         --no-node-api) node_api=0; continue ;;
         --no-objects) objects=0; continue ;;
         --objects-only) objects_only=1; continue ;;
+        --referenced-only) objects_only=1; objects_args+=("$a"); continue ;;
         --quick | --no-cluster) node_api_args+=("$a") ;;
     esac
     pod_start_args+=("$a")
@@ -107,5 +113,5 @@ fi
 
 if [ "$objects" = 1 ]; then
     echo "bench.sh: the watched objects part; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-    TINYLET_E2E_BIN="$TINYLET_BIN" cargo bench --bench objects
+    TINYLET_E2E_BIN="$TINYLET_BIN" cargo bench --bench objects -- ${objects_args[@]+"${objects_args[@]}"}
 fi

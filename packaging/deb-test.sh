@@ -14,7 +14,8 @@
 #    the installed unit.
 # 2. The installed /usr/bin/tinylet runs as the unit runs it (its ExecStart
 #    with the installed /etc/tinylet/config.yaml, under the unit's
-#    capability bounding set and no_new_privs) plus two flags only: the
+#    capability bounding set, no_new_privs and open files limit, starting
+#    from systemd's soft limit of 1024) plus two flags only: the
 #    endpoint of a private containerd (containerd-private.sh), and image GC
 #    off (the test image can't be pulled, and GC would remove it on a disk
 #    over 85% full). A pod
@@ -244,6 +245,9 @@ exec_start=$(sed -n 's/^ExecStart=//p' "$UNIT")
 [ "$exec_start" = '/usr/bin/tinylet --config /etc/tinylet/config.yaml $TINYLET_ARGS $KUBELET_EXTRA_ARGS' ] ||
     fail "unexpected ExecStart in $UNIT: $exec_start"
 grep -q '^NoNewPrivileges=yes$' "$UNIT" || fail "$UNIT has no NoNewPrivileges=yes"
+nofile=$(sed -n 's/^LimitNOFILE=//p' "$UNIT")
+[ "$nofile" = 1048576 ] || fail "$UNIT has no LimitNOFILE=1048576 (found ${nofile:-none})"
+grep -q '^TasksMax=[0-9]' "$UNIT" || fail "$UNIT has no TasksMax="
 bounding=$(sed -n 's/^CapabilityBoundingSet=~//p' "$UNIT")
 [ -n "$bounding" ] || fail "$UNIT has no CapabilityBoundingSet=~..."
 drop=""
@@ -277,7 +281,7 @@ say "running /usr/bin/tinylet --config /etc/tinylet/config.yaml --container-runt
 # Image GC off as well: on a machine whose disk is over 85% full it would
 # remove the imported test image, which cannot be pulled; and the disk
 # eviction thresholds, which would be met there too.
-setpriv --no-new-privs --bounding-set "$drop" \
+prlimit --nofile=1024:"$nofile" setpriv --no-new-privs --bounding-set "$drop" \
     /usr/bin/tinylet --config /etc/tinylet/config.yaml \
     --container-runtime-endpoint "unix://$sock" --image-gc-high-threshold 100 \
     --eviction-hard 'memory.available<100Mi' >"$log" 2>&1 &
@@ -306,6 +310,9 @@ done
 [ "$(cat "$volume/hello")" = from-the-container ] || fail "$volume/hello does not hold what the container wrote"
 grep -qxF "$volume" <<<"$(mounts_below "$STATE")" || fail "$volume is not a mount point on the host"
 [ "$(stat -f -c %T "$volume")" = tmpfs ] || fail "$volume is not a tmpfs"
+# maxOpenFiles (1000000 in config.yaml) raised the soft limit from 1024.
+limits=$(awk '/^Max open files/ {print $4, $5}' "/proc/$tinylet_pid/limits")
+[ "$limits" = "1000000 $nofile" ] || { tinylet_log; fail "tinylet's open files limit is \"$limits\", not 1000000 (soft) and $nofile (hard)"; }
 say "pod $POD running (container ${cid:0:12}, pod uid $pod_uid); its memory volume is a host tmpfs under $STATE"
 
 # ---- 3. stop tinylet: the container stays ---------------------------------

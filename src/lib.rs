@@ -50,6 +50,7 @@ pub mod pod_workers;
 #[cfg(feature = "cri")]
 pub mod prober;
 pub mod quantity;
+pub mod rlimit;
 #[cfg(feature = "cri")]
 pub mod runonce;
 #[cfg(feature = "cri")]

@@ -197,6 +197,22 @@ fn protect_from_oom() {
     }
 }
 
+/// Raises the open files limit to `--max-open-files` (capped at the hard
+/// limit), as upstream; failing is not fatal, as upstream.
+fn raise_open_files(wanted: u64) {
+    match tinylet::rlimit::raise_open_files(wanted) {
+        Ok(l) if l.soft < wanted => info!(
+            "open files limit: {} (was {}): --max-open-files {wanted} capped at the hard limit",
+            l.soft, l.was
+        ),
+        Ok(l) => info!(
+            "open files limit: {} (was {}, hard limit {})",
+            l.soft, l.was, l.hard
+        ),
+        Err(e) => warn!("cannot set the open files limit to {wanted}: {e} (continuing)"),
+    }
+}
+
 /// Connects to the runtime, retrying with back-off until it answers or a
 /// signal arrives. Returns the runtime and its name (`containerd`).
 fn connect_runtime(
@@ -320,6 +336,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     }
     check_root_dir(&opts.root_dir)?;
     protect_from_oom();
+    raise_open_files(opts.max_open_files);
     let stop = watch_signals()?;
     info!("{} starting as node {node:?}", tinylet::version::long());
 
@@ -437,13 +454,16 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     let (probe_tx, probe_rx) = bounded(UPDATES_CAPACITY);
     let objects: Option<Arc<dyn ObjectSource>> = client.as_ref().map(|c| {
         let state = node_state.clone();
-        let objects: Arc<dyn ObjectSource> = Arc::new(ObjectManager::new(
-            Arc::new(ApiObjects::new(c.clone())),
-            opts.change_detection,
-            Some(Arc::new(ApiWatcher::new(c.clone()))),
-            Box::new(move || state.read().object_ttl.unwrap_or(objects::DEFAULT_TTL)),
-            Some(probe_tx.clone()),
-        ));
+        let objects: Arc<dyn ObjectSource> = Arc::new(
+            ObjectManager::new(
+                Arc::new(ApiObjects::new(c.clone())),
+                opts.change_detection,
+                Some(Arc::new(ApiWatcher::new(c.clone()))),
+                Box::new(move || state.read().object_ttl.unwrap_or(objects::DEFAULT_TTL)),
+                Some(probe_tx.clone()),
+            )
+            .with_recorder(recorder.clone()),
+        );
         objects
     });
     // imagePullSecrets and env's ConfigMaps and Secrets are read from the

@@ -661,3 +661,49 @@ fn modes_hold_whatever_the_umask() {
         "the projected volume is a tmpfs"
     );
 }
+
+/// The soft and hard open files limits of `pid`, from `/proc/<pid>/limits`.
+fn open_files_limits(pid: u32) -> (u64, u64) {
+    let text = fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files");
+    let mut numbers = line
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u64>().ok());
+    (numbers.next().unwrap(), numbers.next().unwrap())
+}
+
+/// Issue 26: `--max-open-files` was accepted and ignored, so under
+/// systemd's soft limit of 1024 the agent ran out of descriptors. Started
+/// from 1024, it raises its soft limit to the flag's value, or to the hard
+/// limit when that is lower (the default, 1,000,000, is over most).
+#[test]
+fn the_open_files_limit_is_raised_to_max_open_files_capped_at_the_hard_limit() {
+    let fake = FakeCri::start();
+    let (_, hard) = open_files_limits(std::process::id());
+    let wanted = 4096.min(hard);
+    let mut agent = Agent::start_after(
+        &fake.endpoint(),
+        &["--max-open-files", &wanted.to_string()],
+        "ulimit -Sn 1024",
+    );
+    let pid = agent.pid().expect("running");
+    let line = format!("open files limit: {wanted} (was 1024");
+    let log = agent.log_path();
+    agent.wait("the limit is logged", || log_has(&log, &line));
+    assert_eq!(open_files_limits(pid), (wanted, hard));
+
+    let mut agent = Agent::start_after(&fake.endpoint(), &[], "ulimit -Sn 1024");
+    let pid = agent.pid().expect("running");
+    let want = 1_000_000.min(hard);
+    let line = format!("open files limit: {want} (was 1024");
+    let log = agent.log_path();
+    agent.wait("the default limit is logged", || log_has(&log, &line));
+    assert_eq!(open_files_limits(pid), (want, hard));
+}
+
+fn log_has(log: &std::path::Path, needle: &str) -> bool {
+    fs::read_to_string(log).is_ok_and(|text| text.contains(needle))
+}

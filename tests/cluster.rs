@@ -64,7 +64,7 @@ impl Cluster {
         }
     }
 
-    fn wait_node_ready(&mut self) -> Value {
+    pub(crate) fn wait_node_ready(&mut self) -> Value {
         let api = &self.api;
         self.agent.wait("the Node is Ready", || {
             api.node(NODE)
@@ -103,7 +103,7 @@ impl Cluster {
 }
 
 /// The condition of `kind` in a Node's or Pod's status (Null if absent).
-fn condition(obj: &Value, kind: &str) -> Value {
+pub(crate) fn condition(obj: &Value, kind: &str) -> Value {
     obj["status"]["conditions"]
         .as_array()
         .into_iter()

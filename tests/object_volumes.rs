@@ -2,7 +2,9 @@
 //! against the fake apiserver and the fake runtime: the files on the host
 //! change with the objects under each `configMapAndSecretChangeDetectionStrategy`
 //! (Watch: one watch per object and no GETs; Get: a GET per sync; Cache: a
-//! GET per TTL), and downwardAPI files follow the pod's labels.
+//! GET per TTL), and downwardAPI files follow the pod's labels. A pod that
+//! references 1,100 ConfigMaps takes neither the node's threads nor its
+//! file descriptors (issue 26).
 
 use std::fs;
 use std::path::PathBuf;
@@ -10,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::cluster::{api_pod, mount_of, Cluster};
+use crate::cluster::{api_pod, condition, mount_of, Cluster};
+use crate::support::agent::running_containers;
 use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
 
 const CM_PATH: &str = "/api/v1/namespaces/default/configmaps/cfg";
@@ -216,4 +219,117 @@ fn a_watch_that_fails_keeps_the_files_and_catches_up_when_it_is_back() {
         .filter(|r| r.path == "/api/v1/namespaces/default/configmaps" && r.status == 403)
         .count();
     assert_eq!(refused, 2, "the fault was hit");
+}
+
+/// Entries of a `/proc/<pid>/` directory (`task`: threads, `fd`: open files).
+fn proc_entries(pid: u32, dir: &str) -> usize {
+    fs::read_dir(format!("/proc/{pid}/{dir}"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// The most threads and open files a process was seen with.
+#[derive(Default)]
+struct Peak {
+    threads: usize,
+    files: usize,
+}
+
+impl Peak {
+    fn sample(&mut self, pid: u32) {
+        self.threads = self.threads.max(proc_entries(pid, "task"));
+        self.files = self.files.max(proc_entries(pid, "fd"));
+    }
+}
+
+#[test]
+fn a_pod_referencing_1100_config_maps_takes_neither_the_threads_nor_the_files_of_the_node() {
+    // Issue 26: one thread and one connection per referenced object let one
+    // pod take the node's threads and file descriptors (and under systemd's
+    // limit of 1024 files, every socket and accept after them).
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    // Two of them exist: one among those watched (the first in order), one
+    // among those read as under Cache.
+    c.api
+        .create_config_map("default", "cm-0", &[("FIRST", "watched")]);
+    c.api
+        .create_config_map("default", "cm-999", &[("LAST", "cached")]);
+    let mut hog = api_pod("hog");
+    hog["spec"]["containers"][0]["name"] = json!("hog");
+    hog["spec"]["containers"][0]["envFrom"] = (0..1100)
+        .map(|i| json!({"configMapRef": {"name": format!("cm-{i}"), "optional": true}}))
+        .collect();
+    c.api.create_pod(hog);
+    let start = Instant::now();
+    let pid = c.agent.pid().expect("running");
+    let mut peak = Peak::default();
+    let api = &c.api;
+    c.agent.wait("the pod's objects are being read", || {
+        peak.sample(pid);
+        let reads = api
+            .requests()
+            .iter()
+            .filter(|r| r.path.starts_with("/api/v1/namespaces/default/configmaps"))
+            .count();
+        reads >= 200
+    });
+    // Another pod starts meanwhile, as on any node.
+    c.api.create_pod(api_pod("plain"));
+    let cri = &c.cri;
+    c.agent.wait("the other pod runs", || {
+        peak.sample(pid);
+        running_containers(cri, "plain") == 1
+    });
+    assert!(peak.threads < 150, "{} threads", peak.threads);
+    assert!(peak.files < 300, "{} open files", peak.files);
+
+    // The hog starts too, with what its objects hold (its GETs, at the
+    // node's 50 requests a second, take about 20 s).
+    let end = Instant::now() + Duration::from_secs(90);
+    while running_containers(&c.cri, "hog") != 1 {
+        peak.sample(pid);
+        assert!(c.agent.running(), "{}", c.agent.log());
+        assert!(Instant::now() < end, "the hog never ran\n{}", c.agent.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let env = c.cri.container_env("hog").unwrap_or_default();
+    for want in [("FIRST", "watched"), ("LAST", "cached")] {
+        assert!(
+            env.iter().any(|(k, v)| (k.as_str(), v.as_str()) == want),
+            "{want:?} not in {env:?}"
+        );
+    }
+    peak.sample(pid);
+    eprintln!(
+        "at most {} threads and {} open files; the hog ran after {:.1} s",
+        peak.threads,
+        peak.files,
+        start.elapsed().as_secs_f64()
+    );
+    assert!(peak.threads < 150, "{} threads", peak.threads);
+    assert!(peak.files < 300, "{} open files", peak.files);
+    assert_eq!(
+        watches_of(&c.api, "/api/v1/namespaces/default/configmaps"),
+        32,
+        "the pod's bound on watches"
+    );
+    // It is told which objects are not watched, and why.
+    let event = c
+        .api
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "ObjectsNotWatched" && e["involvedObject"]["name"] == "hog")
+        .expect("a warning event on the pod");
+    assert_eq!(event["type"], "Warning");
+    let message = event["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("1068 of the 1100 Secrets and ConfigMaps")
+            && message.contains("configmap cm-")
+            && message.contains("and 1058 more"),
+        "{message}"
+    );
+    // The node is still Ready, its status current.
+    let node = c.wait_node_ready();
+    assert_eq!(condition(&node, "Ready")["status"], "True");
 }

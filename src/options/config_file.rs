@@ -143,6 +143,12 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
             }
             "registryBurst" => o.registry_burst = unsigned(field, v)?,
             "maxPods" => o.max_pods = unsigned(field, v)?,
+            "maxOpenFiles" => {
+                o.max_open_files = v
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| err(field, format!("expected an integer above 0, found {v}")))?
+            }
             "evictionHard"
             | "evictionSoft"
             | "evictionSoftGracePeriod"
@@ -417,6 +423,7 @@ runtimeRequestTimeout: 15s
 kubeAPIQPS: 7
 kubeAPIBurst: 14
 maxPods: 50
+maxOpenFiles: 65536
 nodeStatusUpdateFrequency: 20s
 kubeReserved: {cpu: 200m}
 registerWithTaints: [{key: k, value: v, effect: NoSchedule}]
@@ -599,6 +606,7 @@ configMapAndSecretChangeDetectionStrategy: Cache
         assert!(!o.auth.anonymous);
         assert_eq!(o.cgroup_driver, crate::runtime::qos::CgroupDriver::Systemd);
         assert_eq!(o.change_detection, crate::volume::Strategy::Cache);
+        assert_eq!(o.max_open_files, 65536);
         assert_eq!(
             (o.kube_api_qps, o.kube_api_burst, o.max_pods),
             (7.0, 14, 50)

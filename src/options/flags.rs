@@ -43,6 +43,8 @@ Flags:
   --file-check-frequency duration      how often the manifest path is re-listed (default 20s)
   --sync-frequency duration            how often a running pod is re-synced (default 1m0s)
   --runtime-request-timeout duration   deadline of each CRI call (default 2m0s)
+  --max-open-files int                 open files tinylet may hold: its soft RLIMIT_NOFILE is
+                                       raised to this, capped at the hard limit (default 1000000)
   --cluster-dns list                   DNS server IPs (comma-separated) for pods with
                                        dnsPolicy ClusterFirst; without it they fall back to
                                        dnsPolicy Default
@@ -336,6 +338,15 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "node-status-report-frequency" => o.node_status_report_frequency = dur(&v)?,
             "node-lease-duration-seconds" => o.node_lease_duration_seconds = number(name, &v)?,
             "max-pods" => o.max_pods = number(name, &v)?,
+            "max-open-files" => {
+                o.max_open_files =
+                    number::<u64>(name, &v)
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| {
+                            format!("flag --{name}: invalid number {v:?} (want one above 0)")
+                        })?
+            }
             "kube-reserved" => {
                 o.kube_reserved = parse_pairs(&v, '=').map_err(|e| format!("flag --{name}: {e}"))?
             }
@@ -626,6 +637,7 @@ pub(super) const FLAGS: &[&str] = &[
     "node-status-report-frequency",
     "node-lease-duration-seconds",
     "max-pods",
+    "max-open-files",
     "kube-reserved",
     "system-reserved",
     "node-ip",
@@ -881,6 +893,7 @@ mod tests {
             "--node-lease-duration-seconds",
             "20",
             "--max-pods=30",
+            "--max-open-files=4096",
             "--kube-reserved",
             "cpu=100m,memory=256Mi",
             "--node-ip",
@@ -899,6 +912,12 @@ mod tests {
         assert_eq!(o.node_status_update_frequency, Duration::from_secs(4));
         assert_eq!(o.node_status_report_frequency, Duration::from_secs(300));
         assert_eq!((o.node_lease_duration_seconds, o.max_pods), (20, 30));
+        assert_eq!(o.max_open_files, 4096);
+        assert_eq!(run(&[]).max_open_files, 1_000_000);
+        assert_eq!(
+            parse(&["--max-open-files", "0"]),
+            Err("flag --max-open-files: invalid number \"0\" (want one above 0)".into())
+        );
         assert_eq!(
             o.kube_reserved,
             headers(&[("cpu", "100m"), ("memory", "256Mi")])

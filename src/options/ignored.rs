@@ -107,7 +107,6 @@ pub const IGNORED_VALUE_FLAGS: &[&str] = &[
     "logging-format",
     "machine-id-file",
     "master-service-namespace",
-    "max-open-files",
     "maximum-dead-containers",
     "memory-manager-policy",
     "minimum-container-ttl-duration",

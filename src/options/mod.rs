@@ -60,6 +60,9 @@ pub struct Options {
     pub node_status_report_frequency: Duration,
     pub node_lease_duration_seconds: u32,
     pub max_pods: u32,
+    /// The soft `RLIMIT_NOFILE` set at start, capped at the hard limit
+    /// (`--max-open-files`, `maxOpenFiles`).
+    pub max_open_files: u64,
     /// `--kube-reserved` / `--system-reserved`: resource name to quantity.
     pub kube_reserved: Vec<(String, String)>,
     pub system_reserved: Vec<(String, String)>,
@@ -263,6 +266,7 @@ impl Default for Options {
             node_status_report_frequency: Duration::from_secs(5 * 60),
             node_lease_duration_seconds: 40,
             max_pods: 110,
+            max_open_files: crate::rlimit::DEFAULT_MAX_OPEN_FILES,
             kube_reserved: Vec::new(),
             system_reserved: Vec::new(),
             node_ip: None,

@@ -19,6 +19,20 @@
 //!   registered again (new, or its references changed) fetches afresh.
 //! - `Get`: a GET at every read.
 //!
+//! Watches are bounded. Each costs a reflector thread and an apiserver
+//! connection (HTTP/1.1 carries one watch at a time, and the Node
+//! authorizer allows a watch of one name only), so the node keeps at most
+//! [`NODE_WATCHES`] of them and gives one pod at most [`POD_WATCHES`]
+//! (objects it shares with pods that already have them watched count
+//! too). An object past either bound is read as under `Cache`: a GET at a
+//! read, kept for the TTL, with no thread of its own; its changes reach
+//! the pod's files at the pod's periodic resync. The pod gets a Warning
+//! event (`ObjectsNotWatched`) naming them. Upstream pays an HTTP/2 stream
+//! per object instead, without a bound; here a pod that references 1,100
+//! ConfigMaps would otherwise take 1,100 threads and file descriptors. A
+//! slot freed (its object no longer referenced, or immutable) goes to the
+//! next pod that syncs with objects not watched.
+//!
 //! An object read while no pod references it (a pull secret, a pod not
 //! registered yet) is fetched with a GET in every mode.
 
@@ -34,6 +48,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::payload::{Fetched, Keys, Token};
 use super::ObjectSource;
+use crate::events::{EventRecorder, EventType};
 
 /// `configMapAndSecretChangeDetectionStrategy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -98,6 +113,15 @@ pub trait Watcher: Send + Sync {
 const SYNC_WAIT: Duration = Duration::from_secs(1);
 /// The TTL of the Cache strategy when the node has no TTL annotation.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+/// Watches the node keeps at most (a thread and a connection each): with
+/// the agent's own ~30 threads and ~20 open files this keeps it under 150
+/// threads and 300 open files however many objects pods reference.
+pub(crate) const NODE_WATCHES: usize = 100;
+/// Watches one pod gets at most, so that one pod cannot take the node's
+/// whole budget; a pod seldom references more than a handful of objects.
+pub(crate) const POD_WATCHES: usize = 32;
+/// Objects named in a Warning event; the rest are counted.
+const NAMED_IN_EVENT: usize = 10;
 
 /// What the manager keeps of one object.
 #[derive(Default)]
@@ -110,8 +134,19 @@ struct Entry {
     fetched_at: Option<Instant>,
     /// Watch: the handle that keeps the watch going.
     watch: Option<Box<dyn Send>>,
+    /// Watch: the object holds one of the node's watch slots (from the
+    /// decision to watch it until it is dropped, immutable, or its watch
+    /// could not start).
+    slot: bool,
     /// Watch: the object is immutable, so its watch was stopped.
     immutable: bool,
+}
+
+impl Entry {
+    /// Watch: read as under `Cache` (no slot, and not stopped as immutable).
+    fn cached(&self) -> bool {
+        !self.slot && !self.immutable
+    }
 }
 
 #[derive(Default)]
@@ -119,6 +154,19 @@ struct State {
     objects: HashMap<ObjectRef, Entry>,
     /// Pod UID → the objects it references.
     pods: HashMap<String, BTreeSet<ObjectRef>>,
+    /// Watch: the objects that hold a slot.
+    slots: usize,
+}
+
+impl State {
+    /// Drops `object` (no pod references it any more), freeing its slot.
+    fn drop_object(&mut self, object: &ObjectRef) -> Option<Entry> {
+        let e = self.objects.remove(object)?;
+        if e.slot {
+            self.slots -= 1;
+        }
+        Some(e)
+    }
 }
 
 pub struct ObjectManager {
@@ -131,11 +179,17 @@ pub struct ObjectManager {
     /// Where the UIDs of pods whose objects changed are sent (the sync loop
     /// dispatches a sync of each).
     notify: Option<Sender<String>>,
+    /// Where a pod whose objects are not all watched is told so.
+    recorder: EventRecorder,
+    /// Watch: the node's and each pod's bound on watches.
+    node_watches: usize,
+    pod_watches: usize,
     state: Arc<(Mutex<State>, Condvar)>,
 }
 
 impl ObjectManager {
-    /// `watcher` is needed for `Strategy::Watch` (without one, reads are GETs).
+    /// `watcher` is needed for `Strategy::Watch` (without one, reads are as
+    /// under Cache).
     pub fn new(
         api: Arc<dyn ObjectSource>,
         strategy: Strategy,
@@ -149,8 +203,31 @@ impl ObjectManager {
             watcher,
             ttl,
             notify,
+            recorder: EventRecorder::disabled(),
+            node_watches: NODE_WATCHES,
+            pod_watches: POD_WATCHES,
             state: Arc::new((Mutex::new(State::default()), Condvar::new())),
         }
+    }
+
+    /// Pods whose objects are not all watched get a Warning event here.
+    pub fn with_recorder(mut self, recorder: EventRecorder) -> ObjectManager {
+        self.recorder = recorder;
+        self
+    }
+
+    /// Other bounds on watches than [`NODE_WATCHES`] and [`POD_WATCHES`].
+    #[cfg(test)]
+    fn with_watch_bounds(mut self, node: usize, pod: usize) -> ObjectManager {
+        self.node_watches = node;
+        self.pod_watches = pod;
+        self
+    }
+
+    /// Watch: the objects that are watched (or whose watch is starting).
+    #[cfg(test)]
+    fn watched(&self) -> usize {
+        self.state.0.lock().slots
     }
 
     /// The number of objects referenced by registered pods (watched, in Watch).
@@ -231,13 +308,14 @@ impl ObjectManager {
                     return self.fetch(&object);
                 }
                 Some(e) => {
+                    if e.cached() {
+                        // Not watched (over the bounds, or its watch could
+                        // not start): read as under Cache.
+                        drop(st);
+                        return self.read_cached(object);
+                    }
                     if let Some(keys) = &e.keys {
                         return Ok(keys.clone());
-                    }
-                    if e.watch.is_none() {
-                        // No watch could be started: read it directly.
-                        drop(st);
-                        return self.fetch(&object);
                     }
                 }
             }
@@ -264,12 +342,19 @@ impl ObjectManager {
             let Some(e) = st.objects.get_mut(&key) else {
                 return;
             };
+            if !e.slot {
+                // A watch of an object dropped since (or stopped as
+                // immutable) that has not noticed yet.
+                return;
+            }
             let changed = e.keys.as_ref().is_some_and(|k| *k != seen.keys);
             e.keys = Some(seen.keys);
             let mut stop = None;
             if seen.immutable {
-                // Immutable: its content can no longer change.
+                // Immutable: its content can no longer change, and its
+                // slot goes to an object that can.
                 e.immutable = true;
+                e.slot = false;
                 stop = e.watch.take();
             }
             let pods: Vec<String> = if changed {
@@ -277,6 +362,9 @@ impl ObjectManager {
             } else {
                 Vec::new()
             };
+            if seen.immutable {
+                st.slots -= 1;
+            }
             drop(st);
             synced.notify_all();
             drop(stop);
@@ -309,7 +397,7 @@ impl ObjectManager {
             Ok(handle) => Some(handle),
             Err(e) => {
                 warn!(
-                    "{} {}/{}: cannot watch it, reading it by GET: {e}",
+                    "{} {}/{}: cannot watch it, reading it by GET at most once per TTL: {e}",
                     object.0.what(),
                     object.1,
                     object.2
@@ -320,16 +408,26 @@ impl ObjectManager {
     }
 
     /// Registers the objects `pod` references; objects no other pod
-    /// references any more are dropped (their watches stop).
+    /// references any more are dropped (their watches stop). Watch: the
+    /// pod's new objects are watched while the bounds allow, the others are
+    /// read as under Cache, and the pod is told which in a Warning event.
+    /// At a sync with the same references, objects of the pod that are not
+    /// watched take the slots freed since.
     pub(crate) fn register(&self, pod: &Pod) {
         let uid = crate::pod::pod_uid(pod).to_string();
         let wanted = references(pod);
         let mut dropped = Vec::new();
         let mut added = Vec::new();
+        let mut unwatched = Vec::new();
         {
             let mut st = self.state.0.lock();
             let same = st.pods.get(&uid).is_some_and(|had| *had == wanted);
             if same {
+                if self.strategy == Strategy::Watch && st.slots < self.node_watches {
+                    added = self.grant_slots(&mut st, &wanted);
+                }
+                drop(st);
+                self.start_watches(added);
                 return;
             }
             let had = st.pods.remove(&uid).unwrap_or_default();
@@ -337,42 +435,121 @@ impl ObjectManager {
                 if let Some(e) = st.objects.get_mut(o) {
                     e.pods.remove(&uid);
                     if e.pods.is_empty() {
-                        dropped.extend(st.objects.remove(o));
+                        dropped.extend(st.drop_object(o));
                     }
                 }
             }
             for o in &wanted {
-                let new = !st.objects.contains_key(o);
                 let e = st.objects.entry(o.clone()).or_default();
                 e.pods.insert(uid.clone());
-                if self.strategy == Strategy::Cache {
+                if self.strategy == Strategy::Cache || e.cached() {
                     // Fetched afresh at the next read, as upstream does
                     // for a pod that is added or updated.
                     e.fetched_at = None;
                 }
-                if self.strategy == Strategy::Watch && new {
-                    added.push(o.clone());
-                }
+            }
+            if self.strategy == Strategy::Watch {
+                added = self.grant_slots(&mut st, &wanted);
+                unwatched = wanted
+                    .iter()
+                    .filter(|o| st.objects.get(*o).is_some_and(Entry::cached))
+                    .cloned()
+                    .collect();
             }
             if !wanted.is_empty() {
                 st.pods.insert(uid, wanted);
             }
         }
         drop(dropped);
-        // Watches start outside the lock (their sink takes it, and may run
-        // before the handle is stored: a first list is not a reason to stop).
-        for o in added {
+        if !unwatched.is_empty() {
+            self.warn_unwatched(pod, &unwatched);
+        }
+        self.start_watches(added);
+    }
+
+    /// Gives slots to the objects of `wanted` that have none, while the
+    /// node's and the pod's bounds allow (objects of the pod watched for
+    /// other pods count towards its bound); returns the objects to watch.
+    fn grant_slots(&self, st: &mut State, wanted: &BTreeSet<ObjectRef>) -> Vec<ObjectRef> {
+        let mut pod_slots = wanted
+            .iter()
+            .filter(|o| st.objects.get(*o).is_some_and(|e| e.slot))
+            .count();
+        let mut granted = Vec::new();
+        for o in wanted {
+            if st.slots >= self.node_watches || pod_slots >= self.pod_watches {
+                break;
+            }
+            let Some(e) = st.objects.get_mut(o) else {
+                continue;
+            };
+            if e.cached() {
+                e.slot = true;
+                st.slots += 1;
+                pod_slots += 1;
+                granted.push(o.clone());
+            }
+        }
+        granted
+    }
+
+    /// Starts the watches of objects just given a slot, outside the lock
+    /// (their sink takes it, and may run before the handle is stored: a
+    /// first list is not a reason to stop). A watch that cannot start
+    /// gives its slot back and its object is read as under Cache.
+    fn start_watches(&self, objects: Vec<ObjectRef>) {
+        for o in objects {
             let mut handle = self.start_watch(&o);
             let mut st = self.state.0.lock();
+            let mut freed = false;
             if let Some(e) = st.objects.get_mut(&o) {
-                if e.watch.is_none() && !e.immutable {
+                if e.slot && handle.is_none() {
+                    e.slot = false;
+                    freed = true;
+                } else if e.slot && e.watch.is_none() {
                     e.watch = handle.take();
                 }
             }
+            if freed {
+                st.slots -= 1;
+            }
             drop(st);
+            // Readers waiting for its first list read it another way.
+            self.state.1.notify_all();
             // Not kept (the object went, or is immutable): the watch stops.
             drop(handle);
         }
+    }
+
+    /// Tells `pod` which of its objects are not watched, and why.
+    fn warn_unwatched(&self, pod: &Pod, unwatched: &[ObjectRef]) {
+        let total = references(pod).len();
+        let mut names: Vec<String> = unwatched
+            .iter()
+            .take(NAMED_IN_EVENT)
+            .map(|(kind, _, name)| format!("{} {name}", kind.what()))
+            .collect();
+        if unwatched.len() > NAMED_IN_EVENT {
+            names.push(format!("and {} more", unwatched.len() - NAMED_IN_EVENT));
+        }
+        let message = format!(
+            "{} of the {total} Secrets and ConfigMaps this pod references are not watched \
+             (the node watches at most {} objects, and at most {} for one pod): they are \
+             read from the API server at most once per {} s, and their changes reach the \
+             pod at its periodic sync: {}",
+            unwatched.len(),
+            self.node_watches,
+            self.pod_watches,
+            (self.ttl)().as_secs(),
+            names.join(", ")
+        );
+        warn!("pod {}: {message}", crate::pod::pod_full_name(pod));
+        self.recorder.event(
+            &crate::events::ObjectRef::pod(pod),
+            EventType::Warning,
+            "ObjectsNotWatched",
+            message,
+        );
     }
 
     /// Forgets the pod `uid`; objects no pod references any more go.
@@ -387,7 +564,7 @@ impl ObjectManager {
                 if let Some(e) = st.objects.get_mut(&o) {
                     e.pods.remove(uid);
                     if e.pods.is_empty() {
-                        dropped.extend(st.objects.remove(&o));
+                        dropped.extend(st.drop_object(&o));
                     }
                 }
             }
@@ -539,7 +716,8 @@ impl<K> KeyObject<K> {
     }
 }
 
-/// The `Watcher` of a node with an apiserver: one reflector per object.
+/// The `Watcher` of a node with an apiserver: one reflector per object
+/// (the manager bounds how many).
 pub struct ApiWatcher {
     client: crate::kube::Client,
 }
@@ -668,6 +846,8 @@ mod tests {
         sinks: Mutex<Vec<Started>>,
         /// Listed before `watch` returns (a fast first list).
         at_once: Mutex<Option<Keys>>,
+        /// `watch` fails (no thread could be started).
+        refuse: AtomicBool,
     }
 
     struct Stops(Arc<AtomicBool>);
@@ -683,6 +863,9 @@ mod tests {
             object: &ObjectRef,
             sink: Box<dyn FnMut(Observed) + Send>,
         ) -> Result<Box<dyn Send>, String> {
+            if self.refuse.load(Ordering::SeqCst) {
+                return Err("Resource temporarily unavailable".into());
+            }
             let stopped = Arc::new(AtomicBool::new(false));
             let mut sink = sink;
             if let Some(keys) = self.at_once.lock().clone() {
@@ -889,6 +1072,73 @@ mod tests {
         assert!(r.watches.stopped(0));
         assert_eq!(r.m.config_map("ns", "c1").unwrap(), Some(keys("k", "v1")));
         assert_eq!(r.gets.count.load(Ordering::SeqCst), 0);
+    }
+
+    /// The objects watches were started for, in order.
+    fn started(r: &Rig) -> Vec<ObjectRef> {
+        r.watches.sinks.lock().iter().map(|s| s.0.clone()).collect()
+    }
+
+    #[test]
+    fn watches_are_bounded_per_pod_and_per_node_and_the_rest_is_cached() {
+        let mut r = rig(Strategy::Watch);
+        r.m = r.m.with_watch_bounds(3, 2);
+        // A pod with five objects: two are watched, three read by GET
+        // and kept for the TTL.
+        r.m.register(&pod("a", &["c1", "c2", "c3", "c4", "c5"]));
+        assert_eq!(started(&r), [cm("c1"), cm("c2")]);
+        assert_eq!(r.m.watched(), 2);
+        r.gets.version.store(1, Ordering::SeqCst);
+        for _ in 0..3 {
+            assert_eq!(r.m.config_map("ns", "c3").unwrap(), Some(keys("c3", "1")));
+        }
+        assert_eq!(r.gets.count.load(Ordering::SeqCst), 1, "once per TTL");
+        r.watches.send(0, Some(keys("k", "w")), false);
+        assert_eq!(r.m.config_map("ns", "c1").unwrap(), Some(keys("k", "w")));
+        assert_eq!(r.gets.count.load(Ordering::SeqCst), 1, "c1 is watched");
+
+        // Another pod: what is left of the node's bound, however many its
+        // own would allow.
+        r.m.register(&pod("b", &["c6", "c7"]));
+        assert_eq!(started(&r), [cm("c1"), cm("c2"), cm("c6")]);
+        assert_eq!(r.m.watched(), 3);
+        assert_eq!(r.m.objects(), 7);
+
+        // Pod a goes, and its watches stop. At b's next sync its object
+        // without a watch takes a freed slot.
+        r.m.unregister("a");
+        assert!(r.watches.stopped(0) && r.watches.stopped(1));
+        assert!(!r.watches.stopped(2));
+        assert_eq!(r.m.watched(), 1);
+        r.m.register(&pod("b", &["c6", "c7"]));
+        assert_eq!(started(&r), [cm("c1"), cm("c2"), cm("c6"), cm("c7")]);
+        assert_eq!(r.m.watched(), 2);
+        // Its watch now answers, not the cache.
+        r.watches.send(3, Some(keys("k", "c7")), false);
+        assert_eq!(r.m.config_map("ns", "c7").unwrap(), Some(keys("k", "c7")));
+
+        // An immutable object gives its slot back.
+        r.watches.send(2, Some(keys("k", "c6")), true);
+        assert_eq!(r.m.watched(), 1);
+        r.m.unregister("b");
+        assert_eq!((r.m.watched(), r.m.objects()), (0, 0));
+    }
+
+    #[test]
+    fn a_watch_that_cannot_start_gives_its_slot_back_and_is_cached() {
+        let r = rig(Strategy::Watch);
+        r.watches.refuse.store(true, Ordering::SeqCst);
+        r.m.register(&pod("a", &["c1"]));
+        assert_eq!(r.m.watched(), 0);
+        r.gets.version.store(1, Ordering::SeqCst);
+        assert_eq!(r.m.config_map("ns", "c1").unwrap(), Some(keys("c1", "1")));
+        assert_eq!(r.m.config_map("ns", "c1").unwrap(), Some(keys("c1", "1")));
+        assert_eq!(r.gets.count.load(Ordering::SeqCst), 1, "once per TTL");
+        // Watches work again: the next sync of the pod watches it.
+        r.watches.refuse.store(false, Ordering::SeqCst);
+        r.m.register(&pod("a", &["c1"]));
+        assert_eq!(started(&r), [cm("c1")]);
+        assert_eq!(r.m.watched(), 1);
     }
 
     #[test]

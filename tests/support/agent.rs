@@ -20,8 +20,9 @@ pub struct Agent {
     child: Option<Child>,
     dir: tempfile::TempDir,
     args: Vec<String>,
-    /// The umask the binary starts with (`None`: the test's own).
-    umask: Option<u32>,
+    /// Shell commands run before the binary, in the shell that then
+    /// becomes it (a umask, a ulimit; `None`: started directly).
+    prelude: Option<String>,
 }
 
 impl Agent {
@@ -36,8 +37,14 @@ impl Agent {
     /// Like `start`, with the binary started under `umask` (through `sh`,
     /// which sets it and then becomes the binary).
     pub fn start_with_umask(endpoint: &str, extra: &[&str], umask: u32) -> Agent {
+        Agent::start_after(endpoint, extra, &format!("umask {umask:03o}"))
+    }
+
+    /// Like `start`, with the binary started by `sh` after `prelude` (shell
+    /// commands that set what the binary inherits, e.g. `ulimit -Sn 1024`).
+    pub fn start_after(endpoint: &str, extra: &[&str], prelude: &str) -> Agent {
         let mut a = Agent::new(endpoint, extra);
-        a.umask = Some(umask);
+        a.prelude = Some(prelude.to_string());
         a.spawn();
         a
     }
@@ -85,7 +92,7 @@ impl Agent {
             child: None,
             dir,
             args,
-            umask: None,
+            prelude: None,
         }
     }
 
@@ -95,12 +102,12 @@ impl Agent {
             .append(true)
             .open(self.log_path())
             .expect("log file");
-        let mut cmd = match self.umask {
+        let mut cmd = match &self.prelude {
             None => Command::new(BIN),
-            Some(mask) => {
+            Some(prelude) => {
                 let mut c = Command::new("sh");
                 c.arg("-c")
-                    .arg(format!("umask {mask:03o} && exec \"$0\" \"$@\""))
+                    .arg(format!("{prelude} && exec \"$0\" \"$@\""))
                     .arg(BIN);
                 c
             }
@@ -137,6 +144,11 @@ impl Agent {
 
     pub fn log(&self) -> String {
         fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// The process ID of the running binary.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     pub fn running(&mut self) -> bool {
