@@ -28,10 +28,11 @@ use super::head::RequestHead;
 use crate::thread::spawn_named;
 
 /// Open connections at most on the main and read-only ports. Each costs
-/// a socket, its `Client` and, on the main port, a rustls connection:
-/// about 2 KiB while a handshake or a head trickles in, at most about
-/// 52 KiB (a [`MAX_HEAD`] head and one TLS record) for a client that
-/// sends a full oversized head; so 512 slow clients cost 1-26 MiB.
+/// a descriptor, its `Client` and, on the main port, a rustls connection:
+/// about 10 KiB while a handshake trickles in (the node API bench: 200 of
+/// them, +2 MiB anonymous memory), at most about 60 KiB for a client that
+/// sends a whole [`MAX_HEAD`] head over TLS (the head and one record); so
+/// 512 slow clients cost 5 to 30 MiB, returned when they are closed.
 pub(crate) const MAX_CONNS: usize = 512;
 /// Connections from one IP address still in their TLS handshake or first
 /// request head at most; past it that address's oldest such one is
