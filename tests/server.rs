@@ -512,3 +512,75 @@ fn slow_handshakes_and_heads_hold_no_worker() {
     trickle.join().unwrap();
     assert!(agent.running());
 }
+
+/// User and system CPU (clock ticks) of the agent's thread named `name`.
+fn thread_ticks(agent: &Agent, name: &str) -> Option<u64> {
+    let root = agent.root_dir().display().to_string();
+    for p in std::fs::read_dir("/proc").ok()?.flatten() {
+        let cmd = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmd).contains(&root) {
+            continue;
+        }
+        for t in std::fs::read_dir(p.path().join("task")).ok()?.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            let after = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            // Fields 14 and 15 of stat(5), counted from the state (3).
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            return Some(utime + stime);
+        }
+    }
+    None
+}
+
+/// Issue 26: when accept fails for want of descriptors, the poll thread
+/// leaves the listeners alone a while instead of polling them again at
+/// once (it spun, a core's worth, for as long as the backlog waited), and
+/// the port serves again once descriptors are free.
+#[test]
+fn accept_out_of_descriptors_pauses_and_recovers() {
+    let fake = FakeCri::start();
+    let ro = free_port();
+    let ro_s = ro.to_string();
+    let mut agent = Agent::start_with_nofile(
+        &fake.endpoint(),
+        &["--read-only-port", &ro_s, "--address", "127.0.0.1"],
+        64,
+    );
+    wait_listening(&mut agent, ro);
+    agent.wait("healthy", || get(ro, "/healthz").0 == 200);
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], ro));
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            held.push(s);
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    while !agent.log().contains("pausing new connections") {
+        assert!(
+            Instant::now() < end,
+            "accept never failed with {} connections\n{}",
+            held.len(),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = thread_ticks(&agent, "server-poll").expect("a server-poll thread");
+    std::thread::sleep(Duration::from_secs(3));
+    let spent = thread_ticks(&agent, "server-poll").expect("a server-poll thread") - before;
+    // Paused, a few wake-ups a second; spinning takes most of a core
+    // (300 ticks in 3 s), and still far over this on a busy machine.
+    assert!(
+        spent < 30,
+        "server-poll took {spent} ticks of CPU in 3 s while accept failed"
+    );
+    drop(held);
+    agent.wait("served again", || get(ro, "/healthz").0 == 200);
+    assert!(agent.log().contains("accepting connections again"));
+}

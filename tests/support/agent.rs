@@ -22,6 +22,8 @@ pub struct Agent {
     args: Vec<String>,
     /// The umask the binary starts with (`None`: the test's own).
     umask: Option<u32>,
+    /// Its open file limit, soft and hard (`None`: the test's own).
+    nofile: Option<u64>,
 }
 
 impl Agent {
@@ -38,6 +40,15 @@ impl Agent {
     pub fn start_with_umask(endpoint: &str, extra: &[&str], umask: u32) -> Agent {
         let mut a = Agent::new(endpoint, extra);
         a.umask = Some(umask);
+        a.spawn();
+        a
+    }
+
+    /// Like `start`, with at most `n` open files (soft and hard limit,
+    /// set through `sh` as the umask is).
+    pub fn start_with_nofile(endpoint: &str, extra: &[&str], n: u64) -> Agent {
+        let mut a = Agent::new(endpoint, extra);
+        a.nofile = Some(n);
         a.spawn();
         a
     }
@@ -86,6 +97,7 @@ impl Agent {
             dir,
             args,
             umask: None,
+            nofile: None,
         }
     }
 
@@ -95,12 +107,19 @@ impl Agent {
             .append(true)
             .open(self.log_path())
             .expect("log file");
-        let mut cmd = match self.umask {
-            None => Command::new(BIN),
-            Some(mask) => {
+        let mut cmd = match (self.umask, self.nofile) {
+            (None, None) => Command::new(BIN),
+            (umask, nofile) => {
+                let mut script = String::new();
+                if let Some(mask) = umask {
+                    script.push_str(&format!("umask {mask:03o} && "));
+                }
+                if let Some(n) = nofile {
+                    script.push_str(&format!("ulimit -n {n} && "));
+                }
                 let mut c = Command::new("sh");
                 c.arg("-c")
-                    .arg(format!("umask {mask:03o} && exec \"$0\" \"$@\""))
+                    .arg(format!("{script}exec \"$0\" \"$@\""))
                     .arg(BIN);
                 c
             }
