@@ -911,7 +911,10 @@ fn slow_clients(
                             *sent = 0;
                         }
                     }
-                    open.store(conns.iter().filter(|c| c.0.is_some()).count(), Ordering::Relaxed);
+                    open.store(
+                        conns.iter().filter(|c| c.0.is_some()).count(),
+                        Ordering::Relaxed,
+                    );
                     std::thread::sleep(Duration::from_millis(500));
                 }
             })?
@@ -1040,7 +1043,10 @@ fn print_report(o: &Options, r: &Report) {
     let healthz = median(r.slow_healthz.clone());
     let pods = median(r.slow_pods.clone());
     row([
-        &format!("/healthz, {} slow TLS clients (median of {})", r.slow_open, o.runs),
+        &format!(
+            "/healthz, {} slow TLS clients (median of {})",
+            r.slow_open, o.runs
+        ),
         &format!("{healthz:.1} ms"),
         &format!("{} requests failed", r.slow_failed),
         "< 100 ms",

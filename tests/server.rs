@@ -492,7 +492,11 @@ fn slow_handshakes_and_heads_hold_no_worker() {
     assert_eq!(status, 200, "/pods on the main port: {body}");
     let mut s = TcpStream::connect(("127.0.0.1", ro)).expect("connect");
     s.set_read_timeout(Some(bound)).unwrap();
-    assert_eq!(exchange(&mut s, req).0, 200, "/healthz on the read-only port");
+    assert_eq!(
+        exchange(&mut s, req).0,
+        200,
+        "/healthz on the read-only port"
+    );
 
     // One deadline from accept (10 s), however the client trickles.
     assert!(

@@ -91,7 +91,8 @@ impl Conn {
                             return Err(io::Error::new(io::ErrorKind::InvalidData, e));
                         }
                     };
-                    let (mut left, closed) = (state.plaintext_bytes_to_read(), state.peer_has_closed());
+                    let (mut left, closed) =
+                        (state.plaintext_bytes_to_read(), state.peer_has_closed());
                     while left > 0 {
                         let n = c.reader().read(&mut chunk[..left.min(4096)])?;
                         if n == 0 {
@@ -119,7 +120,9 @@ impl Conn {
                     match NoWait(s).write(data) {
                         Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                         Ok(n) => data = &data[n..],
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_writable(s, deadline)?,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            wait_writable(s, deadline)?
+                        }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => return Err(e),
                     }

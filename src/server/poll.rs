@@ -222,7 +222,11 @@ impl<D: Dispatch> Poller<D> {
                     .map(|l| pfd(l.socket.as_raw_fd(), listen)),
             );
             fds.extend(self.waiting.iter().map(|c| {
-                let out = if c.conn.wants_write() { libc::POLLOUT } else { 0 };
+                let out = if c.conn.wants_write() {
+                    libc::POLLOUT
+                } else {
+                    0
+                };
                 pfd(c.conn.tcp().as_raw_fd(), libc::POLLIN | out)
             }));
             let timeout = self
@@ -256,7 +260,11 @@ impl<D: Dispatch> Poller<D> {
                     Some(c) if now >= c.deadline => {
                         debug!(
                             "node API: closing a connection {} past its deadline",
-                            if c.idle { "idle" } else { "without a request head" }
+                            if c.idle {
+                                "idle"
+                            } else {
+                                "without a request head"
+                            }
                         );
                     }
                     Some(c) => keep.push(c),
@@ -443,14 +451,24 @@ mod tests {
             port: Port::ReadOnly,
             tls: None,
         };
-        let server = start_with(vec![listener], Arc::new(Test { done }), SHORT, HEALTHZ_LIMITS).unwrap();
+        let server = start_with(
+            vec![listener],
+            Arc::new(Test { done }),
+            SHORT,
+            HEALTHZ_LIMITS,
+        )
+        .unwrap();
         (server, port, rx)
     }
 
     fn ask(port: u16, path: &str) -> String {
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
         let mut out = Vec::new();
         let _ = s.read_to_end(&mut out);
         String::from_utf8_lossy(&out).into_owned()
@@ -476,8 +494,14 @@ mod tests {
                 .unwrap()
             };
             // A second late by the deadline; "forever" without one.
-            let (what, ok) = done.recv_timeout(Duration::from_secs(10)).expect("the answer ended");
-            assert_eq!((what.as_str(), ok), (path, false), "the slow reader was not cut");
+            let (what, ok) = done
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the answer ended");
+            assert_eq!(
+                (what.as_str(), ok),
+                (path, false),
+                "the slow reader was not cut"
+            );
             stop.store(true, Ordering::Relaxed);
             let _ = s.shutdown(std::net::Shutdown::Both);
             drop(drain);
@@ -496,7 +520,10 @@ mod tests {
             assert_eq!(ask(port, "/session-panic"), "");
         }
         let ok = ask(port, "/ok");
-        assert!(ok.starts_with("HTTP/1.1 200 ") && ok.ends_with("ok"), "{ok:?}");
+        assert!(
+            ok.starts_with("HTTP/1.1 200 ") && ok.ends_with("ok"),
+            "{ok:?}"
+        );
         let session = ask(port, "/session");
         assert!(session.starts_with("HTTP/1.1 200 "), "{session:?}");
     }
