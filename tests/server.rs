@@ -514,7 +514,44 @@ fn slow_handshakes_and_heads_hold_no_worker() {
     );
     stop.store(true, Ordering::Relaxed);
     trickle.join().unwrap();
+
+    // One TLS connection, kept alive: two requests in one record, a pause
+    // (it waits on the poll thread), then a third. Nothing decrypted with
+    // a head is lost between the poll thread and the workers.
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(tls_config(cert), name).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let two =
+        b"GET /healthz HTTP/1.1\r\nHost: node\r\n\r\nGET /pods HTTP/1.1\r\nHost: node\r\n\r\n";
+    tls.write_all(two).unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 16384];
+    while count(&seen, b"HTTP/1.1 200 OK") < 2 {
+        let n = tls.read(&mut buf).expect("two answers");
+        assert!(n > 0, "closed after {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    tls.write_all(b"GET /healthz/ping HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut rest = Vec::new();
+    match tls.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !rest.is_empty() => {}
+        Err(e) => panic!("the third answer: {e}"),
+    }
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.starts_with("HTTP/1.1 200 OK") && rest.ends_with("\r\n\r\nok"),
+        "{rest}"
+    );
     assert!(agent.running());
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
 }
 
 /// User and system CPU (clock ticks) of the agent's thread named `name`.
