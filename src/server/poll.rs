@@ -229,16 +229,18 @@ impl<D: Dispatch> Poller<D> {
                 };
                 pfd(c.conn.tcp().as_raw_fd(), libc::POLLIN | out)
             }));
+            // Nothing to time out: wait for a client or the wake pipe alone,
+            // so an idle node's server threads do not wake.
             let timeout = self
                 .waiting
                 .iter()
                 .map(|c| c.deadline.saturating_duration_since(now))
                 .chain(self.backoff.resumes_in(now))
-                .min()
-                .unwrap_or(Duration::from_secs(60))
-                .min(Duration::from_secs(60));
+                .min();
             // Rounded up: a deadline is not polled for again just short of it.
-            let ms = timeout.as_micros().div_ceil(1000).clamp(1, 60_000) as libc::c_int;
+            let ms = timeout.map_or(-1, |t| {
+                t.as_micros().div_ceil(1000).clamp(1, 60_000) as libc::c_int
+            });
             // SAFETY: `fds` is a live array of initialised pollfds.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
             if n < 0 {
