@@ -10,7 +10,11 @@
 //!    fake apiserver, whose main and healthz ports are on by default;
 //! 2. RSS, threads and open fds of the standalone node while 1000 idle TCP
 //!    connections sit on its main port, and after they closed, and whether
-//!    it still answers `/healthz` meanwhile;
+//!    it still answers `/healthz` meanwhile; then, while 200 clients trickle
+//!    a TLS ClientHello on the main port a byte at a time (each reconnects
+//!    when the server cuts it at its deadline), the latency of `/healthz` on
+//!    the healthz port and of an authenticated `/pods` on the main port
+//!    (medians; issue 26's targets: 100 ms and 1 s), and RSS and fds then;
 //! 3. the time from an exec request (SPDY, through the node's TLS port with
 //!    a client certificate) to the first byte of its output, beside the
 //!    same straight to the runtime's streaming URL (CRI `Exec`: the floor);
@@ -22,7 +26,9 @@
 //!    compression of that container's log), and the busiest threads.
 //!
 //!   cargo bench --bench node_api -- [--quick] [--runs N] [--mib N]
-//!       [--conns N] [--follow-secs N] [--no-cluster]
+//!       [--conns N] [--slow N] [--follow-secs N] [--no-cluster] [--slow-only]
+//!
+//! `--slow-only` runs just the slow-client part (a minute or so).
 //!
 //! `TINYLET_E2E_BIN` picks the tinylet binary (default: the one cargo built
 //! with the bench); `packaging/bench.sh` passes its release binary. Needs
@@ -70,6 +76,8 @@ struct Options {
     pf_runs: usize,
     mib: usize,
     conns: usize,
+    slow: usize,
+    slow_only: bool,
     follow: Duration,
     settle: Duration,
     samples: usize,
@@ -84,6 +92,8 @@ fn parse(args: &[String]) -> Result<Options> {
         pf_runs: if quick { 1 } else { 3 },
         mib: 100,
         conns: 1000,
+        slow: 200,
+        slow_only: false,
         follow: Duration::from_secs(10),
         settle: Duration::from_secs(if quick { 5 } else { 10 }),
         samples: if quick { 3 } else { 5 },
@@ -101,6 +111,8 @@ fn parse(args: &[String]) -> Result<Options> {
             "--runs" => o.runs = number()?.max(1) as usize,
             "--mib" => o.mib = number()?.max(1) as usize,
             "--conns" => o.conns = number()? as usize,
+            "--slow" => o.slow = number()? as usize,
+            "--slow-only" => o.slow_only = true,
             "--follow-secs" => o.follow = Duration::from_secs(number()?.max(1)),
             "--no-cluster" => o.cluster = false,
             other => bail!("unknown option {other:?} (see the header of benches/node_api.rs)"),
@@ -570,6 +582,11 @@ struct Report {
     with_conns: Mem,
     healthz_with_conns: String,
     after_conns: Mem,
+    slow_open: usize,
+    slow_mem: Mem,
+    slow_healthz: Vec<f64>,
+    slow_pods: Vec<f64>,
+    slow_failed: usize,
     exec_node: Vec<f64>,
     exec_floor: Vec<f64>,
     pf_node: Vec<f64>,
@@ -588,7 +605,7 @@ fn run(o: &Options, r: &mut Report) -> Result<()> {
     let v2: &[&str] = &["--v", "2"];
 
     // 1. Idle, standalone, without the server.
-    {
+    if !o.slow_only {
         let mut t = Tinylet::start_with(&ctd, PLAIN_NODE, v2);
         std::thread::sleep(o.settle);
         r.plain = sample(&mut t, o.samples)?;
@@ -635,36 +652,15 @@ fn run(o: &Options, r: &mut Report) -> Result<()> {
     let pid = t.pid().ok_or_else(|| anyhow!("tinylet is not running"))?;
 
     // 2. Idle connections on the main port.
-    raise_fd_limit(o.conns as u64 + 256);
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut held = Vec::with_capacity(o.conns);
-    for _ in 0..o.conns {
-        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
-            held.push(s);
-        }
+    raise_fd_limit(o.conns.max(o.slow) as u64 + 256);
+    if !o.slow_only {
+        idle_conns(o, r, &mut t, &tls, port)?;
     }
-    r.conns_open = held.len();
-    std::thread::sleep(Duration::from_secs(2));
-    r.with_conns = sample(&mut t, o.samples)?;
-    let h0 = Instant::now();
-    r.healthz_with_conns = match tls_status(&tls, port, "/healthz") {
-        Ok(code) => format!("{code} in {:.0} ms", h0.elapsed().as_secs_f64() * 1e3),
-        Err(e) => format!("failed: {e}"),
-    };
-    drop(held);
-    std::thread::sleep(Duration::from_secs(3));
-    r.after_conns = sample(&mut t, o.samples)?;
-    eprintln!(
-        "node_api: {} idle connections: RSS {}, {} threads, {} fds; /healthz {}; after: RSS {}, {} threads, {} fds",
-        r.conns_open,
-        rss(&r.with_conns),
-        r.with_conns.threads,
-        r.with_conns.fds,
-        r.healthz_with_conns,
-        rss(&r.after_conns),
-        r.after_conns.threads,
-        r.after_conns.fds
-    );
+    slow_clients(o, r, &mut t, &tls, port, hz)?;
+    if o.slow_only {
+        t.sigterm();
+        return Ok(());
+    }
 
     // 3. and 4. Exec and port-forward, through the node and directly.
     let bytes = o.mib << 20;
@@ -821,6 +817,139 @@ fn run(o: &Options, r: &mut Report) -> Result<()> {
     Ok(())
 }
 
+/// Part 2: idle connections on the main port.
+fn idle_conns(
+    o: &Options,
+    r: &mut Report,
+    t: &mut Tinylet,
+    tls: &Arc<rustls::ClientConfig>,
+    port: u16,
+) -> Result<()> {
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut held = Vec::with_capacity(o.conns);
+    for _ in 0..o.conns {
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            held.push(s);
+        }
+    }
+    r.conns_open = held.len();
+    std::thread::sleep(Duration::from_secs(2));
+    r.with_conns = sample(t, o.samples)?;
+    let h0 = Instant::now();
+    r.healthz_with_conns = match tls_status(tls, port, "/healthz") {
+        Ok(code) => format!("{code} in {:.0} ms", h0.elapsed().as_secs_f64() * 1e3),
+        Err(e) => format!("failed: {e}"),
+    };
+    drop(held);
+    std::thread::sleep(Duration::from_secs(3));
+    r.after_conns = sample(t, o.samples)?;
+    eprintln!(
+        "node_api: {} idle connections: RSS {}, {} threads, {} fds; /healthz {}; after: RSS {}, {} threads, {} fds",
+        r.conns_open,
+        rss(&r.with_conns),
+        r.with_conns.threads,
+        r.with_conns.fds,
+        r.healthz_with_conns,
+        rss(&r.after_conns),
+        r.after_conns.threads,
+        r.after_conns.fds
+    );
+
+    Ok(())
+}
+
+/// What a TLS client sends first (its ClientHello), as on the wire.
+fn client_hello(config: &Arc<rustls::ClientConfig>) -> Result<Vec<u8>> {
+    let name = rustls::pki_types::ServerName::try_from("localhost")?;
+    let mut conn = rustls::ClientConnection::new(config.clone(), name)?;
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out)?;
+    }
+    Ok(out)
+}
+
+/// Part 2, slow clients: `o.slow` connections on the main port each send
+/// one more byte of a ClientHello every half second and never its last
+/// byte; one cut by the server (at its deadline) connects again. Meanwhile
+/// `/healthz` on the healthz port and `/pods` on the main port (client
+/// certificate, a new connection each) are timed.
+fn slow_clients(
+    o: &Options,
+    r: &mut Report,
+    t: &mut Tinylet,
+    tls: &Arc<rustls::ClientConfig>,
+    port: u16,
+    hz: u16,
+) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let hello = client_hello(tls)?;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let stop = Arc::new(AtomicBool::new(false));
+    let open = Arc::new(AtomicUsize::new(0));
+    let n = o.slow;
+    let trickler = {
+        let (stop, open) = (stop.clone(), open.clone());
+        std::thread::Builder::new()
+            .name("slow-clients".into())
+            .spawn(move || {
+                let connect = || TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok();
+                let mut conns: Vec<(Option<TcpStream>, usize)> =
+                    (0..n).map(|_| (connect(), 0)).collect();
+                while !stop.load(Ordering::Relaxed) {
+                    for (s, sent) in conns.iter_mut() {
+                        let ok = match s {
+                            Some(sock) if *sent + 1 < hello.len() => {
+                                sock.write_all(&hello[*sent..*sent + 1]).is_ok()
+                            }
+                            Some(_) => true,
+                            None => false,
+                        };
+                        *sent += 1;
+                        if !ok {
+                            *s = connect();
+                            *sent = 0;
+                        }
+                    }
+                    open.store(
+                        conns.iter().filter(|c| c.0.is_some()).count(),
+                        Ordering::Relaxed,
+                    );
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            })?
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    r.slow_open = open.load(Ordering::Relaxed);
+    r.slow_mem = sample(t, o.samples)?;
+    for _ in 0..o.runs {
+        let t0 = Instant::now();
+        if plain_status(hz, "/healthz") == 200 {
+            r.slow_healthz.push(t0.elapsed().as_secs_f64() * 1e3);
+        } else {
+            r.slow_failed += 1;
+        }
+        let t0 = Instant::now();
+        match tls_status(tls, port, "/pods") {
+            Ok(200) => r.slow_pods.push(t0.elapsed().as_secs_f64() * 1e3),
+            _ => r.slow_failed += 1,
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = trickler.join();
+    eprintln!(
+        "node_api: {} slow TLS clients: /healthz median {:.1} ms, /pods median {:.1} ms, {} failed; RSS {}, {} fds",
+        r.slow_open,
+        median(r.slow_healthz.clone()),
+        median(r.slow_pods.clone()),
+        r.slow_failed,
+        rss(&r.slow_mem),
+        r.slow_mem.fds
+    );
+    Ok(())
+}
+
 /// Idle figures of a node joined to a fresh fake apiserver, with the
 /// server's listeners as by default or all off; and which ports it used.
 fn connected(
@@ -911,6 +1040,28 @@ fn print_report(o: &Options, r: &Report) {
     );
     row(["node API", "tinylet", "beside", "target", "verdict"]);
     row(["--------", "-------", "------", "------", "-------"]);
+    let healthz = median(r.slow_healthz.clone());
+    let pods = median(r.slow_pods.clone());
+    row([
+        &format!(
+            "/healthz, {} slow TLS clients (median of {})",
+            r.slow_open, o.runs
+        ),
+        &format!("{healthz:.1} ms"),
+        &format!("{} requests failed", r.slow_failed),
+        "< 100 ms",
+        verdict(healthz < 100.0 && r.slow_failed == 0),
+    ]);
+    row([
+        &format!("/pods (client cert), {} slow TLS clients", r.slow_open),
+        &format!("{pods:.1} ms"),
+        &format!("RSS {}, {} fds then", rss(&r.slow_mem), r.slow_mem.fds),
+        "< 1 s",
+        verdict(pods < 1000.0 && r.slow_failed == 0),
+    ]);
+    if o.slow_only {
+        return;
+    }
     let standalone_ok = r.server.rss_kib < 8 * 1024;
     row([
         "RSS standalone idle, server on",

@@ -6,7 +6,8 @@
 # part: tinylet joined to the tests' fake apiserver, its footprint idle and
 # with 110 API pods, the API requests it sends idle, and API pod start and
 # status times; then the node API (benches/node_api.rs): idle RSS and
-# threads with the server on, 1000 idle connections, exec first-byte time
+# threads with the server on, 1000 idle connections, /healthz and an
+# authenticated /pods latency beside 200 slow TLS handshakes, exec first-byte time
 # and port-forward throughput beside the runtime's own streaming server,
 # and the CPU of a `logs -f`; then the watched objects (benches/objects.rs):
 # RSS, threads, apiserver connections and idle bytes a day of 20 pods each
@@ -25,6 +26,8 @@
 #   bash packaging/bench.sh --objects-only   # only the watched objects part
 #   bash packaging/bench.sh --referenced-only  # only its 1,100 referenced
 #                                            # objects (about a minute)
+#   bash packaging/bench.sh --slow-clients-only  # only the node API's slow-client
+#                                            # latencies (about a minute)
 #   bash packaging/bench.sh --baseline OLD   # pod start part for the binary OLD
 #                                            # first, then for this tree's, in one run
 #
@@ -73,6 +76,7 @@ trap 'exit 143' TERM
 pod_start_args=()
 node_api_args=()
 node_api=1
+pod_start=1
 objects=1
 objects_only=0
 objects_args=()
@@ -87,6 +91,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
         --no-objects) objects=0; continue ;;
         --objects-only) objects_only=1; continue ;;
         --referenced-only) objects_only=1; objects_args+=("$a"); continue ;;
+        --slow-clients-only) pod_start=0; objects=0; node_api_args+=(--slow-only); continue ;;
         --quick | --no-cluster) node_api_args+=("$a") ;;
     esac
     pod_start_args+=("$a")
@@ -94,7 +99,7 @@ done
 
 if [ "$objects_only" = 1 ]; then
     node_api=0
-else
+elif [ "$pod_start" = 1 ]; then
     if [ -n "$baseline" ]; then
         [ -x "$baseline" ] || die "--baseline: no binary at $baseline"
         echo "=== pod start part, baseline: $baseline"

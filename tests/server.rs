@@ -68,11 +68,21 @@ fn wait_listening(agent: &mut Agent, port: u16) {
 
 /// A TLS GET to the main port, with the client pair `cert` (PEM files).
 fn tls_get(port: u16, path: &str, cert: Option<(&Path, &Path)>) -> Result<(u16, String), String> {
+    tls_get_within(port, path, cert, Duration::from_secs(30))
+}
+
+/// `tls_get`, waiting at most `bound` for each read.
+fn tls_get_within(
+    port: u16,
+    path: &str,
+    cert: Option<(&Path, &Path)>,
+    bound: Duration,
+) -> Result<(u16, String), String> {
     let config = tls_config(cert);
     let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
     let conn = rustls::ClientConnection::new(config, name).unwrap();
     let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    tcp.set_read_timeout(Some(bound)).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     let req = format!("GET {path} HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n");
     tls.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
@@ -649,4 +659,257 @@ fn a_flood_of_made_up_paths_neither_adds_series_nor_memory() {
     );
     assert!(!metrics.contains("flood"), "a made-up path became a label");
     assert!(agent.running());
+}
+
+/// What a TLS client sends first (its ClientHello), as on the wire.
+fn client_hello() -> Vec<u8> {
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut conn = rustls::ClientConnection::new(tls_config(None), name).unwrap();
+    let mut out = Vec::new();
+    while conn.wants_write() {
+        conn.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+/// Whether the server closed `s` (end of stream or reset) within `bound`.
+fn cut_within(s: &TcpStream, bound: Duration) -> bool {
+    s.set_read_timeout(Some(bound)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match (&*s).read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Issue 26: a client that trickles its TLS handshake or its request head
+/// a byte a second holds no worker. With 200 such handshakes on the main
+/// port and some such heads on the plain ports, `/healthz` and an
+/// authenticated `/pods` are answered at once (they waited forever when
+/// four of them held the four workers), and each slow connection is cut
+/// at its one deadline from accept however it trickles.
+#[test]
+fn slow_handshakes_and_heads_hold_no_worker() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let certs = tempfile::tempdir().unwrap();
+    make_ca_and_client(certs.path(), "good");
+    let fake = FakeCri::start();
+    let (port, ro, hz) = (free_port(), free_port(), free_port());
+    let (port_s, ro_s, hz_s) = (port.to_string(), ro.to_string(), hz.to_string());
+    let ca = certs.path().join("good-ca.crt");
+    let mut agent = Agent::start(
+        &fake.endpoint(),
+        &[
+            "--port",
+            &port_s,
+            "--read-only-port",
+            &ro_s,
+            "--healthz-port",
+            &hz_s,
+            "--address",
+            "127.0.0.1",
+            "--client-ca-file",
+            ca.to_str().unwrap(),
+            "--authorization-mode",
+            "AlwaysAllow",
+        ],
+    );
+    let good = (
+        certs.path().join("good-client.crt"),
+        certs.path().join("good-client.key"),
+    );
+    let cert = Some((good.0.as_path(), good.1.as_path()));
+    for p in [port, ro, hz] {
+        wait_listening(&mut agent, p);
+    }
+    agent.wait("healthy", || get(hz, "/healthz").0 == 200);
+
+    // Each slow client gets one more byte of its first flight a second and
+    // never the last one.
+    let hello = client_hello();
+    let head = b"GET /pods HTTP/1.1\r\nHost: node\r\nX-Padding: 0123456789\r\n\r\n".to_vec();
+    let mut slow: Vec<(TcpStream, Vec<u8>)> = Vec::new();
+    for _ in 0..200 {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        slow.push((s, hello.clone()));
+    }
+    for p in [ro, hz] {
+        for _ in 0..10 {
+            let s = TcpStream::connect(("127.0.0.1", p)).expect("connect");
+            slow.push((s, head.clone()));
+        }
+    }
+    let opened = Instant::now();
+    let first_tls = slow[0].0.try_clone().unwrap();
+    let first_plain = slow[200].0.try_clone().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let trickle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut sent = 0;
+            while !stop.load(Ordering::Relaxed) {
+                for (s, bytes) in &mut slow {
+                    if sent + 1 < bytes.len() {
+                        let _ = s.write_all(&bytes[sent..sent + 1]);
+                    }
+                }
+                sent += 1;
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+
+    // Answered at once: "forever" before, a few seconds is generous.
+    let bound = Duration::from_secs(5);
+    let mut s = TcpStream::connect(("127.0.0.1", hz)).expect("connect");
+    s.set_read_timeout(Some(bound)).unwrap();
+    let req = b"GET /healthz HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n";
+    assert_eq!(
+        exchange(&mut s, req),
+        (200, "ok".to_string()),
+        "/healthz on the healthz port beside 220 slow clients"
+    );
+    let (status, body) =
+        tls_get_within(port, "/pods", cert, bound).expect("/pods on the main port");
+    assert_eq!(status, 200, "/pods on the main port: {body}");
+    let mut s = TcpStream::connect(("127.0.0.1", ro)).expect("connect");
+    s.set_read_timeout(Some(bound)).unwrap();
+    assert_eq!(
+        exchange(&mut s, req).0,
+        200,
+        "/healthz on the read-only port"
+    );
+
+    // One deadline from accept (10 s), however the client trickles.
+    assert!(
+        cut_within(&first_tls, Duration::from_secs(20)),
+        "a trickled handshake was not cut"
+    );
+    assert!(
+        cut_within(&first_plain, Duration::from_secs(5)),
+        "a trickled head was not cut"
+    );
+    assert!(
+        opened.elapsed() < Duration::from_secs(20),
+        "cut only after {:?}",
+        opened.elapsed()
+    );
+    stop.store(true, Ordering::Relaxed);
+    trickle.join().unwrap();
+
+    // One TLS connection, kept alive: two requests in one record, a pause
+    // (it waits on the poll thread), then a third. Nothing decrypted with
+    // a head is lost between the poll thread and the workers.
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(tls_config(cert), name).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let two =
+        b"GET /healthz HTTP/1.1\r\nHost: node\r\n\r\nGET /pods HTTP/1.1\r\nHost: node\r\n\r\n";
+    tls.write_all(two).unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 16384];
+    while count(&seen, b"HTTP/1.1 200 OK") < 2 {
+        let n = tls.read(&mut buf).expect("two answers");
+        assert!(n > 0, "closed after {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    tls.write_all(b"GET /healthz/ping HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut rest = Vec::new();
+    match tls.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !rest.is_empty() => {}
+        Err(e) => panic!("the third answer: {e}"),
+    }
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.starts_with("HTTP/1.1 200 OK") && rest.ends_with("\r\n\r\nok"),
+        "{rest}"
+    );
+    assert!(agent.running());
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+/// User and system CPU (clock ticks) of the agent's thread named `name`.
+fn thread_ticks(agent: &Agent, name: &str) -> Option<u64> {
+    let root = agent.root_dir().display().to_string();
+    for p in std::fs::read_dir("/proc").ok()?.flatten() {
+        let cmd = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmd).contains(&root) {
+            continue;
+        }
+        for t in std::fs::read_dir(p.path().join("task")).ok()?.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            let after = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            // Fields 14 and 15 of stat(5), counted from the state (3).
+            let utime: u64 = fields.get(11)?.parse().ok()?;
+            let stime: u64 = fields.get(12)?.parse().ok()?;
+            return Some(utime + stime);
+        }
+    }
+    None
+}
+
+/// Issue 26: when accept fails for want of descriptors, the poll thread
+/// leaves the listeners alone a while instead of polling them again at
+/// once (it spun, a core's worth, for as long as the backlog waited), and
+/// the port serves again once descriptors are free.
+#[test]
+fn accept_out_of_descriptors_pauses_and_recovers() {
+    let fake = FakeCri::start();
+    let ro = free_port();
+    let ro_s = ro.to_string();
+    let mut agent = Agent::start_with_nofile(
+        &fake.endpoint(),
+        &["--read-only-port", &ro_s, "--address", "127.0.0.1"],
+        64,
+    );
+    wait_listening(&mut agent, ro);
+    agent.wait("healthy", || get(ro, "/healthz").0 == 200);
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], ro));
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            held.push(s);
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    while !agent.log().contains("pausing new connections") {
+        assert!(
+            Instant::now() < end,
+            "accept never failed with {} connections\n{}",
+            held.len(),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = thread_ticks(&agent, "server-poll").expect("a server-poll thread");
+    std::thread::sleep(Duration::from_secs(3));
+    let spent = thread_ticks(&agent, "server-poll").expect("a server-poll thread") - before;
+    // Paused, a few wake-ups a second; spinning takes most of a core
+    // (300 ticks in 3 s), and still far over this on a busy machine.
+    assert!(
+        spent < 30,
+        "server-poll took {spent} ticks of CPU in 3 s while accept failed"
+    );
+    drop(held);
+    agent.wait("served again", || get(ro, "/healthz").0 == 200);
+    assert!(agent.log().contains("accepting connections again"));
 }

@@ -1,47 +1,82 @@
-//! The node API's HTTP/1.1 machinery: one `server-poll` thread that accepts
-//! on every listening socket and watches connections waiting for their
-//! next request (poll(2)); at most [`MAX_WORKERS`] `server-worker/N`
-//! threads, started on demand and ended after a minute idle, that each
-//! serve one request of one connection and hand a kept-alive connection
-//! back; long sessions on `server-session/N` threads, at most
-//! [`MAX_SESSIONS`]. At most [`MAX_CONNS`] connections are open: past it
-//! the oldest connection still waiting for a request is closed, or the
-//! new one when none waits, so idle clients cannot grow memory.
+//! The node API's HTTP/1.1 requests and answers, and the workers that
+//! serve them. A connection comes here from the poll thread (`poll`) only
+//! once its TLS handshake is done and a whole request head is read, so a
+//! worker never waits on a client to send: at most [`MAX_WORKERS`]
+//! `server-worker/N` threads, started on demand and ended after a minute
+//! idle, each serve the requests a connection has sent and hand a
+//! kept-alive connection back; long sessions go to `server-session/N`
+//! threads, at most [`MAX_SESSIONS`]. Every answer has a write deadline:
+//! a whole `respond` answer, and each chunk of a `chunked` one, must be
+//! taken by the client within [`WRITE_TIMEOUT`], however slowly it reads.
+//! A handler that panics is caught: its connection is closed and the
+//! pool's counts stay right.
 
-use std::io::{self, Read, Write};
-use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::io::{self, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
-use log::{debug, warn};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use log::warn;
 use parking_lot::Mutex;
 
 use super::conn::Conn;
 use super::head::RequestHead;
-use crate::thread::{spawn_named, JoinOnDrop};
+use crate::thread::spawn_named;
 
-/// Open connections at most.
-pub(crate) const MAX_CONNS: usize = 128;
+/// Open connections at most on the main and read-only ports. Each costs
+/// a descriptor, its `Client` and, on the main port, a rustls connection:
+/// about 10 KiB while a handshake trickles in (the node API bench: 200 of
+/// them, +2 MiB anonymous memory), at most about 60 KiB for a client that
+/// sends a whole [`MAX_HEAD`] head over TLS (the head and one record); so
+/// 512 slow clients cost 5 to 30 MiB, returned when they are closed.
+pub(crate) const MAX_CONNS: usize = 512;
+/// Connections from one IP address still in their TLS handshake or first
+/// request head at most; past it that address's oldest such one is
+/// closed, not another client's.
+pub(crate) const MAX_PENDING_PER_IP: usize = 256;
 /// Request-serving threads at most.
 pub(crate) const MAX_WORKERS: usize = 4;
 /// Long sessions (log follows, exec, attach, port-forward) at most, each
 /// a thread (a 256 KiB stack, mostly untouched, and two 32 KiB buffers);
 /// above what one caller may hold (`sessions::PER_USER`).
 pub(crate) const MAX_SESSIONS: usize = 64;
-/// The TLS handshake and a request head must arrive within this.
+/// The TLS handshake and the first request head must be in within this
+/// from accept; a later request's head within this from its first byte.
 pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// A kept-alive connection without a new request is closed after this.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// Writing a non-streaming answer may take this long.
+/// An answer, or one chunk of a streamed answer, must be taken within this.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// A request head beyond this gets 431.
 pub(crate) const MAX_HEAD: usize = 32 * 1024;
 /// A worker with nothing to do for this long ends.
 const WORKER_IDLE: Duration = Duration::from_secs(60);
 const MAX_HEADERS: usize = 100;
+
+/// The bounds a server holds its clients to (tests shorten them).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) max_conns: usize,
+    pub(crate) max_pending_per_ip: usize,
+    pub(crate) head_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) write_timeout: Duration,
+}
+
+impl Limits {
+    /// The main and read-only ports'.
+    pub(crate) const DEFAULT: Limits = Limits {
+        max_conns: MAX_CONNS,
+        max_pending_per_ip: MAX_PENDING_PER_IP,
+        head_timeout: HEAD_TIMEOUT,
+        idle_timeout: IDLE_TIMEOUT,
+        write_timeout: WRITE_TIMEOUT,
+    };
+}
 
 /// Which listener a connection came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,18 +101,28 @@ pub(crate) struct Listener {
 pub struct Client {
     pub(crate) conn: Conn,
     pub(crate) port: Port,
-    /// Bytes read past the last request head.
-    buf: Vec<u8>,
-    deadline: Instant,
-    /// Not yet served a request: the head deadline counts from accept.
-    fresh: bool,
+    /// The client's address.
+    pub(crate) peer: IpAddr,
+    /// Bytes read and not yet served: a request head being read, or what
+    /// came past the last one.
+    pub(crate) buf: Vec<u8>,
+    /// How much of `buf` is known to hold no head's end.
+    pub(crate) scanned: usize,
+    /// When the poll thread closes it: the head deadline while a
+    /// handshake or head is read, else the idle one.
+    pub(crate) deadline: Instant,
+    /// Not yet served a request: still in its handshake or first head.
+    pub(crate) fresh: bool,
+    /// Kept alive with nothing of a next request yet.
+    pub(crate) idle: bool,
     /// Whether the connection stays open after this answer.
     pub(crate) keep_alive: bool,
-    _slot: Slot,
+    pub(crate) write_timeout: Duration,
+    pub(crate) _slot: Slot,
 }
 
 /// Counts an open connection while it lives.
-struct Slot(Arc<AtomicUsize>);
+pub(crate) struct Slot(pub(crate) Arc<AtomicUsize>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -121,22 +166,44 @@ pub(crate) fn reason(status: u16) -> &'static str {
 }
 
 impl Client {
-    /// A client over `conn` outside the poll thread (tests of handlers).
-    pub fn detached(conn: Conn, port: Port) -> Client {
+    /// A new connection, accepted at `now`.
+    pub(crate) fn accepted(
+        conn: Conn,
+        port: Port,
+        peer: IpAddr,
+        now: Instant,
+        limits: &Limits,
+        open: &Arc<AtomicUsize>,
+    ) -> Client {
+        open.fetch_add(1, Ordering::Relaxed);
         Client {
             conn,
             port,
+            peer,
             buf: Vec::new(),
-            deadline: Instant::now() + HEAD_TIMEOUT,
+            scanned: 0,
+            deadline: now + limits.head_timeout,
             fresh: true,
-            keep_alive: false,
-            _slot: Slot(Arc::new(AtomicUsize::new(1))),
+            idle: false,
+            keep_alive: true,
+            write_timeout: limits.write_timeout,
+            _slot: Slot(open.clone()),
         }
+    }
+
+    /// A client over `conn` outside the poll thread (tests of handlers).
+    pub fn detached(conn: Conn, port: Port) -> Client {
+        let open = Arc::new(AtomicUsize::new(0));
+        let peer = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        let mut c = Client::accepted(conn, port, peer, Instant::now(), &Limits::DEFAULT, &open);
+        c.keep_alive = false;
+        c
     }
 
     /// Takes the bytes the client sent past its request head that were
     /// read with it (a session passes them on before the connection's own).
     pub(crate) fn take_read_ahead(&mut self) -> Vec<u8> {
+        self.scanned = 0;
         std::mem::take(&mut self.buf)
     }
 
@@ -151,14 +218,15 @@ impl Client {
         }
     }
 
-    /// Writes a whole answer with its `Content-Length`.
+    /// Writes a whole answer with its `Content-Length`, all of it within
+    /// the write deadline.
     pub(crate) fn respond(
         &mut self,
         status: u16,
         content_type: &str,
         body: &[u8],
     ) -> io::Result<()> {
-        let _ = self.conn.tcp().set_write_timeout(Some(WRITE_TIMEOUT));
+        let deadline = Instant::now() + self.write_timeout;
         let head = format!(
             "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nX-Content-Type-Options: nosniff\r\n{}\r\n",
             reason(status),
@@ -168,8 +236,7 @@ impl Client {
         let mut out = Vec::with_capacity(head.len() + body.len());
         out.extend_from_slice(head.as_bytes());
         out.extend_from_slice(body);
-        self.conn.write_all(&out)?;
-        self.conn.flush()
+        self.conn.write_all_by(&out, deadline)
     }
 
     /// Plain text answer.
@@ -185,20 +252,28 @@ impl Client {
             "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n",
             reason(status)
         );
-        self.conn.write_all(head.as_bytes())?;
-        self.conn.flush()?;
-        Ok(Chunked(&mut self.conn))
+        let timeout = self.write_timeout;
+        self.conn
+            .write_all_by(head.as_bytes(), Instant::now() + timeout)?;
+        Ok(Chunked {
+            conn: &mut self.conn,
+            timeout,
+        })
     }
 }
 
-/// A chunked body: each write is one chunk, flushed at once.
-pub(crate) struct Chunked<'a>(&'a mut Conn);
+/// A chunked body: each write is one chunk, written in full within the
+/// write timeout from its start.
+pub(crate) struct Chunked<'a> {
+    conn: &'a mut Conn,
+    timeout: Duration,
+}
 
 impl Chunked<'_> {
     /// The last chunk.
     pub(crate) fn finish(self) -> io::Result<()> {
-        self.0.write_all(b"0\r\n\r\n")?;
-        self.0.flush()
+        self.conn
+            .write_all_by(b"0\r\n\r\n", Instant::now() + self.timeout)
     }
 }
 
@@ -211,17 +286,17 @@ impl Write for Chunked<'_> {
         out.extend_from_slice(format!("{:x}\r\n", buf.len()).as_bytes());
         out.extend_from_slice(buf);
         out.extend_from_slice(b"\r\n");
-        self.0.write_all(&out)?;
-        self.0.flush()?;
+        self.conn
+            .write_all_by(&out, Instant::now() + self.timeout)?;
         Ok(buf.len())
     }
 
-    /// Also tells when the client has gone (closed or reset its end), so
-    /// that a stream with nothing new to write, such as a quiet log's
-    /// follow, ends with it rather than holding its session.
+    /// Every chunk is written when `write` returns; this tells when the
+    /// client has gone (closed or reset its end), so that a stream with
+    /// nothing new to write, such as a quiet log's follow, ends with it
+    /// rather than holding its session.
     fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()?;
-        if peer_gone(self.0.tcp()) {
+        if peer_gone(self.conn.tcp()) {
             return Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "the client closed the connection",
@@ -244,22 +319,8 @@ fn peer_gone(sock: &std::net::TcpStream) -> bool {
     n > 0 && fd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
-/// The running server; dropping it closes the listeners and every
-/// waiting connection (requests being served finish).
-pub struct Server {
-    stop: Arc<AtomicBool>,
-    wake: Arc<OwnedFd>,
-    _poll: JoinOnDrop<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        wake(self.wake.as_raw_fd());
-    }
-}
-
-fn wake(fd: RawFd) {
+/// Wakes a poll thread through its pipe.
+pub(crate) fn wake(fd: RawFd) {
     // SAFETY: writes one byte from a live buffer to a pipe this server owns;
     // a full pipe (EAGAIN) already wakes the reader.
     unsafe {
@@ -267,209 +328,46 @@ fn wake(fd: RawFd) {
     }
 }
 
-struct Pool {
+/// Where a connection whose head is in goes: the worker pool, or the
+/// healthz thread's own serving (one request, then close).
+pub(crate) trait Dispatch {
+    fn dispatch(&self, c: Client);
+}
+
+/// The workers and sessions of the main and read-only ports.
+pub(crate) struct Pool {
     jobs: Sender<Client>,
     queue: Receiver<Client>,
     /// Workers running, and how many wait for a job.
     counts: Mutex<(usize, usize)>,
     handler: Arc<dyn Handler>,
+    /// Kept-alive connections back to the poll thread, which `wake` wakes.
     back: Sender<Client>,
     wake: Arc<OwnedFd>,
+    limits: Limits,
     sessions: AtomicUsize,
     next_id: AtomicUsize,
 }
 
-/// Starts the poll thread over `listeners`.
-pub(crate) fn start(listeners: Vec<Listener>, handler: Arc<dyn Handler>) -> io::Result<Server> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 fills the two-element array on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just made and are owned here alone.
-    let (wake_r, wake_w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let wake_w = Arc::new(wake_w);
-    for l in &listeners {
-        l.socket.set_nonblocking(true)?;
-    }
-    // Capacity: every open connection fits, so neither send ever waits.
-    let (jobs, queue) = bounded(MAX_CONNS);
-    let (back, back_rx) = bounded(MAX_CONNS);
-    let pool = Arc::new(Pool {
-        jobs,
-        queue,
-        counts: Mutex::new((0, 0)),
-        handler,
-        back,
-        wake: wake_w.clone(),
-        sessions: AtomicUsize::new(0),
-        next_id: AtomicUsize::new(0),
-    });
-    let stop = Arc::new(AtomicBool::new(false));
-    let poller = Poller {
-        listeners,
-        wake: wake_r,
-        back: back_rx,
-        pool,
-        waiting: Vec::new(),
-        open: Arc::new(AtomicUsize::new(0)),
-        stop: stop.clone(),
-    };
-    let thread = spawn_named("server-poll", move || poller.run())?;
-    Ok(Server {
-        stop,
-        wake: wake_w,
-        _poll: thread,
-    })
-}
-
-struct Poller {
-    listeners: Vec<Listener>,
-    wake: OwnedFd,
-    back: Receiver<Client>,
-    pool: Arc<Pool>,
-    /// Connections waiting for a request, oldest first.
-    waiting: Vec<Client>,
-    open: Arc<AtomicUsize>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Poller {
-    fn run(mut self) {
-        let mut fds: Vec<libc::pollfd> = Vec::new();
-        while !self.stop.load(Ordering::Relaxed) {
-            fds.clear();
-            let pfd = |fd: RawFd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            fds.push(pfd(self.wake.as_raw_fd()));
-            fds.extend(self.listeners.iter().map(|l| pfd(l.socket.as_raw_fd())));
-            fds.extend(self.waiting.iter().map(|c| pfd(c.conn.tcp().as_raw_fd())));
-            let now = Instant::now();
-            let timeout = self
-                .waiting
-                .iter()
-                .map(|c| c.deadline.saturating_duration_since(now))
-                .min()
-                .unwrap_or(Duration::from_secs(60))
-                .min(Duration::from_secs(60));
-            let ms = timeout.as_millis().clamp(1, 60_000) as libc::c_int;
-            // SAFETY: `fds` is a live array of initialised pollfds.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    warn!("node API: poll: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                continue;
-            }
-            let now = Instant::now();
-            // Waiting connections first, by the indices polled.
-            let first = 1 + self.listeners.len();
-            let mut keep = Vec::with_capacity(self.waiting.len());
-            for (i, mut c) in std::mem::take(&mut self.waiting).into_iter().enumerate() {
-                let ev = fds.get(first + i).map_or(0, |f| f.revents);
-                if ev & libc::POLLIN != 0 {
-                    if !c.fresh {
-                        c.deadline = now + HEAD_TIMEOUT;
-                    }
-                    self.pool.dispatch(c);
-                } else if ev & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
-                    // The client went away.
-                } else if now >= c.deadline {
-                    debug!("node API: closing a connection idle past its deadline");
-                } else {
-                    keep.push(c);
-                }
-            }
-            self.waiting = keep;
-            for i in 0..self.listeners.len() {
-                if fds[1 + i].revents != 0 {
-                    self.accept(i, now);
-                }
-            }
-            if fds[0].revents != 0 {
-                let mut sink = [0u8; 64];
-                // SAFETY: reads into a live buffer from the pipe this thread owns.
-                while unsafe {
-                    libc::read(self.wake.as_raw_fd(), sink.as_mut_ptr().cast(), sink.len())
-                } > 0
-                {}
-            }
-            while let Ok(mut c) = self.back.try_recv() {
-                c.deadline = Instant::now() + IDLE_TIMEOUT;
-                self.waiting.push(c);
-            }
-        }
-    }
-
-    fn accept(&mut self, i: usize, now: Instant) {
-        loop {
-            let (stream, _) = match self.listeners[i].socket.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of descriptors, or the like: try again at the next turn.
-                    warn!("node API: accept: {e}");
-                    return;
-                }
-            };
-            if self.open.load(Ordering::Relaxed) >= MAX_CONNS {
-                if self.waiting.is_empty() {
-                    debug!("node API: {MAX_CONNS} connections open; closing a new one");
-                    continue;
-                }
-                // The oldest connection still waiting makes room.
-                self.waiting.remove(0);
-            }
-            let _ = stream.set_nonblocking(false);
-            let _ = stream.set_nodelay(true);
-            let l = &self.listeners[i];
-            let conn = match &l.tls {
-                Some(cfg) => match rustls::ServerConnection::new(cfg.clone()) {
-                    Ok(tls) => Conn::Tls(stream, Box::new(tls)),
-                    Err(e) => {
-                        warn!("node API: TLS: {e}");
-                        continue;
-                    }
-                },
-                None => Conn::Plain(stream),
-            };
-            self.open.fetch_add(1, Ordering::Relaxed);
-            self.waiting.push(Client {
-                conn,
-                port: l.port,
-                buf: Vec::new(),
-                deadline: now + HEAD_TIMEOUT,
-                fresh: true,
-                keep_alive: true,
-                _slot: Slot(self.open.clone()),
-            });
-        }
-    }
-}
-
 impl Pool {
-    fn dispatch(self: &Arc<Self>, c: Client) {
-        let mut counts = self.counts.lock();
-        if self.jobs.try_send(c).is_err() {
-            return;
-        }
-        let (workers, idle) = *counts;
-        if workers < MAX_WORKERS && self.queue.len() > idle {
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let pool = self.clone();
-            match spawn_named(format!("server-worker/{id}"), move || pool.work()) {
-                Ok(t) => {
-                    t.detach();
-                    counts.0 += 1;
-                }
-                Err(e) => warn!("node API: cannot start a worker: {e}"),
-            }
+    pub(crate) fn new(
+        handler: Arc<dyn Handler>,
+        back: Sender<Client>,
+        wake: Arc<OwnedFd>,
+        limits: Limits,
+    ) -> Pool {
+        // Capacity: every open connection fits, so a send never waits.
+        let (jobs, queue) = crossbeam_channel::bounded(limits.max_conns);
+        Pool {
+            jobs,
+            queue,
+            counts: Mutex::new((0, 0)),
+            handler,
+            back,
+            wake,
+            limits,
+            sessions: AtomicUsize::new(0),
+            next_id: AtomicUsize::new(0),
         }
     }
 
@@ -493,46 +391,54 @@ impl Pool {
                 }
             }
             if let Ok(c) = got {
-                self.serve(c);
+                // The connection goes with the panic; the worker stays.
+                if catch_unwind(AssertUnwindSafe(|| self.serve(c))).is_err() {
+                    warn!("node API: a request handler panicked; its connection is closed");
+                }
             }
         }
     }
 
-    /// Serves requests of `c` while its client sends them without pause;
-    /// then hands it back to the poll thread or closes it.
+    /// Serves the requests of `c` whose heads are in; then hands it back
+    /// to the poll thread (kept alive) or closes it.
     fn serve(self: &Arc<Self>, mut c: Client) {
         loop {
             c.fresh = false;
-            let head = match read_head(&mut c) {
-                Ok(h) => h,
-                Err(Some(status)) => {
+            let head = match parse_head(&mut c) {
+                Parsed::Head(h) => h,
+                Parsed::Refused(status) => {
                     c.keep_alive = false;
                     let _ = c.text(status, reason(status));
                     return;
                 }
-                Err(None) => return,
+                Parsed::Partial => {
+                    // Back to the poll thread for the rest.
+                    let now = Instant::now();
+                    c.idle = c.buf.is_empty();
+                    c.deadline = now
+                        + if c.idle {
+                            self.limits.idle_timeout
+                        } else {
+                            self.limits.head_timeout
+                        };
+                    if self.back.try_send(c).is_ok() {
+                        wake(self.wake.as_raw_fd());
+                    }
+                    return;
+                }
             };
-            if let Some(refused) = body_refused(&head) {
-                c.keep_alive = false;
-                let _ = c.text(refused, reason(refused));
-                return;
-            }
             match self.handler.handle(&mut c, &head) {
                 Next::Done if c.keep_alive => {}
                 Next::Done | Next::Close => return,
                 Next::Session(run) => {
+                    // The session's own blocking writes (an error answer)
+                    // get a per-write timeout; its relay waits by poll.
+                    let t = self.limits.write_timeout.max(Duration::from_millis(1));
+                    let _ = c.conn.tcp().set_write_timeout(Some(t));
                     self.session(c, run);
                     return;
                 }
             }
-            if c.buf.is_empty() && !c.conn.holds_input() {
-                // Nothing more sent yet: back to the poll thread.
-                if self.back.try_send(c).is_ok() {
-                    wake(self.wake.as_raw_fd());
-                }
-                return;
-            }
-            c.deadline = Instant::now() + HEAD_TIMEOUT;
         }
     }
 
@@ -549,7 +455,9 @@ impl Pool {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let pool = self.clone();
         let started = spawn_named(format!("server-session/{id}"), move || {
-            run(c);
+            if catch_unwind(AssertUnwindSafe(|| run(c))).is_err() {
+                warn!("node API: a session panicked; its connection is closed");
+            }
             pool.sessions.fetch_sub(1, Ordering::Relaxed);
         });
         match started {
@@ -560,6 +468,71 @@ impl Pool {
             }
         }
     }
+}
+
+impl Dispatch for Arc<Pool> {
+    fn dispatch(&self, c: Client) {
+        let mut counts = self.counts.lock();
+        if self.jobs.try_send(c).is_err() {
+            return;
+        }
+        let (workers, idle) = *counts;
+        if workers < MAX_WORKERS && self.queue.len() > idle {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let pool = self.clone();
+            match spawn_named(format!("server-worker/{id}"), move || pool.work()) {
+                Ok(t) => {
+                    t.detach();
+                    counts.0 += 1;
+                }
+                Err(e) => warn!("node API: cannot start a worker: {e}"),
+            }
+        }
+    }
+}
+
+/// The healthz port's serving, on its own thread: one request per
+/// connection, answered at once and closed. Its answers are a few hundred
+/// bytes that a new connection's socket always takes, so it never waits
+/// on a client (its write deadline is now).
+pub(crate) struct Inline(pub(crate) Arc<dyn Handler>);
+
+impl Dispatch for Inline {
+    fn dispatch(&self, mut c: Client) {
+        let served = catch_unwind(AssertUnwindSafe(|| match parse_head(&mut c) {
+            Parsed::Head(head) => {
+                c.keep_alive = false;
+                self.0.handle(&mut c, &head);
+            }
+            Parsed::Refused(status) => {
+                c.keep_alive = false;
+                let _ = c.text(status, reason(status));
+            }
+            Parsed::Partial => {}
+        }));
+        if served.is_err() {
+            warn!("node API: a healthz handler panicked; its connection is closed");
+        }
+    }
+}
+
+/// Whether `c.buf` holds a whole request head, or more than a head may be
+/// (then the worker answers 431); remembers how far it looked.
+pub(crate) fn head_in(c: &mut Client) -> bool {
+    let from = c.scanned.saturating_sub(3);
+    if c.buf[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+        return true;
+    }
+    c.scanned = c.buf.len();
+    c.buf.len() > MAX_HEAD
+}
+
+enum Parsed {
+    Head(RequestHead),
+    /// Answer this status and close.
+    Refused(u16),
+    /// No whole head in the buffer yet.
+    Partial,
 }
 
 /// A request with a body is refused (413): no endpoint takes one.
@@ -577,66 +550,55 @@ fn body_refused(head: &RequestHead) -> Option<u16> {
     }
 }
 
-/// Reads and parses one request head before the client's deadline.
-/// `Err(Some(status))`: answer that and close; `Err(None)`: just close.
-fn read_head(c: &mut Client) -> Result<RequestHead, Option<u16>> {
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = c.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let end = end + 4;
-            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut req = httparse::Request::new(&mut headers);
-            let head = match req.parse(&c.buf[..end]) {
-                Ok(httparse::Status::Complete(_)) => {
-                    let version = req.version.unwrap_or(1);
-                    let head = RequestHead {
-                        method: req.method.unwrap_or("").to_string(),
-                        target: req.path.unwrap_or("").to_string(),
-                        headers: req
-                            .headers
-                            .iter()
-                            .map(|h| {
-                                (
-                                    h.name.to_string(),
-                                    String::from_utf8_lossy(h.value).into_owned(),
-                                )
-                            })
-                            .collect(),
-                    };
-                    let conn = head.header("connection").unwrap_or("").to_ascii_lowercase();
-                    c.keep_alive = if version == 0 {
-                        conn.contains("keep-alive")
-                    } else {
-                        !conn.contains("close")
-                    };
-                    head
-                }
-                Err(httparse::Error::TooManyHeaders) => return Err(Some(431)),
-                _ => return Err(Some(400)),
-            };
-            c.buf.drain(..end);
-            return Ok(head);
-        }
-        if c.buf.len() > MAX_HEAD {
-            return Err(Some(431));
-        }
-        let left = c.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            debug!(
-                "node API: no request head within {}s; closing",
-                HEAD_TIMEOUT.as_secs()
-            );
-            return Err(None);
-        }
-        let _ = c.conn.tcp().set_read_timeout(Some(left));
-        match c.conn.read(&mut chunk) {
-            Ok(0) => return Err(None),
-            Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                debug!("node API: reading a request: {e}");
-                return Err(None);
-            }
-        }
+/// Parses the request head at the start of `c.buf` (read there by the
+/// poll thread) and takes it out; sets whether the connection is kept
+/// alive after the answer.
+fn parse_head(c: &mut Client) -> Parsed {
+    let Some(end) = c.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return if c.buf.len() > MAX_HEAD {
+            Parsed::Refused(431)
+        } else {
+            Parsed::Partial
+        };
+    };
+    let end = end + 4;
+    if end > MAX_HEAD {
+        return Parsed::Refused(431);
     }
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let head = match req.parse(&c.buf[..end]) {
+        Ok(httparse::Status::Complete(_)) => {
+            let version = req.version.unwrap_or(1);
+            let head = RequestHead {
+                method: req.method.unwrap_or("").to_string(),
+                target: req.path.unwrap_or("").to_string(),
+                headers: req
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            h.name.to_string(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
+                    .collect(),
+            };
+            let conn = head.header("connection").unwrap_or("").to_ascii_lowercase();
+            c.keep_alive = if version == 0 {
+                conn.contains("keep-alive")
+            } else {
+                !conn.contains("close")
+            };
+            head
+        }
+        Err(httparse::Error::TooManyHeaders) => return Parsed::Refused(431),
+        Ok(httparse::Status::Partial) | Err(_) => return Parsed::Refused(400),
+    };
+    c.buf.drain(..end);
+    c.scanned = 0;
+    if let Some(refused) = body_refused(&head) {
+        return Parsed::Refused(refused);
+    }
+    Parsed::Head(head)
 }

@@ -4,8 +4,11 @@
 //! health and read-only ports. It reads the node's state and the runtime,
 //! and never changes a pod.
 //!
-//! `http` is the bounded, synchronous machinery (threads, timeouts,
-//! limits), `tls` and `cert` the main port's TLS, `auth` who may ask,
+//! `poll` accepts and holds connections until a whole request head is in
+//! (handshakes and heads read without waiting, on one deadline each),
+//! `http` serves requests on bounded workers (answers with write
+//! deadlines), `conn` is a connection plain or TLS, `tls` and `cert` the
+//! main port's TLS, `auth` who may ask,
 //! `routes` what each path answers, `stream` the exec, attach and
 //! port-forward sessions relayed to the runtime's streaming server,
 //! `sessions` how many of those (and log follows) each caller may hold.
@@ -15,6 +18,7 @@ pub(crate) mod cert;
 pub mod conn;
 pub mod head;
 pub mod http;
+pub(crate) mod poll;
 pub mod routes;
 pub mod sessions;
 pub mod stream;
@@ -28,7 +32,7 @@ use serde_json::{json, Value};
 
 use crate::options::Options;
 
-pub use http::Server;
+pub use poll::Server;
 
 /// Binds `addr`; a port in use (or any other error) names the flag.
 fn bind(addr: SocketAddr, flag: &str) -> Result<TcpListener, String> {
@@ -72,7 +76,7 @@ pub fn start(
     if listeners.is_empty() {
         return Ok(None);
     }
-    http::start(listeners, Arc::new(state))
+    poll::start(listeners, Arc::new(state))
         .map(Some)
         .map_err(|e| format!("starting the node API server: {e}"))
 }

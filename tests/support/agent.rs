@@ -49,6 +49,12 @@ impl Agent {
         a
     }
 
+    /// Like `start`, with at most `n` open files (soft and hard limit,
+    /// set through `sh` as the umask is).
+    pub fn start_with_nofile(endpoint: &str, extra: &[&str], n: u64) -> Agent {
+        Agent::start_after(endpoint, extra, &format!("ulimit -n {n}"))
+    }
+
     fn new(endpoint: &str, extra: &[&str]) -> Agent {
         let dir = tempfile::Builder::new()
             .prefix("tinylet-agent")
