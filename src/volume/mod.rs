@@ -359,6 +359,7 @@ impl VolumeManager {
         let own = |what: &Path| -> Result<(), String> {
             match fs_group {
                 Some(gid) => ownership::set_group(what, gid, read_only)
+                    .map(|_| ())
                     .map_err(|e| format!("set group {gid} on {}: {e}", what.display())),
                 None => Ok(()),
             }
