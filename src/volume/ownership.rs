@@ -191,7 +191,11 @@ fn walk(dir: &Path, gid: u32, read_only: bool, limits: Limits) -> io::Result<Wal
         }
         if malformed {
             // Nothing more of this directory can be read.
-            w.fail(&stack, None, io::Error::other("a malformed directory entry"));
+            w.fail(
+                &stack,
+                None,
+                io::Error::other("a malformed directory entry"),
+            );
             if stack.pop().is_some_and(|l| l.fd.is_some()) {
                 held -= 1;
             }
@@ -540,7 +544,11 @@ mod tests {
         crate::mount::unmount_below(&dir).unwrap();
         let walked = walked.unwrap();
         assert_eq!(meta(&dir.join("mine")).gid(), 4321);
-        assert_eq!((mnt_gid, other_gid), (0, 0), "the walk crossed into a mount");
+        assert_eq!(
+            (mnt_gid, other_gid),
+            (0, 0),
+            "the walk crossed into a mount"
+        );
         assert_eq!(walked.skipped, 1, "{walked:?}");
     }
 
@@ -610,7 +618,11 @@ mod tests {
         nest(&dir, 1, "wide", 400);
         let walked = set_group(&dir, 4321, false).unwrap();
         assert!(walked.most_held <= MAX_HELD, "{walked:?}");
-        assert_eq!(walked.entries, 1 + (300 + 301) + (1 + 2 * 400), "{walked:?}");
+        assert_eq!(
+            walked.entries,
+            1 + (300 + 301) + (1 + 2 * 400),
+            "{walked:?}"
+        );
         let deep = groups(&dir, &"d".repeat(100));
         assert_eq!(deep.len(), 301);
         assert!(deep.iter().all(|&g| g == (4321, 4321)), "{deep:?}");
@@ -627,20 +639,32 @@ mod tests {
         let dir = tmp.path().join("vol");
         fs::create_dir(&dir).unwrap();
         nest(&dir, 60, "d", 1);
-        let limits = Limits {
-            held: 3,
-            depth: 40,
-        };
+        let limits = Limits { held: 3, depth: 40 };
         let e = walk(&dir, 4321, false, limits).unwrap_err();
-        assert!(e.to_string().contains("more than 40 directories deep"), "{e}");
+        assert!(
+            e.to_string().contains("more than 40 directories deep"),
+            "{e}"
+        );
         let levels = groups(&dir, "d");
         assert_eq!(levels.len(), 61);
         // The root and 40 levels entered; the 41st given the group only.
-        assert!(levels[..41].iter().all(|&g| g == (4321, 4321)), "{levels:?}");
+        assert!(
+            levels[..41].iter().all(|&g| g == (4321, 4321)),
+            "{levels:?}"
+        );
         assert_eq!(levels[41], (4321, 0));
         assert!(levels[42..].iter().all(|&g| g == (0, 0)), "{levels:?}");
         // Walked whole with three descriptors at most.
-        let walked = walk(&dir, 4321, false, Limits { held: 3, depth: 100 }).unwrap();
+        let walked = walk(
+            &dir,
+            4321,
+            false,
+            Limits {
+                held: 3,
+                depth: 100,
+            },
+        )
+        .unwrap();
         assert_eq!(walked.most_held, 3);
         assert!(groups(&dir, "d").iter().all(|&g| g == (4321, 4321)));
     }
@@ -722,8 +746,16 @@ mod tests {
             assert!(swapper.join().unwrap() > 0);
         });
 
-        assert_eq!(state(), before, "the host directory was changed through the symlink");
-        let inner = if meta(&at.join("s")).is_dir() { "s" } else { "l" };
+        assert_eq!(
+            state(),
+            before,
+            "the host directory was changed through the symlink"
+        );
+        let inner = if meta(&at.join("s")).is_dir() {
+            "s"
+        } else {
+            "l"
+        };
         assert_eq!(
             meta(&at.join(inner).join("f")).gid(),
             4321,
