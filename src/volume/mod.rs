@@ -53,6 +53,7 @@ use crate::fieldpath::NodeAllocatable;
 
 mod api;
 pub use api::ApiObjects;
+mod host_path;
 pub mod objects;
 pub use objects::{ApiWatcher, ObjectManager, Strategy};
 mod ownership;
@@ -364,7 +365,8 @@ impl VolumeManager {
         kept: &[KeptToken],
     ) -> Result<Vec<KeptToken>, String> {
         let (dir, read_only) = host_dir(volumes_dir, v)?;
-        if v.host_path.is_some() {
+        if let Some(hp) = &v.host_path {
+            host_path::check_type(&dir, hp.type_.as_deref())?;
             return Ok(Vec::new());
         }
         // The pod's fsGroup owns what it may write or read (not hostPath).
@@ -1220,5 +1222,38 @@ mod tests {
         assert_eq!(gid_mode(&vols.join("mem")), (2000, 0o2777));
         assert_eq!(gid_mode(&vols.join("disk")), (2000, 0o2777));
         assert!(ready_marker(&r.root, "uid-1", "disk").unwrap().is_file());
+    }
+
+    #[test]
+    fn a_host_path_of_the_wrong_type_fails_the_set_up_with_upstreams_message() {
+        let r = rigged(3600);
+        let file = r.root.join("a-file");
+        std::fs::write(&file, "x").unwrap();
+        let host_path = |name: &str, path: &Path, kind: &str| Volume {
+            name: name.into(),
+            host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+                path: path.display().to_string(),
+                type_: Some(kind.into()),
+            }),
+            ..Default::default()
+        };
+        let made = r.root.join("made");
+        let p = pod(vec![
+            host_path("made", &made, "DirectoryOrCreate"),
+            host_path("h", &file, "Directory"),
+        ]);
+        let e = r.vm.setup(&p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "MountVolume.SetUp failed for volume \"h\" : hostPath type check failed: {} is not a directory, it's a File",
+                file.display()
+            )
+        );
+        assert!(made.is_dir(), "DirectoryOrCreate made the directory");
+        // Once the path is as asked, the next sync sets the pod up.
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        r.vm.setup(&p).unwrap();
     }
 }
