@@ -19,7 +19,9 @@
 //!   group and its bits as files do (upstream chmods them too).
 //! - A directory is entered by `openat(fd, ".", O_RDONLY|O_DIRECTORY)` on
 //!   that same descriptor and read with `getdents64`. Nothing on another
-//!   device than the volume's root (a mount below it) is changed or entered.
+//!   device or mount than the volume's root (a mount below it, a bind mount
+//!   of the same file system included: `statx`'s mount ID, where the kernel
+//!   has it, 5.8 on) is changed or entered.
 //! - The walk is iterative, with the path from the root as an explicit
 //!   stack, and holds at most [`MAX_HELD`] directory descriptors: the
 //!   root's and the deepest levels'. A level whose descriptor was closed is
@@ -113,6 +115,8 @@ struct Walker<'a> {
     gid: u32,
     read_only: bool,
     dev: libc::dev_t,
+    /// The root's mount, where the kernel tells.
+    mount: Option<u64>,
     limits: Limits,
     walked: Walked,
     failed: u64,
@@ -133,6 +137,7 @@ fn walk(dir: &Path, gid: u32, read_only: bool, limits: Limits) -> io::Result<Wal
         gid,
         read_only,
         dev: st.st_dev,
+        mount: mount_id(root.as_raw_fd()),
         limits,
         walked: Walked {
             entries: 1,
@@ -262,7 +267,7 @@ impl Walker<'_> {
             }
         };
         self.walked.entries += 1;
-        if st.st_dev != self.dev {
+        if st.st_dev != self.dev || self.other_mount(fd.as_raw_fd()) {
             // A mount below the volume: not ours to change.
             self.walked.skipped += 1;
             return None;
@@ -310,7 +315,8 @@ impl Walker<'_> {
             };
             let same = open_at(parent, &stack[i].name, DIR_FLAGS).and_then(|fd| {
                 let st = fstat(fd.as_raw_fd())?;
-                Ok((st.st_dev == self.dev && st.st_ino == stack[i].ino).then_some(fd))
+                let same = st.st_dev == self.dev && st.st_ino == stack[i].ino;
+                Ok((same && !self.other_mount(fd.as_raw_fd())).then_some(fd))
             });
             match same {
                 Ok(Some(fd)) => {
@@ -373,6 +379,12 @@ impl Walker<'_> {
         }
     }
 
+    /// Whether `fd` is on another mount than the root (never, where the
+    /// kernel does not tell mounts apart).
+    fn other_mount(&self, fd: RawFd) -> bool {
+        self.mount.is_some() && mount_id(fd) != self.mount
+    }
+
     fn fail(&mut self, stack: &[Level], name: Option<&CStr>, e: io::Error) {
         self.failed += 1;
         if self.first.is_none() {
@@ -411,6 +423,25 @@ fn fstat(fd: RawFd) -> io::Result<libc::stat> {
         return Err(io::Error::last_os_error());
     }
     Ok(st)
+}
+
+/// The ID of the mount the file `fd` is on, or `None` where the kernel does
+/// not say (`STATX_MNT_ID` came with 5.8).
+fn mount_id(fd: RawFd) -> Option<u64> {
+    // SAFETY: an all-zero `statx` is a valid value to be overwritten.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open and the empty path with AT_EMPTY_PATH names it;
+    // `stx` is valid for writes.
+    let rc = unsafe {
+        libc::statx(
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut stx,
+        )
+    };
+    (rc == 0 && stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id)
 }
 
 /// `fchmod`, or for an `O_PATH` descriptor (which `fchmod` refuses) `chmod`
@@ -535,21 +566,54 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("vol");
         let mnt = dir.join("mnt");
+        let bind = dir.join("bind");
+        let outside = tmp.path().join("outside");
         fs::create_dir_all(&mnt).unwrap();
+        fs::create_dir_all(&bind).unwrap();
+        fs::create_dir_all(&outside).unwrap();
         fs::write(dir.join("mine"), "x").unwrap();
+        fs::write(outside.join("host"), "y").unwrap();
         crate::mount::ensure_tmpfs(&mnt, 0).unwrap();
         fs::write(mnt.join("other"), "y").unwrap();
+        // A bind mount of a directory of the same file system (same device).
+        let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: valid NUL-terminated paths; a bind mount takes no type or data.
+        let rc = unsafe {
+            libc::mount(
+                c(&outside).as_ptr(),
+                c(&bind).as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
         let walked = set_group(&dir, 4321, false);
-        let (mnt_gid, other_gid) = (meta(&mnt).gid(), meta(&mnt.join("other")).gid());
+        let seen = [
+            meta(&mnt).gid(),
+            meta(&mnt.join("other")).gid(),
+            meta(&bind).gid(),
+            meta(&bind.join("host")).gid(),
+        ];
+        let bind_mount_ids = mount_id(
+            open_at(libc::AT_FDCWD, &c(&bind), libc::O_PATH)
+                .unwrap()
+                .as_raw_fd(),
+        )
+        .is_some();
         crate::mount::unmount_below(&dir).unwrap();
         let walked = walked.unwrap();
         assert_eq!(meta(&dir.join("mine")).gid(), 4321);
         assert_eq!(
-            (mnt_gid, other_gid),
-            (0, 0),
-            "the walk crossed into a mount"
+            seen[..2],
+            [0, 0],
+            "the walk crossed into a mount of another file system"
         );
-        assert_eq!(walked.skipped, 1, "{walked:?}");
+        if bind_mount_ids {
+            assert_eq!(seen[2..], [0, 0], "the walk crossed into a bind mount");
+            assert_eq!(walked.skipped, 2, "{walked:?}");
+        }
+        assert_eq!(meta(&outside.join("host")).gid(), seen[3]);
     }
 
     /// Makes `depth` nested directories named `name` below `root`, by
