@@ -23,8 +23,9 @@
 //!   of the same file system included: `statx`'s mount ID, where the kernel
 //!   has it, 5.8 on) is changed or entered.
 //! - The walk is iterative, with the path from the root as an explicit
-//!   stack, and holds at most [`MAX_HELD`] directory descriptors: the
-//!   root's and the deepest levels'. A level whose descriptor was closed is
+//!   stack, and holds at most [`MAX_HELD`] directory descriptors (the
+//!   root's and the deepest levels'), and for a moment two more: the entry
+//!   being looked at and the directory being entered. A level whose descriptor was closed is
 //!   opened again from the root, name by name and only downwards (never by
 //!   `..`), each with `O_NOFOLLOW|O_DIRECTORY`, and must be the directory
 //!   (device and inode) it was; if one was moved or replaced, the walk
@@ -108,6 +109,10 @@ struct Level {
     ino: libc::ino_t,
     /// Where its next read starts: the `d_off` of the last entry handled.
     resume: libc::off_t,
+    /// The inode of the last directory entered from it (0: none yet). A
+    /// read resumed at a `d_off` that does not move past it (a hash
+    /// collision in an ext4 directory) does not enter it again.
+    entered: libc::ino_t,
 }
 
 struct Walker<'a> {
@@ -153,6 +158,7 @@ fn walk(dir: &Path, gid: u32, read_only: bool, limits: Limits) -> io::Result<Wal
         name: CString::default(),
         ino: st.st_ino,
         resume: 0,
+        entered: 0,
     }];
     let mut held = 1;
     let mut buf = vec![0u8; DIRENT_BUF];
@@ -190,6 +196,12 @@ fn walk(dir: &Path, gid: u32, read_only: bool, limits: Limits) -> io::Result<Wal
                 continue;
             }
             if let Some(level) = w.entry(fd, name, &stack) {
+                if stack.last().is_some_and(|t| t.entered == level.ino) {
+                    continue;
+                }
+                if let Some(top) = stack.last_mut() {
+                    top.entered = level.ino;
+                }
                 child = Some(level);
                 break;
             }
@@ -291,6 +303,7 @@ impl Walker<'_> {
                 name: name.to_owned(),
                 ino: st.st_ino,
                 resume: 0,
+                entered: 0,
             }),
             Err(e) => {
                 self.fail(stack, Some(name), e);
