@@ -21,16 +21,30 @@
 //! when a later refresh fails (the apiserver may be away); the refresh is
 //! tried again at the pod's next sync.
 //!
+//! An emptyDir is set up once: made world-writable, given the pod's
+//! `fsGroup` (`ownership`), then marked ready by a file beside it,
+//! `pods/<uid>/plugins/kubernetes.io~empty-dir/<name>/ready` (upstream's
+//! ready file, out of every container's reach). A volume marked ready is
+//! never set up or walked again, by this tinylet or a restarted one: what
+//! is in it is the containers'. Only a volume whose directory (or, for
+//! medium Memory, tmpfs) is gone is set up afresh. At a first set-up the
+//! directory is new and the walk sees only it, unless an earlier tinylet
+//! left it without a marker; then it walks what the containers wrote, once,
+//! by descriptors. A walk that fails on some entries is logged and the
+//! volume used as it is, and not tried again (as upstream, which ignores
+//! the error). Volumes tinylet writes itself get the group when written.
+//!
 //! The directories of pods that are gone are removed by `sweeper`, at
 //! housekeeping's request, each sweep on a `pod-dir-sweeper` thread that
 //! ends with it.
 
 use std::collections::HashMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, Volume};
 use log::{info, warn};
 use parking_lot::Mutex;
 
@@ -39,6 +53,7 @@ use crate::fieldpath::NodeAllocatable;
 
 mod api;
 pub use api::ApiObjects;
+mod host_path;
 pub mod objects;
 pub use objects::{ApiWatcher, ObjectManager, Strategy};
 mod ownership;
@@ -88,6 +103,10 @@ const SECRET: &str = "kubernetes.io~secret";
 const CONFIG_MAP: &str = "kubernetes.io~configmap";
 const DOWNWARD_API: &str = "kubernetes.io~downward-api";
 const PROJECTED: &str = "kubernetes.io~projected";
+/// The pod's directory of what volume plugins keep about its volumes.
+const PLUGINS: &str = "plugins";
+/// The name of an emptyDir's ready marker.
+const READY: &str = "ready";
 
 /// The plugin directory of `v`'s kind, and whether containers must see it
 /// read-only. `Err` names a kind tinylet cannot set up (hostPath has none).
@@ -346,7 +365,8 @@ impl VolumeManager {
         kept: &[KeptToken],
     ) -> Result<Vec<KeptToken>, String> {
         let (dir, read_only) = host_dir(volumes_dir, v)?;
-        if v.host_path.is_some() {
+        if let Some(hp) = &v.host_path {
+            host_path::check_type(&dir, hp.type_.as_deref())?;
             return Ok(Vec::new());
         }
         // The pod's fsGroup owns what it may write or read (not hostPath).
@@ -359,6 +379,7 @@ impl VolumeManager {
         let own = |what: &Path| -> Result<(), String> {
             match fs_group {
                 Some(gid) => ownership::set_group(what, gid, read_only)
+                    .map(|_| ())
                     .map_err(|e| format!("set group {gid} on {}: {e}", what.display())),
                 None => Ok(()),
             }
@@ -370,36 +391,7 @@ impl VolumeManager {
         crate::paths::ensure_pod_dirs(&self.root_dir, uid, &["volumes", plugin])
             .map_err(|e| format!("create the volume's directory: {e}"))?;
         if let Some(ed) = &v.empty_dir {
-            create_dir(&dir, 0o777)?;
-            if ed.medium.as_deref() == Some("Memory") {
-                let size = ed
-                    .size_limit
-                    .as_ref()
-                    .map(|q| {
-                        crate::quantity::parse_bytes(&q.0)
-                            .ok_or_else(|| format!("emptyDir.sizeLimit: cannot parse {:?}", q.0))
-                    })
-                    .transpose()?
-                    .unwrap_or(0);
-                crate::mount::ensure_tmpfs(&dir, size.max(0) as u64)
-                    .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
-            }
-            // World-writable as upstream, so that any runAsUser can write.
-            let meta =
-                std::fs::metadata(&dir).map_err(|e| format!("stat {}: {e}", dir.display()))?;
-            let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
-            if mode & 0o777 != 0o777 {
-                std::fs::set_permissions(
-                    &dir,
-                    std::os::unix::fs::PermissionsExt::from_mode((mode & 0o7000) | 0o777),
-                )
-                .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
-            }
-            // A set-up directory already has the group: what the
-            // containers wrote since is theirs.
-            if fs_group.is_some_and(|g| std::os::unix::fs::MetadataExt::gid(&meta) != g) {
-                own(&dir)?;
-            }
+            self.setup_empty_dir(pod, v, ed, &dir, fs_group)?;
             return Ok(Vec::new());
         }
         let (mut files, tokens) = self.payload(pod, v, kept)?;
@@ -430,6 +422,92 @@ impl VolumeManager {
             );
         }
         Ok(tokens)
+    }
+
+    /// Sets up the emptyDir `v` at `dir` once: made world-writable (a
+    /// tmpfs for medium Memory), given the pod's `fs_group`, then marked
+    /// ready beside it (`ready_marker`). A volume marked ready and still
+    /// there (its tmpfs still mounted) is left as it is: what is in it
+    /// belongs to the containers, and a restarted tinylet never walks it
+    /// again. A walk that fails on some entries is logged and the volume
+    /// used as it is (upstream ignores the error too); it is not tried again.
+    fn setup_empty_dir(
+        &self,
+        pod: &Pod,
+        v: &Volume,
+        ed: &EmptyDirVolumeSource,
+        dir: &Path,
+        fs_group: Option<u32>,
+    ) -> Result<(), String> {
+        let uid = crate::pod::pod_uid(pod);
+        let memory = ed.medium.as_deref() == Some("Memory");
+        let marker = ready_marker(&self.root_dir, uid, &v.name)
+            .map_err(|e| format!("volume {:?}: {e}", v.name))?;
+        if std::fs::symlink_metadata(&marker).is_ok_and(|m| m.is_file()) {
+            let there = if memory {
+                crate::mount::is_mount_point(dir).unwrap_or(false)
+            } else {
+                std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+            };
+            if there {
+                return Ok(());
+            }
+            // Gone (a reboot took its tmpfs, say): set up afresh.
+            warn!(
+                "pod {}: volume {:?} was set up but {} is gone; setting it up again",
+                crate::pod::pod_full_name(pod),
+                v.name,
+                dir.display()
+            );
+            std::fs::remove_file(&marker)
+                .map_err(|e| format!("remove {}: {e}", marker.display()))?;
+        }
+        create_dir(dir, 0o777)?;
+        if memory {
+            let size = ed
+                .size_limit
+                .as_ref()
+                .map(|q| {
+                    crate::quantity::parse_bytes(&q.0)
+                        .ok_or_else(|| format!("emptyDir.sizeLimit: cannot parse {:?}", q.0))
+                })
+                .transpose()?
+                .unwrap_or(0);
+            crate::mount::ensure_tmpfs(dir, size.max(0) as u64)
+                .map_err(|e| format!("mount tmpfs on {}: {e}", dir.display()))?;
+        }
+        // World-writable as upstream, so that any runAsUser can write.
+        let meta = std::fs::metadata(dir).map_err(|e| format!("stat {}: {e}", dir.display()))?;
+        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
+        if mode & 0o777 != 0o777 {
+            std::fs::set_permissions(
+                dir,
+                std::os::unix::fs::PermissionsExt::from_mode((mode & 0o7000) | 0o777),
+            )
+            .map_err(|e| format!("chmod {}: {e}", dir.display()))?;
+        }
+        if let Some(gid) = fs_group {
+            // Only the directory itself, unless an earlier tinylet left a
+            // volume without a marker: then what its containers wrote, by
+            // the descriptor walk, once.
+            match ownership::set_group(dir, gid, false) {
+                Ok(w) if w.entries > 1 => info!(
+                    "pod {}: volume {:?}: {} of {} entries given group {gid}",
+                    crate::pod::pod_full_name(pod),
+                    v.name,
+                    w.changed,
+                    w.entries
+                ),
+                Ok(_) => {}
+                Err(e) => warn!(
+                    "pod {}: volume {:?}: setting group {gid} failed, the volume is used as it is: {e}",
+                    crate::pod::pod_full_name(pod),
+                    v.name
+                ),
+            }
+        }
+        mark_ready(&self.root_dir, uid, &v.name)
+            .map_err(|e| format!("mark volume ready at {}: {e}", marker.display()))
     }
 
     fn source(&self, what: &str) -> Result<&dyn ObjectSource, String> {
@@ -581,6 +659,30 @@ impl VolumeManager {
         }
         Ok((out, tokens))
     }
+}
+
+/// The file whose presence says that the emptyDir `name` of pod `uid` was
+/// set up (upstream's ready file, in the same place):
+/// `<root_dir>/pods/<uid>/plugins/kubernetes.io~empty-dir/<name>/ready`,
+/// beside the volume and out of every container's reach.
+pub(crate) fn ready_marker(root_dir: &Path, uid: &str, name: &str) -> std::io::Result<PathBuf> {
+    let plugin = crate::paths::pod_dir(root_dir, uid)?
+        .join(PLUGINS)
+        .join(EMPTY_DIR);
+    Ok(crate::paths::join(&plugin, name)?.join(READY))
+}
+
+/// Writes the ready marker of the emptyDir `name` of pod `uid`.
+fn mark_ready(root_dir: &Path, uid: &str, name: &str) -> std::io::Result<()> {
+    let dir = crate::paths::ensure_pod_dirs(root_dir, uid, &[PLUGINS, EMPTY_DIR, name])?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join(READY))
+        .map(drop)
 }
 
 fn create_dir(dir: &Path, mode: u32) -> Result<(), String> {
@@ -1013,5 +1115,145 @@ mod tests {
         .unwrap();
         assert_eq!(scratch.gid(), 0);
         assert_eq!(scratch.mode() & 0o7777, 0o777);
+    }
+
+    fn fs_group_pod(volumes: Vec<Volume>) -> Pod {
+        let mut p = pod(volumes);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.security_context = Some(k8s_openapi::api::core::v1::PodSecurityContext {
+                fs_group: Some(2000),
+                ..Default::default()
+            });
+        }
+        p
+    }
+
+    fn empty_dir(name: &str, medium: Option<&str>) -> Volume {
+        Volume {
+            name: name.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: medium.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn gid_mode(p: &Path) -> (u32, u32) {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        (m.gid(), m.mode() & 0o7777)
+    }
+
+    #[test]
+    fn an_empty_dir_is_given_the_group_at_its_first_set_up_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let r = rigged(3600);
+        let p = fs_group_pod(vec![empty_dir("scratch", None)]);
+        r.vm.setup(&p).unwrap();
+        let dir = volumes_dir(&r.root, "uid-1")
+            .unwrap()
+            .join(EMPTY_DIR)
+            .join("scratch");
+        assert_eq!(gid_mode(&dir), (2000, 0o2777));
+        let marker = ready_marker(&r.root, "uid-1", "scratch").unwrap();
+        assert!(marker.is_file(), "no ready marker at {}", marker.display());
+        assert!(
+            !marker.starts_with(&dir),
+            "the marker is out of the containers' reach"
+        );
+
+        // What a root container does in its volume: its own group and modes.
+        std::fs::write(dir.join("f"), "x").unwrap();
+        std::fs::set_permissions(dir.join("f"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(dir.join("f"), None, Some(0)).unwrap();
+        std::os::unix::fs::chown(&dir, None, Some(0)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A restarted tinylet sets the volume up again: nothing is walked.
+        r.vm.pods.lock().clear();
+        r.vm.setup(&p).unwrap();
+        assert_eq!(gid_mode(&dir.join("f")), (0, 0o600));
+        assert_eq!(gid_mode(&dir), (0, 0o755));
+    }
+
+    #[test]
+    fn an_empty_dir_without_a_marker_is_walked_once() {
+        use std::os::unix::fs::PermissionsExt;
+        let r = rigged(3600);
+        // Left by an earlier tinylet, which kept no marker, with what its
+        // containers wrote.
+        let dir = volumes_dir(&r.root, "uid-1")
+            .unwrap()
+            .join(EMPTY_DIR)
+            .join("scratch");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/f"), "x").unwrap();
+        std::fs::set_permissions(dir.join("sub/f"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        let p = fs_group_pod(vec![empty_dir("scratch", None)]);
+        r.vm.setup(&p).unwrap();
+        assert_eq!(gid_mode(&dir.join("sub/f")), (2000, 0o660));
+        assert_eq!(gid_mode(&dir.join("sub")).0, 2000);
+        assert_eq!(std::fs::read_to_string(dir.join("sub/f")).unwrap(), "x");
+
+        std::os::unix::fs::chown(dir.join("sub/f"), None, Some(0)).unwrap();
+        std::os::unix::fs::chown(&dir, None, Some(0)).unwrap();
+        r.vm.pods.lock().clear();
+        r.vm.setup(&p).unwrap();
+        assert_eq!(gid_mode(&dir.join("sub/f")).0, 0, "walked a second time");
+    }
+
+    #[test]
+    fn an_empty_dir_that_is_gone_is_set_up_again() {
+        let r = rigged(3600);
+        let p = fs_group_pod(vec![
+            empty_dir("mem", Some("Memory")),
+            empty_dir("disk", None),
+        ]);
+        r.vm.setup(&p).unwrap();
+        let vols = volumes_dir(&r.root, "uid-1").unwrap().join(EMPTY_DIR);
+        assert!(crate::mount::is_mount_point(&vols.join("mem")).unwrap());
+        // A reboot took the tmpfs; someone removed the other directory.
+        crate::mount::unmount_below(&vols.join("mem")).unwrap();
+        std::fs::remove_dir(vols.join("disk")).unwrap();
+        r.vm.pods.lock().clear();
+        r.vm.setup(&p).unwrap();
+        assert!(crate::mount::is_mount_point(&vols.join("mem")).unwrap());
+        assert_eq!(gid_mode(&vols.join("mem")), (2000, 0o2777));
+        assert_eq!(gid_mode(&vols.join("disk")), (2000, 0o2777));
+        assert!(ready_marker(&r.root, "uid-1", "disk").unwrap().is_file());
+    }
+
+    #[test]
+    fn a_host_path_of_the_wrong_type_fails_the_set_up_with_upstreams_message() {
+        let r = rigged(3600);
+        let file = r.root.join("a-file");
+        std::fs::write(&file, "x").unwrap();
+        let host_path = |name: &str, path: &Path, kind: &str| Volume {
+            name: name.into(),
+            host_path: Some(k8s_openapi::api::core::v1::HostPathVolumeSource {
+                path: path.display().to_string(),
+                type_: Some(kind.into()),
+            }),
+            ..Default::default()
+        };
+        let made = r.root.join("made");
+        let p = pod(vec![
+            host_path("made", &made, "DirectoryOrCreate"),
+            host_path("h", &file, "Directory"),
+        ]);
+        let e = r.vm.setup(&p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "MountVolume.SetUp failed for volume \"h\" : hostPath type check failed: {} is not a directory, it's a File",
+                file.display()
+            )
+        );
+        assert!(made.is_dir(), "DirectoryOrCreate made the directory");
+        // Once the path is as asked, the next sync sets the pod up.
+        std::fs::remove_file(&file).unwrap();
+        std::fs::create_dir(&file).unwrap();
+        r.vm.setup(&p).unwrap();
     }
 }

@@ -4,7 +4,9 @@
 //! host exposed or created, the pod's other containers run), a symlink
 //! swapped in a loop while containers mounting it start, `subPathExpr`
 //! expanded from the downward API, subPath of a downwardAPI volume (the
-//! `..data` layout), and the subPath bind mounts gone with the pod.
+//! `..data` layout), and the subPath bind mounts gone with the pod; and an
+//! emptyDir given its `fsGroup` once, never walked again by a restarted
+//! tinylet over what the containers set.
 
 use std::path::Path;
 use std::time::Duration;
@@ -12,7 +14,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::e2e::{LONG_RUNNING, NODE, SETTLE};
-use crate::support::containerd::{holds_for, wait_until, PrivateContainerd, BUSYBOX_IMAGE};
+use crate::support::containerd::{
+    holds_for, scaled, wait_until, write_manifest, PrivateContainerd, Tinylet, BUSYBOX_IMAGE,
+};
 use crate::support::fake_apiserver::FakeApiServer;
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
@@ -274,4 +278,98 @@ fn a_symlink_swapped_in_a_loop_never_redirects_a_sub_path() {
     fake.delete_pod("default", "race", Some(0));
     wait_until(SETTLE, "pod race is gone", || ctd.pod_gone("race"));
     assert!(empty(), "a marker reached the host directory");
+}
+
+/// The group and permission bits of `p` (not following a symlink).
+fn gid_mode(p: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .ok()
+        .map(|m| (m.gid(), m.mode() & 0o7777))
+}
+
+/// A root container sees its emptyDir with the pod's `fsGroup` (and the
+/// set-group-ID bit), then gives a file and the volume back to group 0
+/// and narrows their modes. After tinylet restarts and syncs the pod, both
+/// keep what the container set: the volume is not walked again (before,
+/// the root's group differing from `fsGroup` made every restart walk the
+/// tree, path by path, as root).
+#[test]
+fn a_restarted_tinylet_leaves_an_empty_dir_as_its_containers_set_it() {
+    let ctd = PrivateContainerd::start();
+    let mut kubelet = Tinylet::start(&ctd, NODE);
+    let script = format!(
+        "stat -c '%g %a' /data > /data/seen; echo x > /data/f; chgrp 0 /data/f /data; \
+         chmod 600 /data/f; chmod 755 /data; touch /data/done; {LONG_RUNNING}"
+    );
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: owned
+spec:
+  terminationGracePeriodSeconds: 2
+  securityContext:
+    fsGroup: 2000
+  volumes:
+  - name: data
+    emptyDir: {{}}
+  containers:
+  - name: app
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", {script:?}]
+    volumeMounts:
+    - name: data
+      mountPath: /data
+"#
+    );
+    write_manifest(&kubelet.manifest_dir(), "owned.yaml", &manifest);
+    let pod = kubelet.pod_name("owned");
+    let pods = kubelet.root_dir().join("pods");
+    let mut volume = None;
+    wait_until(SETTLE, "the container has changed its volume", || {
+        volume = std::fs::read_dir(&pods)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("volumes/kubernetes.io~empty-dir/data"))
+            .find(|d| d.join("done").exists());
+        volume.is_some()
+    });
+    let volume = volume.unwrap_or_default();
+    let seen = std::fs::read_to_string(volume.join("seen")).unwrap_or_default();
+    assert_eq!(
+        seen.trim(),
+        "2000 2777",
+        "the volume as the container first saw it"
+    );
+    let set = || (gid_mode(&volume), gid_mode(&volume.join("f")));
+    assert_eq!(set(), (Some((0, 0o755)), Some((0, 0o600))));
+    let pod_dir = volume.ancestors().nth(3).unwrap_or(&pods).to_path_buf();
+    assert!(
+        pod_dir
+            .join("plugins/kubernetes.io~empty-dir/data/ready")
+            .is_file(),
+        "no ready marker in {}",
+        pod_dir.display()
+    );
+    let container = ctd.container_ids_named(&pod, "app");
+
+    kubelet.restart();
+    let synced = format!("pod default/{pod}: actions");
+    wait_until(SETTLE, "the restarted tinylet syncs the pod", || {
+        kubelet.log_since_start().contains(&synced)
+    });
+    holds_for(
+        scaled(Duration::from_secs(3)),
+        "the volume and its file keep the group and modes the container set",
+        || set() == (Some((0, 0o755)), Some((0, 0o600))),
+    );
+    assert_eq!(
+        ctd.container_ids_named(&pod, "app"),
+        container,
+        "the pod was not adopted as it was"
+    );
+    kubelet.assert_running();
 }
