@@ -259,8 +259,13 @@ struct RunnerThread {
     thread: JoinOnDrop<()>,
 }
 
-/// What a runner sends back: its number, the probe and what the run found.
-type Done = (usize, ProbeId, Outcome);
+/// What a runner sends back when a run ends.
+struct Done {
+    /// The runner's number.
+    slot: usize,
+    probe: ProbeId,
+    outcome: Outcome,
+}
 
 struct Actor {
     inbox: Arc<Inbox>,
@@ -300,16 +305,16 @@ impl Actor {
             let mut changed = Vec::new();
             select! {
                 recv(self.wake) -> m => if m.is_err() { break },
-                recv(self.done) -> d => if let Ok((slot, id, outcome)) = d {
-                    self.finished(slot, id, outcome, &mut changed);
+                recv(self.done) -> d => if let Ok(d) = d {
+                    self.finished(d, &mut changed);
                 },
                 default(wait) => {}
             }
             if self.inbox.closed.load(Ordering::SeqCst) {
                 break;
             }
-            while let Ok((slot, id, outcome)) = self.done.try_recv() {
-                self.finished(slot, id, outcome, &mut changed);
+            while let Ok(d) = self.done.try_recv() {
+                self.finished(d, &mut changed);
             }
             let pending = std::mem::take(&mut *self.inbox.pending.lock());
             let now = Now::current();
@@ -349,10 +354,10 @@ impl Actor {
         debug!("prober stopped");
     }
 
-    fn finished(&mut self, slot: usize, id: ProbeId, outcome: Outcome, changed: &mut Vec<Changed>) {
+    fn finished(&mut self, d: Done, changed: &mut Vec<Changed>) {
         let now = Instant::now();
-        self.pool.finished(slot, now);
-        self.probes.complete(id, outcome, now, changed);
+        self.pool.finished(d.slot, now);
+        self.probes.complete(d.probe, d.outcome, now, changed);
     }
 
     /// Hands due runs to runners as the pool says, starting runners.
@@ -369,19 +374,19 @@ impl Actor {
                     }
                 },
             };
-            let Some(r) = self.runners.get(slot).and_then(Option::as_ref) else {
-                // Never: the pool hands out only runners it started.
-                self.pool.finished(slot, now);
-                self.probes
-                    .complete(job.probe, Outcome::Error, now, &mut Vec::new());
-                continue;
+            // An idle runner's one slot is free: this fails only when its
+            // thread is gone, and then another is started for the run.
+            let sent = match self.runners.get(slot).and_then(Option::as_ref) {
+                Some(r) => r.jobs.try_send(job).map_err(TrySendError::into_inner),
+                None => Err(job),
             };
-            // The runner is idle: its one slot is free.
-            if let Err(e) = r.jobs.try_send(job) {
-                let job = e.into_inner();
-                self.pool.finished(slot, now);
-                self.probes
-                    .complete(job.probe, Outcome::Error, now, &mut Vec::new());
+            if let Err(job) = sent {
+                warn!("prober: probe runner {slot} is gone");
+                if let Some(r) = self.runners.get_mut(slot).and_then(Option::take) {
+                    r.thread.detach();
+                }
+                self.pool.not_started(slot, job, now);
+                return;
             }
         }
     }
@@ -402,7 +407,12 @@ impl Actor {
                         );
                         Outcome::Error
                     });
-                if done.send((slot, job.probe, outcome)).is_err() {
+                let d = Done {
+                    slot,
+                    probe: job.probe,
+                    outcome,
+                };
+                if done.send(d).is_err() {
                     return;
                 }
             }

@@ -461,3 +461,34 @@ fn hanging_probes_of_one_pod_do_not_starve_another_pods_probes() {
     wait_for("the idle runners ended", || prober.runners() == 0);
     assert_eq!(hung(), 2, "the hog's queued runs went with it");
 }
+
+/// A run that panics counts as errored; its runner and its probe carry on.
+#[test]
+fn a_panicking_run_leaves_the_runner_and_the_probe_running() {
+    let (fake, rm) = test_manager("prober-panic");
+    let results = Arc::new(ProbeResults::default());
+    let (tx, _rx) = bounded(8);
+    let prober = Prober::start(
+        rm.clone(),
+        results.clone(),
+        EventRecorder::disabled(),
+        None,
+        tx,
+        Limits {
+            base: 1,
+            max: 1,
+            ..Limits::default()
+        },
+    )
+    .unwrap();
+    let pod = probed_pod("u-panic", None, Some(exec_probe("ready", 1, 1)));
+    let status = run_pod(&rm, &pod);
+    let id = status.latest("app").unwrap().id.clone();
+    fake.panic_next("ExecSync", 1);
+    prober.handle().update_pod(&pod, &status, None);
+    wait_for("the probe ran again on the one runner", || {
+        results.get(&id, ProbeKind::Readiness) == Some(ProbeResult::Success)
+    });
+    assert_eq!(prober.runners(), 1);
+    prober.handle().remove_pod(&pod);
+}
