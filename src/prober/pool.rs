@@ -13,13 +13,14 @@
 //!   for less than [`Limits::slow`]: a run out for longer no longer counts,
 //!   so slow runs make room for new runners instead of holding the others
 //!   back, and fast ones share a few threads (110 pods with two probes each
-//!   keep one to three runners busy, not 220);
+//!   need at most four runners while runs take under a second; on a loaded
+//!   node where they take longer, as many as run at once: a dozen, not 220);
 //! - never more than [`Limits::max`] runners: by default the base plus
 //!   `per_pod` for each pod the node may hold, so even a node full of pods
 //!   whose probes all hang leaves each pod its share;
 //! - a runner idle for [`Limits::idle`] ends. Idle runners are used last in,
-//!   first out, so after a burst the extra runners sit idle and end; an
-//!   idle node keeps no runner.
+//!   first out, so after a burst the extra runners sit idle and end; a
+//!   node without probes keeps no runner.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
