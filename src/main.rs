@@ -28,7 +28,7 @@ use tinylet::options::{parse_args, Command, Options, USAGE};
 use tinylet::pleg::{Pleg, PodCache, RunningPods, EVENTS_CAPACITY, RELIST_PERIOD};
 use tinylet::pod::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
 use tinylet::pod_workers::{PodWorkers, WorkQueue};
-use tinylet::prober::{ProbeResults, Prober, DEFAULT_RUNNERS, UPDATES_CAPACITY};
+use tinylet::prober::{Limits, ProbeResults, Prober, UPDATES_CAPACITY};
 use tinylet::runtime::NodeSettings;
 use tinylet::runtime::RuntimeManager;
 use tinylet::server::routes::State;
@@ -779,7 +779,8 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         recorder.clone(),
         Some(Box::new(reporter.clone())),
         probe_tx,
-        DEFAULT_RUNNERS,
+        // Every pod the node may hold gets its share of runners.
+        Limits::for_pods(usize::try_from(opts.max_pods).unwrap_or(usize::MAX)),
     )
     .context("starting the prober")?;
     // Capacity: a worker blocks on a full channel, which only delays its exit.

@@ -209,7 +209,7 @@ pub(super) fn print_report(r: &ProbeResult, plain: Option<&Mem>) {
         r.pods
     );
     println!(
-        "one prober thread with a timer heap and at most 4 probe-runner threads, whatever the number of probes."
+        "one prober thread with a timer heap and probe-runner threads as the runs need them (ending after a minute idle), not one per probe."
     );
     let row = |a: &str, b: String, c: &str, d: &str| {
         println!("{a:<30} {b:<62} {c:<13} {d}");

@@ -3,12 +3,14 @@
 //!
 //! Threads: one `prober` thread owns every probe's state ([`worker`]) and a
 //! timer heap of their next ticks; the runs themselves (exec, httpGet,
-//! tcpSocket: [`run`]) go to a small pool of `probe-runner/N` threads,
-//! started as the load needs them, up to `runners` (default 4). A probe has
-//! at most one run out at a time. With every runner busy, due runs wait in
-//! the prober thread's queue: a slow probe delays others instead of costing
-//! a thread each (110 pods with two probes each would otherwise be 220
-//! threads).
+//! tcpSocket: [`run`]) go to `probe-runner/N` threads that the [`pool`]
+//! starts as the load needs them and ends after a minute idle. A probe has
+//! at most one run out at a time, and a pod at most two: a pod whose probes
+//! hang (a day's timeout, a host that drops packets) delays only its own
+//! probes, while the others' runs pass its queued ones and get runners of
+//! their own (a run out for over a second no longer counts toward the four
+//! that fast runs share). Instead of upstream's goroutine per probe: 110
+//! pods with two fast probes each keep a few runners, not 220 threads.
 //!
 //! Data flow:
 //! - pod workers send each pod's containers (IDs, running, start time) and
@@ -30,19 +32,21 @@
 //!   probe kills and restarts the container; a sidecar that started lets
 //!   the next init container start).
 
+mod pool;
 pub mod run;
 pub mod spec;
 pub mod worker;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, Receiver, Sender, TrySendError};
 use k8s_openapi::api::core::v1::Pod;
-use log::{debug, warn};
+use log::{debug, error, warn};
 use parking_lot::Mutex;
 
 use crate::events::EventRecorder;
@@ -50,12 +54,14 @@ use crate::pod::{pod_full_name, pod_uid};
 use crate::runtime::{ContainerState, PodStatus, RuntimeManager};
 use crate::thread::{spawn_named, JoinOnDrop};
 
+pub use pool::Limits;
+use pool::Pool;
 pub(crate) use spec::ProbeKind;
 pub use worker::{has_probes, ProbeResult, ProbeResults};
 use worker::{Changed, Job, Now, Outcome, PodInput, ProbeId, Probes, SeenContainer};
 
-/// Probe runner threads at most, unless configured otherwise.
-pub const DEFAULT_RUNNERS: usize = 4;
+/// Capacity of the runners' outcome channel.
+const DONE_CAPACITY: usize = 64;
 /// Capacity of the channel of pod UIDs to the sync loop.
 pub const UPDATES_CAPACITY: usize = 256;
 /// How soon UIDs that found the sync loop's channel full are sent again.
@@ -162,6 +168,9 @@ fn pod_input(pod: &Arc<Pod>, status: &PodStatus, host_ip: Option<&str>) -> PodIn
 pub struct Prober {
     inbox: Arc<Inbox>,
     results: Arc<ProbeResults>,
+    /// Runner threads there are, as the prober thread last counted them.
+    #[cfg(test)]
+    runners: Arc<AtomicUsize>,
     thread: Option<JoinOnDrop<()>>,
 }
 
@@ -169,14 +178,15 @@ impl Prober {
     /// Starts the prober thread. Standing results go to `results`; a
     /// changed readiness or startup result goes to `status`, the UID of a
     /// pod whose liveness or startup result changed to `updates`. Runs use
-    /// `runtime` for exec probes and report failures to `recorder`.
+    /// `runtime` for exec probes, report failures to `recorder` and go to
+    /// runner threads within `limits`.
     pub fn start(
         runtime: Arc<RuntimeManager>,
         results: Arc<ProbeResults>,
         recorder: EventRecorder,
         status: Option<Box<dyn ProbeStatus>>,
         updates: Sender<String>,
-        runners: usize,
+        limits: Limits,
     ) -> io::Result<Prober> {
         let (wake_tx, wake_rx) = bounded(1);
         let inbox = Arc::new(Inbox {
@@ -184,11 +194,11 @@ impl Prober {
             closed: AtomicBool::new(false),
             wake: wake_tx,
         });
-        let runners = runners.max(1);
-        // Each runner has at most one job and one outcome out: neither
-        // channel can fill, so neither side ever blocks on them.
-        let (jobs_tx, jobs_rx) = bounded(runners);
-        let (done_tx, done_rx) = bounded(runners);
+        // A runner has at most one outcome out, and the prober thread never
+        // waits for a runner: a runner that finds this full waits for the
+        // prober thread's next turn.
+        let (done_tx, done_rx) = bounded(DONE_CAPACITY);
+        let runners = Arc::new(AtomicUsize::new(0));
         let actor = Actor {
             inbox: inbox.clone(),
             probes: Probes::new(results.clone()),
@@ -197,12 +207,9 @@ impl Prober {
             status,
             updates,
             unsent: BTreeSet::new(),
-            queue: VecDeque::new(),
-            busy: 0,
-            max_runners: runners,
+            pool: Pool::new(limits),
             runners: Vec::new(),
-            jobs: jobs_tx,
-            jobs_rx,
+            count: runners.clone(),
             done_tx,
             done: done_rx,
             runtime,
@@ -212,6 +219,8 @@ impl Prober {
         Ok(Prober {
             inbox,
             results,
+            #[cfg(test)]
+            runners,
             thread: Some(thread),
         })
     }
@@ -227,6 +236,12 @@ impl Prober {
     pub fn results(&self) -> &Arc<ProbeResults> {
         &self.results
     }
+
+    /// Runner threads there are (idle or busy).
+    #[cfg(test)]
+    pub(crate) fn runners(&self) -> usize {
+        self.runners.load(Ordering::Relaxed)
+    }
 }
 
 impl Drop for Prober {
@@ -235,6 +250,21 @@ impl Drop for Prober {
         let _ = self.inbox.wake.try_send(());
         drop(self.thread.take());
     }
+}
+
+/// A runner thread: its one-slot job channel (dropping it ends the thread
+/// once idle) and its handle.
+struct RunnerThread {
+    jobs: Sender<Job>,
+    thread: JoinOnDrop<()>,
+}
+
+/// What a runner sends back when a run ends.
+struct Done {
+    /// The runner's number.
+    slot: usize,
+    probe: ProbeId,
+    outcome: Outcome,
 }
 
 struct Actor {
@@ -248,16 +278,13 @@ struct Actor {
     updates: Sender<String>,
     /// UIDs that found `updates` full, sent again after `RESEND`.
     unsent: BTreeSet<String>,
-    /// Due runs waiting for a free runner.
-    queue: VecDeque<Job>,
-    /// Jobs out with runners.
-    busy: usize,
-    max_runners: usize,
-    runners: Vec<JoinOnDrop<()>>,
-    jobs: Sender<Job>,
-    jobs_rx: Receiver<Job>,
-    done_tx: Sender<(ProbeId, Outcome)>,
-    done: Receiver<(ProbeId, Outcome)>,
+    /// Due runs and which runner takes each.
+    pool: Pool,
+    /// By runner number, as the pool numbers them.
+    runners: Vec<Option<RunnerThread>>,
+    count: Arc<AtomicUsize>,
+    done_tx: Sender<Done>,
+    done: Receiver<Done>,
     runtime: Arc<RuntimeManager>,
     recorder: EventRecorder,
 }
@@ -267,26 +294,27 @@ impl Actor {
         debug!("prober started");
         loop {
             let now = Instant::now();
-            let mut wait = self
-                .probes
-                .next_due()
-                .map_or(IDLE, |t| t.saturating_duration_since(now));
+            let due = [self.probes.next_due(), self.pool.wake_at(now)]
+                .into_iter()
+                .flatten()
+                .min();
+            let mut wait = due.map_or(IDLE, |t| t.saturating_duration_since(now));
             if !self.unsent.is_empty() {
                 wait = wait.min(RESEND);
             }
             let mut changed = Vec::new();
             select! {
                 recv(self.wake) -> m => if m.is_err() { break },
-                recv(self.done) -> d => if let Ok((id, outcome)) = d {
-                    self.finished(id, outcome, &mut changed);
+                recv(self.done) -> d => if let Ok(d) = d {
+                    self.finished(d, &mut changed);
                 },
                 default(wait) => {}
             }
             if self.inbox.closed.load(Ordering::SeqCst) {
                 break;
             }
-            while let Ok((id, outcome)) = self.done.try_recv() {
-                self.finished(id, outcome, &mut changed);
+            while let Ok(d) = self.done.try_recv() {
+                self.finished(d, &mut changed);
             }
             let pending = std::mem::take(&mut *self.inbox.pending.lock());
             let now = Now::current();
@@ -296,73 +324,107 @@ impl Actor {
                     Some(input) => self.probes.update_pod(input, now.mono, age),
                     None => {
                         self.probes.remove_pod(&uid);
-                        self.queue.retain(|j| pod_uid(&j.pod) != uid);
+                        self.pool.remove_pod(&uid);
                     }
                 }
             }
-            let jobs = self.probes.due(now, &mut changed);
-            self.queue.extend(jobs);
-            self.dispatch();
+            for job in self.probes.due(now, &mut changed) {
+                self.pool.push(job);
+            }
+            self.dispatch(now.mono);
+            for slot in self.pool.reap(now.mono) {
+                if let Some(r) = self.runners.get_mut(slot).and_then(Option::take) {
+                    // Idle: it sees its channel closed and ends at once.
+                    drop(r.jobs);
+                    r.thread.detach();
+                }
+            }
+            while matches!(self.runners.last(), Some(None)) {
+                self.runners.pop();
+            }
+            self.count.store(self.pool.runners(), Ordering::Relaxed);
             self.notify(changed);
         }
-        // Runners end when the job channel closes; one in a long run is
+        // Runners end when their job channel closes; one in a long run is
         // not waited for.
-        drop(self.jobs);
-        for r in self.runners.drain(..) {
-            r.detach();
+        for r in self.runners.drain(..).flatten() {
+            drop(r.jobs);
+            r.thread.detach();
         }
         debug!("prober stopped");
     }
 
-    fn finished(&mut self, id: ProbeId, outcome: Outcome, changed: &mut Vec<Changed>) {
-        self.busy = self.busy.saturating_sub(1);
-        self.probes.complete(id, outcome, Instant::now(), changed);
+    fn finished(&mut self, d: Done, changed: &mut Vec<Changed>) {
+        let now = Instant::now();
+        self.pool.finished(d.slot, now);
+        self.probes.complete(d.probe, d.outcome, now, changed);
     }
 
-    /// Hands queued runs to free runners, starting runners as needed.
-    fn dispatch(&mut self) {
-        while !self.queue.is_empty() {
-            if self.busy == self.runners.len() && !self.start_runner() {
-                return;
-            }
-            let Some(job) = self.queue.pop_front() else {
-                return;
+    /// Hands due runs to runners as the pool says, starting runners.
+    fn dispatch(&mut self, now: Instant) {
+        while let Some((runner, job)) = self.pool.next(now) {
+            let slot = match runner {
+                pool::Runner::Idle(slot) => slot,
+                pool::Runner::New(slot) => match self.start_runner(slot) {
+                    Ok(()) => slot,
+                    Err(e) => {
+                        warn!("prober: cannot start a probe runner: {e}");
+                        self.pool.not_started(slot, job, now);
+                        return;
+                    }
+                },
             };
-            match self.jobs.try_send(job) {
-                Ok(()) => self.busy += 1,
-                Err(TrySendError::Full(job)) | Err(TrySendError::Disconnected(job)) => {
-                    self.queue.push_front(job);
-                    return;
+            // An idle runner's one slot is free: this fails only when its
+            // thread is gone, and then another is started for the run.
+            let sent = match self.runners.get(slot).and_then(Option::as_ref) {
+                Some(r) => r.jobs.try_send(job).map_err(TrySendError::into_inner),
+                None => Err(job),
+            };
+            if let Err(job) = sent {
+                warn!("prober: probe runner {slot} is gone");
+                if let Some(r) = self.runners.get_mut(slot).and_then(Option::take) {
+                    r.thread.detach();
                 }
+                self.pool.not_started(slot, job, now);
+                return;
             }
         }
     }
 
-    fn start_runner(&mut self) -> bool {
-        if self.runners.len() >= self.max_runners {
-            return false;
-        }
-        let n = self.runners.len();
-        let jobs = self.jobs_rx.clone();
+    fn start_runner(&mut self, slot: usize) -> io::Result<()> {
+        let (jobs_tx, jobs) = bounded::<Job>(1);
         let done = self.done_tx.clone();
         let runner = run::Runner::new(self.runtime.clone(), self.recorder.clone());
-        match spawn_named(format!("probe-runner/{n}"), move || {
+        let thread = spawn_named(format!("probe-runner/{slot}"), move || {
             for job in jobs.iter() {
-                let outcome = runner.run(&job);
-                if done.send((job.probe, outcome)).is_err() {
+                // A panic in a run ends that run, not the runner.
+                let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| runner.run(&job)))
+                    .unwrap_or_else(|_| {
+                        error!(
+                            "prober: the {} probe of pod {} panicked",
+                            job.kind.name(),
+                            pod_full_name(&job.pod)
+                        );
+                        Outcome::Error
+                    });
+                let d = Done {
+                    slot,
+                    probe: job.probe,
+                    outcome,
+                };
+                if done.send(d).is_err() {
                     return;
                 }
             }
-        }) {
-            Ok(t) => {
-                self.runners.push(t);
-                true
-            }
-            Err(e) => {
-                warn!("prober: cannot start a probe runner: {e}");
-                !self.runners.is_empty() && self.busy < self.runners.len()
-            }
+        })?;
+        if self.runners.len() <= slot {
+            self.runners.resize_with(slot + 1, || None);
         }
+        self.runners[slot] = Some(RunnerThread {
+            jobs: jobs_tx,
+            thread,
+        });
+        Ok(())
     }
 
     fn notify(&mut self, changed: Vec<Changed>) {

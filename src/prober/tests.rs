@@ -56,7 +56,7 @@ fn exec_liveness_failure_reaches_the_sync_loop_and_sync_pod_restarts() {
         EventRecorder::disabled(),
         None,
         tx,
-        2,
+        Limits::default(),
     )
     .unwrap();
     let pod = probed_pod(
@@ -270,7 +270,7 @@ fn sidecar_probes_run_gate_the_next_init_container_and_restart_it() {
         EventRecorder::disabled(),
         None,
         tx,
-        2,
+        Limits::default(),
     )
     .unwrap();
     let mut p = test_pod("u2", "web");
@@ -330,7 +330,7 @@ fn a_readiness_change_goes_to_the_status_manager_and_not_the_sync_loop() {
         EventRecorder::disabled(),
         Some(Box::new(reporter.clone())),
         tx,
-        2,
+        Limits::default(),
     )
     .unwrap();
     let pod = probed_pod("u3", None, Some(exec_probe("ready", 1, 1)));
@@ -365,5 +365,130 @@ fn a_readiness_change_goes_to_the_status_manager_and_not_the_sync_loop() {
     // No sync was asked for: the readiness probe's results went straight
     // to the status manager.
     assert!(rx.try_recv().is_err());
+    prober.handle().remove_pod(&pod);
+}
+
+/// A pod whose 100 exec probes (50 containers, liveness and readiness,
+/// timeout one hour) never answer beside a pod whose liveness probe fails:
+/// the hog has two runs out and no more, the second pod's probes still run
+/// each period and its liveness failure reaches the sync loop; once the
+/// hung runs end and the pods go, the runners end too.
+#[test]
+fn hanging_probes_of_one_pod_do_not_starve_another_pods_probes() {
+    let (fake, rm) = test_manager("prober-hog");
+    let results = Arc::new(ProbeResults::default());
+    let (tx, rx) = bounded(64);
+    let prober = Prober::start(
+        rm.clone(),
+        results.clone(),
+        EventRecorder::disabled(),
+        None,
+        tx,
+        Limits {
+            idle: Duration::from_millis(300),
+            ..Limits::default()
+        },
+    )
+    .unwrap();
+    let gate = fake.hang_exec("hang");
+    let mut hang = exec_probe("hang", 1, 1);
+    hang.timeout_seconds = Some(3600);
+    let mut hog = test_pod("u-hog", "hog");
+    let spec = hog.spec.as_mut().unwrap();
+    let app = spec.containers[0].clone();
+    spec.containers = (0..50)
+        .map(|i| {
+            let mut c = app.clone();
+            c.name = format!("c{i}");
+            c.liveness_probe = Some(hang.clone());
+            c.readiness_probe = Some(hang.clone());
+            c
+        })
+        .collect();
+    let hog = Arc::new(hog);
+    let st = rm.get_pod_status("u-hog", "hog", "default").unwrap();
+    rm.sync_pod(&hog, &st, &mut Default::default())
+        .result
+        .unwrap();
+    let st = rm.get_pod_status("u-hog", "hog", "default").unwrap();
+    prober.handle().update_pod(&hog, &st, None);
+    let hung = || {
+        fake.execs()
+            .iter()
+            .filter(|(_, cmd)| cmd[0] == "hang")
+            .count()
+    };
+    wait_for("the hog's probes hang", || hung() >= 1);
+
+    let victim = probed_pod(
+        "u-victim",
+        Some(exec_probe("alive", 1, 1)),
+        Some(exec_probe("ready", 1, 1)),
+    );
+    let status = run_pod(&rm, &victim);
+    let id = status.latest("app").unwrap().id.clone();
+    fake.script_exec("alive", Ok((1, "dead".into())));
+    prober.handle().update_pod(&victim, &status, None);
+    // Generous bounds: with period 1 s these take about 2 s; before, they
+    // never came while the hog's runs held every runner.
+    let runs = |cmd: &str| fake.execs().iter().filter(|(_, c)| c[0] == cmd).count();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs("ready") < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the victim's readiness probe ran {} times in 10 s; the hog's {} runs hang",
+            runs("ready"),
+            hung()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        results.get(&id, ProbeKind::Liveness),
+        Some(ProbeResult::Failure),
+        "the victim's liveness probe ran and failed"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rx.recv_timeout(Duration::from_millis(50)).ok().as_deref() != Some("u-victim") {
+        assert!(Instant::now() < deadline, "no update for the victim");
+    }
+    // The hog waits for itself: two of its runs are out, the rest queued.
+    assert_eq!(hung(), 2, "runs of the hog's hanging probes");
+    assert!(prober.runners() <= 4, "{} runners", prober.runners());
+    prober.handle().remove_pod(&hog);
+    prober.handle().remove_pod(&victim);
+    wait_for("the pods' results dropped", || results.is_empty());
+    drop(gate);
+    wait_for("the idle runners ended", || prober.runners() == 0);
+    assert_eq!(hung(), 2, "the hog's queued runs went with it");
+}
+
+/// A run that panics counts as errored; its runner and its probe carry on.
+#[test]
+fn a_panicking_run_leaves_the_runner_and_the_probe_running() {
+    let (fake, rm) = test_manager("prober-panic");
+    let results = Arc::new(ProbeResults::default());
+    let (tx, _rx) = bounded(8);
+    let prober = Prober::start(
+        rm.clone(),
+        results.clone(),
+        EventRecorder::disabled(),
+        None,
+        tx,
+        Limits {
+            base: 1,
+            max: 1,
+            ..Limits::default()
+        },
+    )
+    .unwrap();
+    let pod = probed_pod("u-panic", None, Some(exec_probe("ready", 1, 1)));
+    let status = run_pod(&rm, &pod);
+    let id = status.latest("app").unwrap().id.clone();
+    fake.panic_next("ExecSync", 1);
+    prober.handle().update_pod(&pod, &status, None);
+    wait_for("the probe ran again on the one runner", || {
+        results.get(&id, ProbeKind::Readiness) == Some(ProbeResult::Success)
+    });
+    assert_eq!(prober.runners(), 1);
     prober.handle().remove_pod(&pod);
 }

@@ -74,6 +74,9 @@ struct State {
     /// Scripted ExecSync answers by the command's first word; others
     /// follow `exec`.
     scripted: HashMap<String, ExecAnswer>,
+    /// Commands (by first word) whose ExecSync hangs until its gate is
+    /// dropped or its timeout passes.
+    hanging: HashMap<String, crossbeam_channel::Receiver<()>>,
     next_id: u64,
     clock: i64,
     sandboxes: Vec<(api::PodSandboxConfig, api::PodSandboxStatus)>,
@@ -105,6 +108,12 @@ pub(crate) struct ExecBehaviour {
     pub(crate) takes_secs: u64,
     /// Real time the call blocks, for hooks that outlive their deadline.
     pub(crate) blocks: Option<std::time::Duration>,
+}
+
+/// Holds the commands of [`FakeRuntime::hang_exec`] hanging; dropping it
+/// lets them end.
+pub(crate) struct ExecGate {
+    _open: crossbeam_channel::Sender<()>,
 }
 
 #[derive(Default)]
@@ -206,6 +215,16 @@ impl FakeRuntime {
     /// Scripts what `ExecSync` of a command starting with `cmd0` answers.
     pub(crate) fn script_exec(&self, cmd0: &str, answer: ExecAnswer) {
         self.state.lock().scripted.insert(cmd0.into(), answer);
+    }
+
+    /// Makes `ExecSync` of a command starting with `cmd0` hang as a command
+    /// that never ends would: until its timeout passes (then it answers
+    /// DEADLINE_EXCEEDED, as the runtime does) or the returned gate is
+    /// dropped (then it exits 0).
+    pub(crate) fn hang_exec(&self, cmd0: &str) -> ExecGate {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        self.state.lock().hanging.insert(cmd0.into(), rx);
+        ExecGate { _open: tx }
     }
 
     /// Makes a running container exit with `code`.
@@ -497,9 +516,9 @@ impl RuntimeService for FakeRuntime {
         &self,
         id: &str,
         cmd: &[String],
-        _timeout: std::time::Duration,
+        timeout: std::time::Duration,
     ) -> Result<api::ExecSyncResponse, CriError> {
-        self.exec(id, cmd)
+        self.exec(id, cmd, timeout)
     }
 
     fn list_container_stats(
@@ -576,7 +595,12 @@ impl crate::events::Clock for FakeRuntime {
 }
 
 impl FakeRuntime {
-    fn exec(&self, id: &str, cmd: &[String]) -> Result<api::ExecSyncResponse, CriError> {
+    fn exec(
+        &self,
+        id: &str,
+        cmd: &[String],
+        timeout: std::time::Duration,
+    ) -> Result<api::ExecSyncResponse, CriError> {
         let b = {
             let mut s = self.begin("ExecSync")?;
             let c = s
@@ -600,6 +624,18 @@ impl FakeRuntime {
                 .unwrap_or_default();
             s.execs.push((name, cmd.to_vec()));
             let first = cmd.first().map(String::as_str).unwrap_or("");
+            if let Some(gate) = s.hanging.get(first).cloned() {
+                drop(s);
+                return match gate.recv_timeout(timeout) {
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => Err(CriError::status(
+                        "ExecSync",
+                        "fake",
+                        Code::DeadlineExceeded,
+                        "timed out",
+                    )),
+                    _ => Ok(api::ExecSyncResponse::new()),
+                };
+            }
             if let Some(answer) = s.scripted.get(first).cloned() {
                 return match answer {
                     Ok((code, out)) => {

@@ -3,10 +3,14 @@
 //! probes restarting their container once the target inside it goes away;
 //! and, with tinylet joined to the fake apiserver, readiness following a
 //! file inside the container into the API status, and a liveness failure
-//! reported with upstream's events. Also an HTTPS probe against a server
+//! reported with upstream's events; a pod whose exec and tcpSocket probes
+//! hang for an hour beside a pod whose liveness probe fails, which is
+//! restarted on time all the same. Also an HTTPS probe against a server
 //! with an untrusted certificate (no containerd needed).
 
 use std::collections::BTreeSet;
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -164,6 +168,120 @@ fn liveness_probes_restart_containers_exec_http_and_tcp() {
                 .all(|p| attempts(&ctd, p).iter().all(|a| *a <= 1))
         },
     );
+    kubelet.assert_running();
+}
+
+/// A loopback TCP port whose accept queue is full: a connect to it hangs
+/// (the kernel drops the SYNs) until the caller gives up, as to a host
+/// that drops packets. Keep both while the port must stay full.
+fn black_hole() -> (TcpListener, TcpStream, u16) {
+    let l = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
+    // A backlog of 0 holds one connection that nobody accepts.
+    // SAFETY: listen(2) on a socket this function owns.
+    let rc = unsafe { libc::listen(l.as_raw_fd(), 0) };
+    assert_eq!(rc, 0, "listen: {}", std::io::Error::last_os_error());
+    let addr = l.local_addr().expect("the port's address");
+    let filler = TcpStream::connect(addr).expect("the first connection");
+    assert!(
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(),
+        "a connect to the full port must hang"
+    );
+    (l, filler, addr.port())
+}
+
+/// A pod of six containers, each with an exec liveness probe `sleep 3600`
+/// and a tcpSocket readiness probe to a full loopback port, every second
+/// with an hour's timeout: twelve probe runs that hang. Beside it a pod's
+/// liveness probe still runs every second: it is restarted once its
+/// target goes, and the hog has at most two exec runs out.
+#[test]
+fn hanging_probes_of_one_pod_leave_another_pods_liveness_probe_on_time() {
+    let (_listener, _filler, port) = black_hole();
+    let ctd = PrivateContainerd::start();
+    let mut kubelet = Tinylet::start(&ctd, NODE);
+    let dir = kubelet.manifest_dir();
+    let names: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
+    let containers: String = names
+        .iter()
+        .map(|n| {
+            format!(
+                r#"  - name: {n}
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", {LONG_RUNNING:?}]
+    livenessProbe:
+      exec:
+        command: ["sleep", "3600"]
+      periodSeconds: 1
+      timeoutSeconds: 3600
+    readinessProbe:
+      tcpSocket:
+        host: 127.0.0.1
+        port: {port}
+      periodSeconds: 1
+      timeoutSeconds: 3600
+"#
+            )
+        })
+        .collect();
+    write_manifest(
+        &dir,
+        "hog.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hog\nspec:\n  \
+             terminationGracePeriodSeconds: 5\n  containers:\n{containers}"
+        ),
+    );
+    let hog = kubelet.pod_name("hog");
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    wait_until(SETTLE, "the hog runs", || ctd.pod_running(&hog, &refs));
+    // The hog's runs go out at once and hang.
+    std::thread::sleep(Duration::from_secs(3));
+    let sleeps = || {
+        names
+            .iter()
+            .flat_map(|n| ctd.container_ids_named(&hog, n))
+            .filter_map(|id| ctd.exec(&id, &["ps", "-o", "args"]).ok())
+            .map(|ps| ps.lines().filter(|l| l.trim() == "sleep 3600").count())
+            .sum::<usize>()
+    };
+
+    write_manifest(
+        &dir,
+        "victim.yaml",
+        &probed_pod(
+            "victim",
+            &format!("touch /tmp/healthy; {LONG_RUNNING}"),
+            r#"    livenessProbe:
+      exec:
+        command: ["cat", "/tmp/healthy"]
+      periodSeconds: 1
+      failureThreshold: 2
+"#,
+        ),
+    );
+    let victim = kubelet.pod_name("victim");
+    wait_until(SETTLE, "the victim runs", || {
+        ctd.pod_running(&victim, &["app"])
+    });
+    let id = running_attempt(&ctd, &victim, 0).expect("the victim's first container");
+    ctd.exec(&id, &["rm", "/tmp/healthy"])
+        .unwrap_or_else(|e| panic!("rm /tmp/healthy: {e}"));
+    let t0 = Instant::now();
+    // Two failed runs a second apart, the kill, the start: a few seconds;
+    // before, never, with every runner held by the hog.
+    wait_until(
+        SETTLE,
+        "the victim is restarted by its liveness probe (attempt 1 running)",
+        || running_attempt(&ctd, &victim, 1).is_some(),
+    );
+    eprintln!(
+        "the victim was restarted {} ms after its target went",
+        t0.elapsed().as_millis()
+    );
+    let out = sleeps();
+    assert!(out <= 2, "{out} exec runs of the hog out at once");
+    assert!(ctd.pod_running(&hog, &refs), "the hog is left alone");
     kubelet.assert_running();
 }
 
