@@ -5,6 +5,12 @@
 //! grace period is over reclaims what the node holds itself before it
 //! evicts one pod.
 //!
+//! Local storage limits are checked on the pods that set one, their
+//! volumes and logs walked afresh at every turn (`stats::pod_usage`); a
+//! walk that stopped short counts as over the limit. Under pressure every
+//! pod is measured for the ranking, reusing what this turn measured (the
+//! measures are kept in `stats::UsageCache`, which the summary reads too).
+//!
 //! For the disk signals the node-level reclaim is, in order, unused
 //! images (through the `image-gc` thread, which owns the images' records),
 //! then rotated container logs (tinylet's own step: upstream leaves them),
