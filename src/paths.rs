@@ -457,10 +457,11 @@ pub(crate) fn disk_usage(dir: &Path, max_entries: u64) -> io::Result<DiskUsage> 
             Ok(d) => d,
             // Gone, or replaced by a symlink or a file, since it was
             // counted: what it held is not in the tree any more.
-            Err(e) if matches!(
-                e.raw_os_error(),
-                Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
-            ) =>
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
+                ) =>
             {
                 continue
             }
@@ -769,14 +770,31 @@ mod tests {
         // 1 MiB 40 levels down, and 1 MiB 300 levels down (paths of
         // 200-byte names: deeper than PATH_MAX), beside a shallow file.
         write_at(&nest(&dir, "d", 40), "deep", 1 << 20);
-        write_at(&nest(&dir, &"e".repeat(200), 300), "deeper", 1 << 20);
+        let deepest = nest(&dir, &"e".repeat(200), 300);
+        write_at(&deepest, "deeper", 1 << 20);
         fs::write(dir.join("top"), vec![1u8; 4096]).unwrap();
+        // Down there, a symlink to a directory outside: not followed.
+        let outside = tmp.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("big"), vec![7u8; 4 << 20]).unwrap();
+        let target = cstr(&outside).unwrap();
+        let link = CString::new("out").unwrap();
+        // SAFETY: valid descriptor and NUL-terminated names.
+        let rc = unsafe { libc::symlinkat(target.as_ptr(), deepest.0, link.as_ptr()) };
+        assert_eq!(rc, 0);
 
         let u = disk_usage(&dir, 1000).unwrap();
         assert!(u.complete, "{u:?}");
-        // vol, 40 + 300 directories, three files.
-        assert_eq!(u.inodes, 1 + 40 + 300 + 3, "{u:?}");
+        // vol, 40 + 300 directories, three files and the symlink.
+        assert_eq!(u.inodes, 1 + 40 + 300 + 4, "{u:?}");
         assert!(u.bytes >= (2 << 20) + 4096, "{u:?}");
+        // Each directory a block or so at most; not the 4 MiB outside.
+        assert!(u.bytes < (2 << 20) + 4096 + 345 * 8192, "{u:?}");
+
+        // The same tree with a budget: counted in part, and said so.
+        let part = disk_usage(&dir, 100).unwrap();
+        assert!(!part.complete, "{part:?}");
+        assert!(part.inodes <= 100, "{part:?}");
     }
 
     #[test]

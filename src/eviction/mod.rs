@@ -647,7 +647,11 @@ pub(crate) fn local_storage_violation(
                 format!(
                     "Container {} exceeded its local ephemeral storage limit {text:?}. {}",
                     c.name,
-                    if cs.logs_incomplete { UNMEASURED_TEXT } else { "" }
+                    if cs.logs_incomplete {
+                        UNMEASURED_TEXT
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }

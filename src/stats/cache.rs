@@ -8,7 +8,11 @@
 //! here for the summary.
 //!
 //! Nothing walks in the background: a measure is made when one is asked
-//! for and the kept one is too old. The lock is not held during a walk,
+//! for and the kept one is too old. However fresh a caller asks for it, a
+//! measure is kept at least [`WALK_DUTY`] times as long as its walk took,
+//! so walking a huge tree takes at most about a tenth of the time of
+//! whoever asks (a million entries take about 3 s; such a tree is then
+//! measured every 30 s rather than at every 10 s eviction turn). The lock is not held during a walk,
 //! so a slow walk holds up only its caller; two callers that miss at once
 //! both walk. Entries not asked for in two periods are dropped, so the
 //! cache stays as large as what runs.
@@ -33,6 +37,9 @@ pub(crate) const SUMMARY_MAX_AGE: Duration = Duration::from_secs(60);
 /// warm cache; upstream's `du` has no bound.
 pub(crate) const WALK_LIMIT: u64 = 1_000_000;
 
+/// A measure is kept at least this many times as long as its walk took.
+const WALK_DUTY: u32 = 10;
+
 /// Usage by directory, with when it was measured.
 pub(crate) struct UsageCache {
     max_entries: u64,
@@ -43,6 +50,8 @@ pub(crate) struct UsageCache {
 #[derive(Clone, Copy)]
 struct Measured {
     at: Instant,
+    /// How long the walk took.
+    took: Duration,
     /// None when the directory could not be opened (gone, say).
     usage: Option<DiskUsage>,
 }
@@ -68,11 +77,12 @@ impl UsageCache {
     /// None when it cannot be measured.
     pub(crate) fn usage(&self, dir: &Path, now: Instant, max_age: Duration) -> Option<DiskUsage> {
         if let Some(m) = self.entries.lock().get(dir) {
-            if now.saturating_duration_since(m.at) < max_age {
+            if now.saturating_duration_since(m.at) < max_age.max(m.took.saturating_mul(WALK_DUTY)) {
                 return m.usage;
             }
         }
         self.walks.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let usage = match crate::paths::disk_usage(dir, self.max_entries) {
             Ok(u) => {
                 if !u.complete {
@@ -91,9 +101,14 @@ impl UsageCache {
                 None
             }
         };
-        self.entries
-            .lock()
-            .insert(dir.to_path_buf(), Measured { at: now, usage });
+        self.entries.lock().insert(
+            dir.to_path_buf(),
+            Measured {
+                at: now,
+                took: started.elapsed(),
+                usage,
+            },
+        );
         usage
     }
 
@@ -113,5 +128,31 @@ impl UsageCache {
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_costly_walk_is_kept_ten_times_as_long_as_it_took() {
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = UsageCache::new(100);
+        let t0 = Instant::now();
+        let seen = cache.usage(tmp.path(), t0, Duration::ZERO).unwrap();
+        assert_eq!(cache.walks(), 1);
+        // As if that walk had taken 3 s: asked for afresh, it is kept 30 s.
+        if let Some(m) = cache.entries.lock().get_mut(tmp.path()) {
+            m.took = Duration::from_secs(3);
+        }
+        let at = |s| t0 + Duration::from_secs(s);
+        assert_eq!(cache.usage(tmp.path(), at(29), Duration::ZERO), Some(seen));
+        assert_eq!(cache.walks(), 1);
+        cache.usage(tmp.path(), at(30), Duration::ZERO);
+        assert_eq!(cache.walks(), 2);
+        // A quick walk asked for afresh a second later is measured again.
+        cache.usage(tmp.path(), at(31), Duration::ZERO);
+        assert_eq!(cache.walks(), 3);
     }
 }

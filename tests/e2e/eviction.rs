@@ -307,7 +307,8 @@ fn writes_nested_forty_deep_are_counted_against_size_limits() {
 
     // 40 MiB at the bottom of 40 nested directories, then a mark at the
     // top that the test waits for.
-    let deep_writer = "d=/scratch; i=0; while [ $i -lt 40 ]; do d=$d/d; mkdir $d; i=$((i+1)); done; \
+    let deep_writer =
+        "d=/scratch; i=0; while [ $i -lt 40 ]; do d=$d/d; mkdir $d; i=$((i+1)); done; \
          dd if=/dev/zero of=$d/fill bs=1M count=40 && touch /scratch/written; exec sleep 100000";
     fake.create_pod(pod(
         "sized",
