@@ -1,7 +1,8 @@
 //! Paths built from names that come from pods (UIDs, volume and container
 //! names), and the two file-system operations that must not be turned
 //! against the host by such a name or by what a container left in a pod's
-//! directory: creating directories with fixed modes, and removing a tree.
+//! directory: creating directories with fixed modes, removing a tree, and
+//! measuring what a tree uses.
 //!
 //! Names are validated before a pod is accepted (`config::validation`);
 //! `join` checks again wherever one becomes a path, so a name that slipped
@@ -14,6 +15,15 @@
 //! tree's. Its walk is iterative and holds one directory open at a time,
 //! so a container that nested directories thousands deep cannot exhaust
 //! the worker's stack or its file descriptors.
+//!
+//! `disk_usage` walks the same way (`openat` with `O_NOFOLLOW`, `fstatat`
+//! with `AT_SYMLINK_NOFOLLOW`, never across a device), iteratively and
+//! with a bounded number of directories open, but with no depth bound:
+//! a container cannot hide what it writes by nesting it deep. Its only
+//! bound is the number of entries it looks at, and a walk that stops there
+//! (or misses part of the tree for any reason) says it is incomplete. The
+//! walk is self-contained (`Dir`, `Frame`, `UsageWalk` here) so that other
+//! walks over trees a container wrote can take the same shape.
 
 use std::ffi::{CStr, CString};
 use std::fs;
@@ -196,11 +206,17 @@ impl Dir {
 
     /// The names in the directory, `.` and `..` left out.
     fn names(&self) -> io::Result<Vec<CString>> {
-        self.names_upto(usize::MAX)
+        let mut out = Vec::new();
+        self.for_each_name(|name| {
+            out.push(name.to_owned());
+            true
+        })?;
+        Ok(out)
     }
 
-    /// At most `max` of the names in the directory.
-    fn names_upto(&self, max: usize) -> io::Result<Vec<CString>> {
+    /// Calls `f` with each name in the directory (`.` and `..` left out)
+    /// as it is read, until `f` returns false.
+    fn for_each_name(&self, mut f: impl FnMut(&CStr) -> bool) -> io::Result<()> {
         // fdopendir takes the descriptor it is given: hand it a copy.
         // SAFETY: the descriptor is open; the result is checked.
         let copy = unsafe { libc::fcntl(self.0, libc::F_DUPFD_CLOEXEC, 0) };
@@ -218,24 +234,31 @@ impl Dir {
         // SAFETY: a fresh stream of a copied descriptor starts at offset 0
         // only after a rewind (the copy shares the offset).
         unsafe { libc::rewinddir(stream) };
-        let mut out = Vec::new();
-        while out.len() < max {
+        let mut result = Ok(());
+        loop {
+            // readdir tells an error from the end only by errno.
+            // SAFETY: errno is thread-local.
+            unsafe { *libc::__errno_location() = 0 };
             // SAFETY: `stream` is a valid DIR*; readdir returns null at the end.
             let entry = unsafe { libc::readdir(stream) };
             if entry.is_null() {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error().is_some_and(|n| n != 0) {
+                    result = Err(e);
+                }
                 break;
             }
             // SAFETY: d_name is a NUL-terminated array inside the entry,
-            // valid until the next readdir; it is copied at once.
+            // valid until the next readdir (`f` makes none on this stream).
             let name = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) };
             let b = name.to_bytes();
-            if b != b"." && b != b".." {
-                out.push(name.to_owned());
+            if b != b"." && b != b".." && !f(name) {
+                break;
             }
         }
         // SAFETY: closes the stream and `copy` with it, once.
         unsafe { libc::closedir(stream) };
-        Ok(out)
+        result
     }
 }
 
@@ -348,84 +371,232 @@ pub(crate) struct DiskUsage {
     pub(crate) bytes: u64,
     pub(crate) inodes: u64,
     pub(crate) dev: u64,
-    /// False when the walk stopped at `max_entries` or at the depth bound:
-    /// the counts are then what was seen, a lower bound.
+    /// False when the walk did not see the whole tree: it stopped at its
+    /// entry budget (or the names it keeps waiting grew past theirs), a
+    /// directory could not be read, or one it had left was moved while it
+    /// was below it. The counts are then what was seen, a lower bound:
+    /// whoever decides by them must take the tree to be at least as large
+    /// as any limit (see `eviction::local_storage_violation`).
     pub(crate) complete: bool,
 }
 
-/// How deep `disk_usage` descends (one open descriptor per level).
-const USAGE_MAX_DEPTH: usize = 32;
+/// Directories a usage walk holds open at most. Deeper, the ancestor's
+/// descriptor furthest up is closed; the walk opens it again through `..`
+/// of its child when it comes back up, and checks it is the same inode.
+const HELD_DIRS: usize = 16;
+
+/// Bytes of names of directories still to enter that a usage walk keeps,
+/// at most (a container that makes a million subdirectories cannot make
+/// tinylet hold their names): past it the walk stops, incomplete.
+const PENDING_NAMES_MAX: usize = 16 << 20;
+
+/// Inodes with more than one link a usage walk remembers to count once.
+/// Past it further links are each counted, as if they were files: more
+/// than the tree uses, never less.
+const LINKED_MAX: usize = 1 << 16;
 
 /// Measures the tree at `dir` as `du -x` and a count of its entries would,
 /// without following symlinks (every step an `openat` with `O_NOFOLLOW`
-/// relative to its parent) and without entering other file systems. The
-/// walk is bounded: at most `max_entries` entries are looked at and
-/// [`USAGE_MAX_DEPTH`] levels entered, so what a container wrote into a
-/// volume cannot make it costly.
+/// relative to its parent, every stat `AT_SYMLINK_NOFOLLOW`) and without
+/// entering other file systems.
+///
+/// The walk has no depth bound a container could hide data behind: it is
+/// iterative (an explicit stack, no recursion), holds at most
+/// [`HELD_DIRS`] directories open, and keeps in memory only the names of
+/// the subdirectories it has still to enter (files are counted as their
+/// directory is read). What bounds it is the work: at most `max_entries`
+/// entries are looked at. Where it stops short, or cannot see part of the
+/// tree, the result says so (`complete` false) rather than passing for the
+/// whole. There is no time budget: a walk's verdict must not depend on how
+/// slow the disk is.
 pub(crate) fn disk_usage(dir: &Path, max_entries: u64) -> io::Result<DiskUsage> {
     let top = Dir::open_at(libc::AT_FDCWD, &cstr(dir)?)?;
     let st = top.stat()?;
-    let dev = st.st_dev;
-    let blocks = |st: &libc::stat| (st.st_blocks as u64).saturating_mul(512);
-    let mut usage = DiskUsage {
-        bytes: blocks(&st),
-        inodes: 1,
-        dev,
-        complete: true,
+    let mut walk = UsageWalk {
+        usage: DiskUsage {
+            bytes: blocks(&st),
+            inodes: 1,
+            dev: st.st_dev,
+            complete: true,
+        },
+        max_entries,
+        linked: std::collections::HashSet::new(),
+        pending: 0,
+        stopped: false,
     };
-    let budget =
-        |u: &DiskUsage| usize::try_from(max_entries.saturating_sub(u.inodes)).unwrap_or(usize::MAX);
-    let mut linked: std::collections::HashSet<(libc::dev_t, libc::ino_t)> =
-        std::collections::HashSet::new();
-    let names = top.names_upto(budget(&usage).saturating_add(1))?;
-    let mut stack = vec![(top, names)];
-    loop {
-        let depth = stack.len();
-        let Some((cur, names)) = stack.last_mut() else {
+    let subdirs = walk.read(&top);
+    let mut stack = vec![Frame {
+        dir: Some(top),
+        ino: st.st_ino,
+        subdirs,
+    }];
+    while !walk.stopped {
+        let Some(frame) = stack.last_mut() else {
             break;
         };
-        let Some(name) = names.pop() else {
-            stack.pop();
+        let Some(name) = walk.next_subdir(&mut frame.subdirs) else {
+            // This directory is done: back up to its parent, opened again
+            // if its descriptor was let go.
+            let Some(done) = stack.pop() else {
+                break;
+            };
+            if let (Some(parent), Some(child)) = (stack.last_mut(), done.dir) {
+                if parent.dir.is_none() && !parent.reopen(&child, walk.usage.dev) {
+                    walk.usage.complete = false;
+                    break;
+                }
+            }
             continue;
         };
-        if usage.inodes >= max_entries {
-            usage.complete = false;
+        // The top frame's directory is always open (see `Frame::reopen`).
+        let Some(cur) = frame.dir.as_ref() else {
+            walk.usage.complete = false;
             break;
-        }
-        let st = match cur.stat_at(&name) {
-            Ok(st) => st,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
         };
-        if st.st_dev != dev {
-            // Another file system mounted below: not counted, as `du -x`.
-            continue;
-        }
-        if !is_dir(&st) && st.st_nlink > 1 && !linked.insert((st.st_dev, st.st_ino)) {
-            continue;
-        }
-        usage.inodes += 1;
-        usage.bytes = usage.bytes.saturating_add(blocks(&st));
-        if !is_dir(&st) {
-            continue;
-        }
-        if depth >= USAGE_MAX_DEPTH {
-            usage.complete = false;
-            continue;
-        }
         let child = match Dir::open_at(cur.0, &name) {
             Ok(d) => d,
-            // Gone or replaced (by a symlink, say) since the stat.
-            Err(_) => continue,
+            // Gone, or replaced by a symlink or a file, since it was
+            // counted: what it held is not in the tree any more.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT | libc::ELOOP | libc::ENOTDIR)
+                ) =>
+            {
+                continue
+            }
+            Err(_) => {
+                walk.usage.complete = false;
+                continue;
+            }
         };
-        let cst = child.stat()?;
-        if cst.st_dev != dev || cst.st_ino != st.st_ino {
+        let Ok(cst) = child.stat() else {
+            walk.usage.complete = false;
+            continue;
+        };
+        if cst.st_dev != walk.usage.dev {
+            // Mounted on since it was counted: another file system's.
             continue;
         }
-        let names = child.names_upto(budget(&usage).saturating_add(1))?;
-        stack.push((child, names));
+        let subdirs = walk.read(&child);
+        stack.push(Frame {
+            dir: Some(child),
+            ino: cst.st_ino,
+            subdirs,
+        });
+        // The open directories are the top of the stack, HELD_DIRS at most.
+        if let Some(i) = stack.len().checked_sub(HELD_DIRS + 1) {
+            stack[i].dir = None;
+        }
     }
-    Ok(usage)
+    Ok(walk.usage)
+}
+
+fn blocks(st: &libc::stat) -> u64 {
+    u64::try_from(st.st_blocks).unwrap_or(0).saturating_mul(512)
+}
+
+/// One directory of a usage walk's stack.
+struct Frame {
+    /// None once let go (it is not among the [`HELD_DIRS`] deepest).
+    dir: Option<Dir>,
+    ino: libc::ino_t,
+    /// Names of the subdirectories still to enter, each NUL-terminated.
+    subdirs: Vec<u8>,
+}
+
+impl Frame {
+    /// Opens this frame's directory again as `..` of `child`, which the
+    /// walk has just left: true if that is the same directory (device and
+    /// inode) it was. Not so when `child` was moved meanwhile; the walk
+    /// then cannot know where it is, and stops.
+    fn reopen(&mut self, child: &Dir, dev: libc::dev_t) -> bool {
+        let Ok(dotdot) = CString::new("..") else {
+            return false;
+        };
+        let Ok(dir) = Dir::open_at(child.0, &dotdot) else {
+            return false;
+        };
+        match dir.stat() {
+            Ok(st) if st.st_dev == dev && st.st_ino == self.ino => {
+                self.dir = Some(dir);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The counts of a usage walk and what bounds it.
+struct UsageWalk {
+    usage: DiskUsage,
+    max_entries: u64,
+    linked: std::collections::HashSet<(libc::dev_t, libc::ino_t)>,
+    /// Bytes in all frames' `subdirs`.
+    pending: usize,
+    stopped: bool,
+}
+
+impl UsageWalk {
+    /// Counts the entries of `dir`, and returns the names of its
+    /// subdirectories on the same device (NUL-terminated, one after
+    /// another) to enter later.
+    fn read(&mut self, dir: &Dir) -> Vec<u8> {
+        let mut subdirs = Vec::new();
+        let read = dir.for_each_name(|name| {
+            if self.usage.inodes >= self.max_entries
+                || self.pending + name.to_bytes_with_nul().len() > PENDING_NAMES_MAX
+            {
+                self.usage.complete = false;
+                self.stopped = true;
+                return false;
+            }
+            let st = match dir.stat_at(name) {
+                Ok(st) => st,
+                // Removed since the directory was read.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
+                Err(_) => {
+                    self.usage.complete = false;
+                    return true;
+                }
+            };
+            if st.st_dev != self.usage.dev {
+                // Another file system mounted below: not counted, as `du -x`.
+                return true;
+            }
+            if !is_dir(&st) && st.st_nlink > 1 {
+                let key = (st.st_dev, st.st_ino);
+                if self.linked.contains(&key) {
+                    return true;
+                }
+                if self.linked.len() < LINKED_MAX {
+                    self.linked.insert(key);
+                }
+            }
+            self.usage.inodes += 1;
+            self.usage.bytes = self.usage.bytes.saturating_add(blocks(&st));
+            if is_dir(&st) {
+                let name = name.to_bytes_with_nul();
+                subdirs.extend_from_slice(name);
+                self.pending += name.len();
+            }
+            true
+        });
+        if read.is_err() {
+            self.usage.complete = false;
+        }
+        subdirs
+    }
+
+    /// Takes the last name off `subdirs`.
+    fn next_subdir(&mut self, subdirs: &mut Vec<u8>) -> Option<CString> {
+        let (last, rest) = subdirs.split_last()?;
+        debug_assert_eq!(*last, 0);
+        let start = rest.iter().rposition(|b| *b == 0).map_or(0, |i| i + 1);
+        let name = subdirs.split_off(start);
+        self.pending = self.pending.saturating_sub(name.len());
+        CString::from_vec_with_nul(name).ok()
+    }
 }
 
 #[cfg(test)]
@@ -554,6 +725,76 @@ mod tests {
         crate::mount::unmount_below(&dir).unwrap();
         remove_tree(&dir).unwrap();
         assert!(!dir.exists());
+    }
+
+    /// Makes `depth` directories named `name` one in the other below
+    /// `dir`, step by step (deeper than a path can name at once); returns
+    /// the deepest one, open.
+    fn nest(dir: &Path, name: &str, depth: usize) -> Dir {
+        let mut cur = Dir::open_at(libc::AT_FDCWD, &cstr(dir).unwrap()).unwrap();
+        let name = CString::new(name).unwrap();
+        for _ in 0..depth {
+            // SAFETY: valid descriptor and name.
+            assert_eq!(unsafe { libc::mkdirat(cur.0, name.as_ptr(), 0o755) }, 0);
+            cur = Dir::open_at(cur.0, &name).unwrap();
+        }
+        cur
+    }
+
+    /// Writes `len` bytes to a new file `name` in `dir`.
+    fn write_at(dir: &Dir, name: &str, len: usize) {
+        let name = CString::new(name).unwrap();
+        // SAFETY: valid descriptor and name; the result is checked.
+        let fd = unsafe {
+            libc::openat(
+                dir.0,
+                name.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
+        assert!(fd >= 0, "{}", io::Error::last_os_error());
+        let data = vec![9u8; len];
+        // SAFETY: `fd` is ours; `data` is valid for `len` bytes.
+        let n = unsafe { libc::write(fd, data.as_ptr().cast(), len) };
+        // SAFETY: `fd` is ours, closed once.
+        unsafe { libc::close(fd) };
+        assert_eq!(n, len as isize);
+    }
+
+    #[test]
+    fn disk_usage_has_no_depth_bound_a_container_can_hide_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("vol");
+        fs::create_dir(&dir).unwrap();
+        // 1 MiB 40 levels down, and 1 MiB 300 levels down (paths of
+        // 200-byte names: deeper than PATH_MAX), beside a shallow file.
+        write_at(&nest(&dir, "d", 40), "deep", 1 << 20);
+        let deepest = nest(&dir, &"e".repeat(200), 300);
+        write_at(&deepest, "deeper", 1 << 20);
+        fs::write(dir.join("top"), vec![1u8; 4096]).unwrap();
+        // Down there, a symlink to a directory outside: not followed.
+        let outside = tmp.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("big"), vec![7u8; 4 << 20]).unwrap();
+        let target = cstr(&outside).unwrap();
+        let link = CString::new("out").unwrap();
+        // SAFETY: valid descriptor and NUL-terminated names.
+        let rc = unsafe { libc::symlinkat(target.as_ptr(), deepest.0, link.as_ptr()) };
+        assert_eq!(rc, 0);
+
+        let u = disk_usage(&dir, 1000).unwrap();
+        assert!(u.complete, "{u:?}");
+        // vol, 40 + 300 directories, three files and the symlink.
+        assert_eq!(u.inodes, 1 + 40 + 300 + 4, "{u:?}");
+        assert!(u.bytes >= (2 << 20) + 4096, "{u:?}");
+        // Each directory a block or so at most; not the 4 MiB outside.
+        assert!(u.bytes < (2 << 20) + 4096 + 345 * 8192, "{u:?}");
+
+        // The same tree with a budget: counted in part, and said so.
+        let part = disk_usage(&dir, 100).unwrap();
+        assert!(!part.complete, "{part:?}");
+        assert!(part.inodes <= 100, "{part:?}");
     }
 
     #[test]

@@ -5,6 +5,12 @@
 //! grace period is over reclaims what the node holds itself before it
 //! evicts one pod.
 //!
+//! Local storage limits are checked on the pods that set one, their
+//! volumes and logs walked afresh at every turn (`stats::pod_usage`); a
+//! walk that stopped short counts as over the limit. Under pressure every
+//! pod is measured for the ranking, reusing what this turn measured (the
+//! measures are kept in `stats::UsageCache`, which the summary reads too).
+//!
 //! For the disk signals the node-level reclaim is, in order, unused
 //! images (through the `image-gc` thread, which owns the images' records),
 //! then rotated container logs (tinylet's own step: upstream leaves them),
@@ -198,11 +204,21 @@ impl Manager {
         o
     }
 
-    fn usage(&self) -> HashMap<String, PodUsage> {
+    /// What the pods `which` selects use. Volumes and logs are measured
+    /// again unless their kept usage is younger than `max_age` (see
+    /// `stats::UsageCache`; what is measured here is kept for the summary).
+    fn usage(&self, which: &dyn Fn(&str) -> bool, max_age: Duration) -> HashMap<String, PodUsage> {
+        let measure = crate::stats::Measure {
+            pods: which,
+            max_age,
+            cache: crate::stats::UsageCache::shared(),
+            now: Instant::now(),
+        };
         crate::stats::pod_usage(
             self.runtime.as_ref(),
             &self.config.root_dir,
             &self.config.logs_dir,
+            &measure,
         )
         .unwrap_or_else(|e| {
             warn!("eviction manager: pod statistics: {e}");
@@ -232,11 +248,18 @@ impl Manager {
             .collect();
 
         // Local storage limits first, every pod over one. Measuring walks
-        // volumes and logs: only when a pod sets such a limit.
-        let usage = if active.iter().any(|p| has_local_storage_limits(p)) {
-            self.usage()
-        } else {
+        // volumes and logs: only the pods that set such a limit, afresh at
+        // every turn, so that a pod over one is evicted at the next turn
+        // (upstream decides on volume usage up to a minute old).
+        let limited: Vec<&str> = active
+            .iter()
+            .filter(|p| has_local_storage_limits(p))
+            .map(|p| pod_uid(p))
+            .collect();
+        let usage = if limited.is_empty() {
             HashMap::new()
+        } else {
+            self.usage(&|uid| limited.contains(&uid), Duration::ZERO)
         };
         let mut evicted = Vec::new();
         for pod in &active {
@@ -270,7 +293,8 @@ impl Manager {
             return Vec::new();
         }
 
-        let usage = self.usage();
+        // Every pod, with what this turn measured already.
+        let usage = self.usage(&|_| true, self.config.interval);
         let mut ranked: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
         rank(&mut ranked, threshold.signal, &|p: &Pod| {
             usage.get(pod_uid(p))

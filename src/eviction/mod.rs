@@ -10,7 +10,14 @@
 //! grace periods, minimum reclaim and the pressure transition period, as
 //! [`Tracker`]), the ranking of pods, the messages, and the local storage
 //! limits (emptyDir `sizeLimit`, containers' and pods' ephemeral-storage
-//! limits). `manager` is the `eviction-manager` thread that observes the
+//! limits).
+//!
+//! A usage measured only in part (a walk of a volume or a log directory
+//! that stopped at its budget, see `paths::disk_usage`) is never taken
+//! for the lower bound it is: it is over every local storage limit, and
+//! under disk pressure it ranks as the largest usage there is (over its
+//! requests, first among the pods of its priority). A container cannot
+//! hide what it writes by making it costly to count. `manager` is the `eviction-manager` thread that observes the
 //! node every 10 s, reclaims node-level resources and asks the sync loop
 //! to evict.
 
@@ -418,6 +425,14 @@ fn container_resource(
     parse_quantity(&q.0).ok().map(|q| q.value())
 }
 
+/// The usage an incompletely measured pod ranks with under disk
+/// pressure: more than any request and any measured usage.
+const UNMEASURED: i128 = i64::MAX as i128;
+
+/// The sentence eviction messages add when a usage was measured only in
+/// part.
+const UNMEASURED_TEXT: &str = "Its usage could not be measured in full and counts as over. ";
+
 fn priority(pod: &Pod) -> i32 {
     pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
@@ -427,7 +442,11 @@ fn priority(pod: &Pod) -> i32 {
 /// priority, then more usage above requests; for disk the same with
 /// writable layers, logs and local volumes (inodes for the inode
 /// signals, whose requests are 0); for pids, lower priority first.
-/// `usage` gives a pod's statistics (a pod without any uses nothing).
+/// `usage` gives a pod's statistics (a pod without any uses nothing); a
+/// pod whose disk usage was measured only in part ranks, for the disk
+/// signals, as using [`UNMEASURED`]: over its requests and above every
+/// pod of its priority, so that lower-priority pods over their requests
+/// still go first, as they would against any usage.
 pub(crate) fn rank<'a>(
     pods: &mut [&'a Pod],
     signal: Signal,
@@ -441,8 +460,16 @@ pub(crate) fn rank<'a>(
                 u.map_or(0, |u| i128::from(u.memory())),
                 i128::from(requests.memory),
             ),
+            Signal::NodeFsInodesFree | Signal::ImageFsInodesFree
+                if u.is_some_and(PodUsage::disk_incomplete) =>
+            {
+                (UNMEASURED, 0)
+            }
             Signal::NodeFsInodesFree | Signal::ImageFsInodesFree => {
                 (u.map_or(0, |u| i128::from(u.disk(true))), 0)
+            }
+            _ if u.is_some_and(PodUsage::disk_incomplete) => {
+                (UNMEASURED, i128::from(requests.ephemeral_storage))
             }
             _ => (
                 u.map_or(0, |u| i128::from(u.disk(false))),
@@ -501,6 +528,9 @@ pub(crate) fn eviction_message(signal: Signal, pod: &Pod, usage: Option<&PodUsag
                 format_binary_si(i128::from(used) * 1000)
             ));
         }
+    }
+    if signal.disk() && u.disk_incomplete() {
+        m.push_str(UNMEASURED_TEXT);
     }
     m
 }
@@ -565,13 +595,14 @@ pub(crate) fn local_storage_violation(
         };
         let used = usage.volumes.iter().find(|u| u.name == v.name);
         if let Some(u) = used {
-            if size.value() > 0 && i128::from(u.bytes) > size.value() {
+            if size.value() > 0 && (u.incomplete || i128::from(u.bytes) > size.value()) {
                 return Some((
                     "emptydirfs.limit",
                     format!(
-                        "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
+                        "Usage of EmptyDir volume {:?} exceeds the limit {:?}. {}",
                         v.name,
-                        canonical(&limit.0)
+                        canonical(&limit.0),
+                        if u.incomplete { UNMEASURED_TEXT } else { "" }
                     ),
                 ));
             }
@@ -586,12 +617,14 @@ pub(crate) fn local_storage_violation(
     let limits: Vec<i128> = spec.containers.iter().filter_map(limit_of).collect();
     if !limits.is_empty() {
         let total: i128 = limits.iter().sum();
-        if total > 0 && i128::from(usage.disk(false)) > total {
+        let unmeasured = usage.disk_incomplete();
+        if total > 0 && (unmeasured || i128::from(usage.disk(false)) > total) {
             return Some((
                 "ephemeralpodfs.limit",
                 format!(
-                    "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
-                    format_binary_si(total * 1000)
+                    "Pod ephemeral local storage usage exceeds the total limit of containers {}. {}",
+                    format_binary_si(total * 1000),
+                    if unmeasured { UNMEASURED_TEXT } else { "" }
                 ),
             ));
         }
@@ -602,7 +635,7 @@ pub(crate) fn local_storage_violation(
         };
         let Some(limit) = limit_of(c) else { continue };
         let used = i128::from(cs.rootfs_bytes.unwrap_or(0) + cs.logs_bytes.unwrap_or(0));
-        if limit > 0 && used > limit {
+        if limit > 0 && (cs.logs_incomplete || used > limit) {
             let text = c
                 .resources
                 .as_ref()
@@ -612,8 +645,13 @@ pub(crate) fn local_storage_violation(
             return Some((
                 "ephemeralcontainerfs.limit",
                 format!(
-                    "Container {} exceeded its local ephemeral storage limit {text:?}. ",
-                    c.name
+                    "Container {} exceeded its local ephemeral storage limit {text:?}. {}",
+                    c.name,
+                    if cs.logs_incomplete {
+                        UNMEASURED_TEXT
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }

@@ -197,6 +197,7 @@ fn disk_usage(bytes: u64) -> PodUsage {
             rootfs_inodes: Some(1),
             logs_bytes: Some(0),
             logs_inodes: Some(1),
+            logs_incomplete: false,
         }],
         volumes: vec![],
     }
@@ -327,12 +328,14 @@ fn local_storage_limits() {
             ephemeral: true,
             bytes: 512 << 10,
             inodes: 1,
+            incomplete: false,
         },
         VolumeUsage {
             name: "ram".into(),
             ephemeral: false,
             bytes: 1 << 20,
             inodes: 1,
+            incomplete: false,
         },
     ];
     // Within every limit (a memory emptyDir is not counted).
@@ -389,4 +392,114 @@ fn a_container_over_its_own_limit_within_the_pod_total() {
     );
     u.containers[0].rootfs_bytes = Some(10 << 20);
     assert_eq!(local_storage_violation(&p, &u), None);
+}
+
+/// A pod whose emptyDir walk stopped short, having seen only `seen` bytes.
+fn unmeasured_volume(seen: u64) -> PodUsage {
+    let mut u = disk_usage(0);
+    u.volumes = vec![VolumeUsage {
+        name: "scratch".into(),
+        ephemeral: true,
+        bytes: seen,
+        inodes: 1_000_000,
+        incomplete: true,
+    }];
+    u
+}
+
+#[test]
+fn a_usage_measured_in_part_is_over_every_local_storage_limit() {
+    use serde_json::json;
+    let sized = pod(
+        "p",
+        json!({"containers": [{"name": "c", "image": "i"}],
+               "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "20Mi"}}]}),
+    );
+    // What was seen is far under the limit; it was not all.
+    let u = unmeasured_volume(4096);
+    assert_eq!(
+        local_storage_violation(&sized, &u).unwrap(),
+        (
+            "emptydirfs.limit",
+            "Usage of EmptyDir volume \"scratch\" exceeds the limit \"20Mi\". \
+             Its usage could not be measured in full and counts as over. "
+                .to_string()
+        )
+    );
+    let mut whole = u.clone();
+    whole.volumes[0].incomplete = false;
+    assert_eq!(local_storage_violation(&sized, &whole), None);
+
+    // The pod's ephemeral-storage limit: the volume counts toward it.
+    let limited = pod(
+        "q",
+        json!({"containers": [{"name": "c", "image": "i",
+                   "resources": {"limits": {"ephemeral-storage": "1Gi"}}}],
+               "volumes": [{"name": "scratch", "emptyDir": {}}]}),
+    );
+    assert_eq!(
+        local_storage_violation(&limited, &u).map(|v| v.0),
+        Some("ephemeralpodfs.limit")
+    );
+    assert_eq!(local_storage_violation(&limited, &whole), None);
+    // A volume that is not local ephemeral storage does not count.
+    let mut tmpfs = u.clone();
+    tmpfs.volumes[0].ephemeral = false;
+    assert_eq!(local_storage_violation(&limited, &tmpfs), None);
+    // A container's logs measured in part: over its own limit.
+    let mut logs = whole.clone();
+    logs.containers[0].logs_incomplete = true;
+    assert_eq!(
+        local_storage_violation(&limited, &logs).map(|v| v.0),
+        Some("ephemeralpodfs.limit")
+    );
+}
+
+#[test]
+fn a_usage_measured_in_part_ranks_first_under_disk_pressure() {
+    use serde_json::json;
+    // big: a pod honestly over its request by 900Mi; hider: one whose
+    // walk stopped after 4 KiB; both priority 0. low: priority -5, over
+    // its request: lower priority goes first whatever the usage, as
+    // upstream. high: priority 10, measured in part too.
+    let big = pod("big", json!({"containers": [container(json!({}))]}));
+    let hider = pod(
+        "hider",
+        json!({"containers": [container(json!({"ephemeral-storage": "1Gi"}))]}),
+    );
+    let low = pod(
+        "low",
+        json!({"priority": -5, "containers": [container(json!({}))]}),
+    );
+    let high = pod(
+        "high",
+        json!({"priority": 10, "containers": [container(json!({}))]}),
+    );
+    let usage: std::collections::HashMap<&str, PodUsage> = [
+        ("big", disk_usage(900 << 20)),
+        ("hider", unmeasured_volume(4096)),
+        ("low", disk_usage(1 << 20)),
+        ("high", unmeasured_volume(4096)),
+    ]
+    .into_iter()
+    .collect();
+    let by = |signal| {
+        let mut pods: Vec<&Pod> = vec![&big, &high, &low, &hider];
+        rank(&mut pods, signal, &|p: &Pod| {
+            usage.get(p.metadata.name.as_deref().unwrap())
+        });
+        pods.iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect::<Vec<_>>()
+    };
+    for signal in [Signal::NodeFsAvailable, Signal::NodeFsInodesFree] {
+        assert_eq!(by(signal), ["low", "hider", "big", "high"], "{signal}");
+    }
+    // Memory is measured otherwise: the walk does not matter there.
+    assert_eq!(by(Signal::MemoryAvailable)[..2], ["low", "big"]);
+    let m = eviction_message(Signal::NodeFsAvailable, &hider, usage.get("hider"));
+    assert!(
+        m.ends_with("Its usage could not be measured in full and counts as over. "),
+        "{m}"
+    );
 }

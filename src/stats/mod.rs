@@ -16,13 +16,15 @@
 //!
 //! A pod's network is its sandbox's `/proc/<pid>/net/dev` (the pid from
 //! the runtime's verbose sandbox status); its volumes and containers'
-//! logs are measured by a bounded walk of their directories, only when a
-//! summary is asked for; ephemeral storage sums them as upstream.
+//! logs are measured by walks of their directories (`paths::disk_usage`:
+//! no depth bound, a budget of entries), kept for a minute in `cache` as
+//! upstream's fsResourceAnalyzer keeps them, so summaries in a row walk
+//! once; ephemeral storage sums them as upstream.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
@@ -32,8 +34,10 @@ use crate::metrics::process::{boot_time, clock_ticks};
 use crate::metrics::registry::{header, sample_at};
 use crate::node::machine::{fs_stats, FsStats};
 
+mod cache;
 mod usage;
 use crate::runtime::labels;
+pub(crate) use cache::{UsageCache, SUMMARY_MAX_AGE};
 pub(crate) use usage::{ContainerUsage, PodUsage, VolumeUsage};
 
 /// What the statistics need to know about the node.
@@ -309,6 +313,17 @@ fn read(root: &Path, name: &str) -> String {
 /// `GET /stats/summary`: upstream's Summary as JSON. An error names what
 /// could not be read from the runtime.
 pub fn stats_summary(runtime: &dyn RuntimeService, node: &NodeFacts) -> Result<String, String> {
+    summary_with(runtime, node, UsageCache::shared(), Instant::now())
+}
+
+/// [`stats_summary`] with volume and log usage from `usage`, as of
+/// `clock` (a fake one in tests).
+fn summary_with(
+    runtime: &dyn RuntimeService,
+    node: &NodeFacts,
+    usage: &UsageCache,
+    clock: Instant,
+) -> Result<String, String> {
     let now = nanos_since_epoch(SystemTime::now());
     let now_s = time_of(now);
     let proc_stat = read(node.proc_root, "stat");
@@ -418,7 +433,7 @@ pub fn stats_summary(runtime: &dyn RuntimeService, node: &NodeFacts) -> Result<S
             let logs = log_dir
                 .as_ref()
                 .and_then(|d| crate::paths::join(d, &c.name).ok())
-                .and_then(|d| crate::paths::disk_usage(&d, WALK_LIMIT).ok());
+                .and_then(|d| usage.usage(&d, clock, SUMMARY_MAX_AGE));
             if let Some(l) = logs {
                 cj.insert(
                     "logs".into(),
@@ -452,7 +467,7 @@ pub fn stats_summary(runtime: &dyn RuntimeService, node: &NodeFacts) -> Result<S
                 json!({"time": time_of(mem_t), "workingSetBytes": mem_total}),
             );
         }
-        let volumes = pod_volumes(node.root_dir, &p.uid, &now_s);
+        let volumes = pod_volumes(node.root_dir, &p.uid, &now_s, usage, clock, SUMMARY_MAX_AGE);
         for v in volumes.iter().filter(|v| v.ephemeral) {
             add_usage(&mut eph_used, Some(v.used));
             add_usage(&mut eph_inodes, Some(v.inodes));
@@ -476,15 +491,11 @@ pub fn stats_summary(runtime: &dyn RuntimeService, node: &NodeFacts) -> Result<S
     // what runs.
     cache.retain(|k, _| k.is_empty() || seen.contains(&k.as_str()));
     drop(guard);
+    usage.forget_older(clock, SUMMARY_MAX_AGE);
 
     let summary = json!({ "node": Value::Object(node_json), "pods": pods_json });
     serde_json::to_string_pretty(&summary).map_err(|e| format!("encode the summary: {e}"))
 }
-
-/// Entries a volume or log walk looks at, at most: what a container
-/// writes cannot make a request costly. Upstream's `du` has no bound; past
-/// it the usage reported is what was counted.
-const WALK_LIMIT: u64 = 100_000;
 
 fn add_usage(total: &mut Option<u64>, v: Option<u64>) {
     if let Some(v) = v {
@@ -501,24 +512,37 @@ fn pod_log_dir(logs_dir: &Path, p: &PodRow) -> Option<std::path::PathBuf> {
     crate::paths::join(logs_dir, &format!("{}_{}_{}", p.namespace, p.name, p.uid)).ok()
 }
 
-/// What each running pod uses (by UID) for the eviction manager: its
-/// running containers' working sets, writable layers and logs, and its
-/// volumes, measured as the summary measures them.
+/// Which pods [`pod_usage`] measures, and how fresh their logs' and
+/// volumes' usage must be.
+pub(crate) struct Measure<'a> {
+    /// Whether to measure the pod of this UID.
+    pub(crate) pods: &'a dyn Fn(&str) -> bool,
+    /// A kept usage younger than this is used as it is.
+    pub(crate) max_age: Duration,
+    pub(crate) cache: &'a UsageCache,
+    pub(crate) now: Instant,
+}
+
+/// What each running pod `measure` selects uses (by UID), for the
+/// eviction manager: its running containers' working sets, writable
+/// layers and logs, and its volumes, measured as the summary measures
+/// them, with walks that stopped short marked so.
 pub(crate) fn pod_usage(
     runtime: &dyn RuntimeService,
     root_dir: &Path,
     logs_dir: &Path,
+    measure: &Measure,
 ) -> Result<HashMap<String, PodUsage>, String> {
     let (pods, rows) = collect(runtime)?;
     let mut out = HashMap::with_capacity(pods.len());
-    for p in &pods {
+    for p in pods.iter().filter(|p| (measure.pods)(&p.uid)) {
         let log_dir = pod_log_dir(logs_dir, p);
         let mut u = PodUsage::default();
         for c in rows.iter().filter(|c| c.pod_uid == p.uid) {
             let logs = log_dir
                 .as_ref()
                 .and_then(|d| crate::paths::join(d, &c.name).ok())
-                .and_then(|d| crate::paths::disk_usage(&d, WALK_LIMIT).ok());
+                .and_then(|d| measure.cache.usage(&d, measure.now, measure.max_age));
             let w = c.stats.as_ref().and_then(|s| s.writable_layer.as_ref());
             u.containers.push(ContainerUsage {
                 name: c.name.clone(),
@@ -527,19 +551,30 @@ pub(crate) fn pod_usage(
                 rootfs_inodes: w.and_then(|w| w.inodes_used.as_ref()).map(|v| v.value),
                 logs_bytes: logs.map(|l| l.bytes),
                 logs_inodes: logs.map(|l| l.inodes),
+                logs_incomplete: logs.is_some_and(|l| !l.complete),
             });
         }
-        u.volumes = pod_volumes(root_dir, &p.uid, "")
+        let volumes = pod_volumes(
+            root_dir,
+            &p.uid,
+            "",
+            measure.cache,
+            measure.now,
+            measure.max_age,
+        );
+        u.volumes = volumes
             .into_iter()
             .map(|v| VolumeUsage {
                 name: v.name,
                 ephemeral: v.ephemeral,
                 bytes: v.used,
                 inodes: v.inodes,
+                incomplete: v.incomplete,
             })
             .collect();
         out.insert(p.uid.clone(), u);
     }
+    measure.cache.forget_older(measure.now, SUMMARY_MAX_AGE);
     Ok(out)
 }
 
@@ -608,6 +643,7 @@ struct VolumeUse {
     ephemeral: bool,
     used: u64,
     inodes: u64,
+    incomplete: bool,
     json: Value,
 }
 
@@ -623,9 +659,16 @@ const VOLUME_PLUGINS: [(&str, bool); 5] = [
 ];
 
 /// The pod's volumes under `<root-dir>/pods/<uid>/volumes/<plugin>/<name>`:
-/// used bytes and inodes by a bounded walk, capacity from statvfs, sorted
-/// by name.
-fn pod_volumes(root_dir: &Path, uid: &str, now_s: &str) -> Vec<VolumeUse> {
+/// used bytes and inodes by a walk (kept in `cache`, `max_age` at most),
+/// capacity from statvfs, sorted by name.
+fn pod_volumes(
+    root_dir: &Path,
+    uid: &str,
+    now_s: &str,
+    cache: &UsageCache,
+    now: Instant,
+    max_age: Duration,
+) -> Vec<VolumeUse> {
     let Ok(pod) = crate::paths::pod_dir(root_dir, uid) else {
         return Vec::new();
     };
@@ -643,7 +686,7 @@ fn pod_volumes(root_dir: &Path, uid: &str, now_s: &str) -> Vec<VolumeUse> {
                 continue;
             };
             let path = e.path();
-            let Ok(u) = crate::paths::disk_usage(&path, WALK_LIMIT) else {
+            let Some(u) = cache.usage(&path, now, max_age) else {
                 continue;
             };
             let mut json = fs_json(now_s, fs_stats(&path).ok(), Some(u.bytes), Some(u.inodes));
@@ -655,6 +698,7 @@ fn pod_volumes(root_dir: &Path, uid: &str, now_s: &str) -> Vec<VolumeUse> {
                 ephemeral: local && u.dev == pod_dev,
                 used: u.bytes,
                 inodes: u.inodes,
+                incomplete: !u.complete,
                 json,
             };
             out.push((name, v));
@@ -874,6 +918,25 @@ pub(crate) fn summary_with_proc(
         logs_dir: &root.join("logs"),
     };
     stats_summary(runtime, &node)
+}
+
+/// [`summary_with_proc`] with its own usage cache and clock.
+#[cfg(test)]
+pub(crate) fn summary_cached(
+    runtime: &dyn RuntimeService,
+    root: &Path,
+    proc_root: &Path,
+    usage: &UsageCache,
+    clock: Instant,
+) -> Result<String, String> {
+    let node = NodeFacts {
+        node_name: "node-a",
+        root_dir: root,
+        images: None,
+        proc_root,
+        logs_dir: &root.join("logs"),
+    };
+    summary_with(runtime, &node, usage, clock)
 }
 
 #[cfg(test)]

@@ -300,3 +300,105 @@ fn summary_measures_volumes_and_logs_and_sums_ephemeral_storage() {
     );
     assert!(pod.get("network").is_none(), "the fake tells no pid");
 }
+
+#[test]
+fn summaries_in_a_row_walk_each_volume_once_a_minute() {
+    let _samples = one_at_a_time();
+    let fake = FakeRuntime::with_images(&[TEST_IMAGE]);
+    let uid = "uid-cached-1";
+    running_pod(&fake, uid);
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    fake_proc(&proc_root);
+    let data = dir
+        .path()
+        .join("pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~empty-dir/data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("f"), vec![1u8; 8192]).unwrap();
+    let app_logs = dir.path().join("logs/ns1_web_uid-cached-1/app");
+    std::fs::create_dir_all(&app_logs).unwrap();
+
+    let cache = UsageCache::new(1000);
+    let t0 = Instant::now();
+    let volume_used = |at: Instant| -> u64 {
+        let text = summary_cached(&fake, dir.path(), &proc_root, &cache, at).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        v["pods"][0]["volume"][0]["usedBytes"].as_u64().unwrap()
+    };
+    let first = volume_used(t0);
+    assert!(first >= 8192, "{first}");
+    // The volume and the log dirs of app and side (side has none: that
+    // is kept too).
+    assert_eq!(cache.walks(), 3);
+
+    // More written; the next summaries within the minute give what was
+    // measured, without walking.
+    std::fs::write(data.join("g"), vec![1u8; 1 << 20]).unwrap();
+    assert_eq!(volume_used(t0), first);
+    assert_eq!(volume_used(t0 + Duration::from_secs(59)), first);
+    assert_eq!(cache.walks(), 3);
+
+    // A minute on, measured again.
+    let later = volume_used(t0 + SUMMARY_MAX_AGE);
+    assert!(later >= first + (1 << 20), "{later}");
+    assert_eq!(cache.walks(), 6);
+
+    // What nothing asks for any more is dropped after two minutes.
+    cache.forget_older(t0 + SUMMARY_MAX_AGE * 3, SUMMARY_MAX_AGE);
+    assert_eq!(cache.len(), 0);
+}
+
+#[test]
+fn the_eviction_manager_learns_which_walks_stopped_short() {
+    let _samples = one_at_a_time();
+    let fake = FakeRuntime::with_images(&[TEST_IMAGE]);
+    let (small, big) = ("uid-walk-small", "uid-walk-big");
+    running_pod(&fake, small);
+    running_pod(&fake, big);
+    let dir = tempfile::tempdir().unwrap();
+    let volume = |uid: &str| {
+        let d = dir
+            .path()
+            .join("pods")
+            .join(uid)
+            .join("volumes/kubernetes.io~empty-dir/data");
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    std::fs::write(volume(small).join("f"), vec![1u8; 4096]).unwrap();
+    // More entries than the walk looks at, with 1 MiB where the walk
+    // does not get to.
+    let many = volume(big);
+    for i in 0..40 {
+        std::fs::write(many.join(format!("f{i}")), b"x").unwrap();
+    }
+    let hidden = many.join("z/z/z");
+    std::fs::create_dir_all(&hidden).unwrap();
+    std::fs::write(hidden.join("blob"), vec![1u8; 1 << 20]).unwrap();
+
+    let cache = UsageCache::new(20);
+    let measure = Measure {
+        pods: &|uid| uid != "uid-other",
+        max_age: Duration::ZERO,
+        cache: &cache,
+        now: Instant::now(),
+    };
+    let logs = dir.path().join("logs");
+    let usage = pod_usage(&fake, dir.path(), &logs, &measure).unwrap();
+    let data = |uid: &str| usage[uid].volumes[0].clone();
+    assert!(!data(small).incomplete, "{:?}", data(small));
+    assert!(!usage[small].disk_incomplete());
+    assert!(data(big).incomplete, "{:?}", data(big));
+    assert!(data(big).inodes <= 20, "{:?}", data(big));
+    assert!(usage[big].disk_incomplete());
+
+    // Only the pods asked for are measured.
+    let only_small = Measure {
+        pods: &|uid| uid == small,
+        ..measure
+    };
+    let usage = pod_usage(&fake, dir.path(), &logs, &only_small).unwrap();
+    assert_eq!(usage.keys().collect::<Vec<_>>(), [small]);
+}

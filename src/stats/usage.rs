@@ -1,5 +1,10 @@
 //! What each pod uses of the node, as the eviction manager ranks and
 //! limits pods by it: working set, writable layers, logs and local volumes.
+//!
+//! Logs and volumes are measured by walks (`paths::disk_usage`) that may
+//! stop short of a tree a container made huge; such a measure is marked
+//! incomplete here, and the eviction manager takes it to be over every
+//! limit rather than the lower bound it is.
 
 /// What a pod uses, from the statistics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,6 +22,8 @@ pub(crate) struct ContainerUsage {
     pub(crate) rootfs_inodes: Option<u64>,
     pub(crate) logs_bytes: Option<u64>,
     pub(crate) logs_inodes: Option<u64>,
+    /// The walk of the logs did not see all of them.
+    pub(crate) logs_incomplete: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,6 +34,9 @@ pub(crate) struct VolumeUsage {
     pub(crate) ephemeral: bool,
     pub(crate) bytes: u64,
     pub(crate) inodes: u64,
+    /// The walk did not see the whole volume: `bytes` and `inodes` are
+    /// a lower bound.
+    pub(crate) incomplete: bool,
 }
 
 impl PodUsage {
@@ -51,6 +61,14 @@ impl PodUsage {
             .map(|v| if inodes { v.inodes } else { v.bytes })
             .sum();
         containers + volumes
+    }
+
+    /// Whether a part of what [`PodUsage::disk`] sums was measured only
+    /// in part: a log directory or a local ephemeral volume whose walk
+    /// stopped short.
+    pub(crate) fn disk_incomplete(&self) -> bool {
+        self.containers.iter().any(|c| c.logs_incomplete)
+            || self.volumes.iter().any(|v| v.ephemeral && v.incomplete)
     }
 
     pub(crate) fn memory(&self) -> u64 {

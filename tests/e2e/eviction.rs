@@ -7,6 +7,11 @@
 //! the rotated container logs next, and only then the best-effort pod
 //! (Failed, reason Evicted, an event), while the guaranteed pod runs on
 //! and a new pod is refused as long as the node reports DiskPressure.
+//!
+//! And a pod cannot hide what it writes from the limits by nesting it:
+//! 40 MiB 40 directories down in an emptyDir with `sizeLimit: 20Mi`, or
+//! in one under a container's `ephemeral-storage` limit of 20Mi, is
+//! evicted within two of the manager's 10 s turns once written.
 
 use std::fs;
 use std::io::Write;
@@ -278,5 +283,81 @@ fn disk_pressure_reclaims_images_then_logs_then_evicts_the_best_effort_pod() {
         .collect();
     reasons.sort();
     assert_eq!(reasons, ["besteffort", "late", "oversized"], "{reasons:?}");
+    kubelet.assert_running();
+}
+
+/// Two of the manager's turns (10 s each), and time for the status to
+/// reach the apiserver: before the fix such a pod was never evicted.
+const TWO_TURNS: Duration = Duration::from_secs(30);
+
+#[test]
+fn writes_nested_forty_deep_are_counted_against_size_limits() {
+    let fake = FakeApiServer::start();
+    let ctd = PrivateContainerd::start();
+    // The node's filesystem, so nothing lands on the host's disk.
+    let root = ctd.dir().join(format!("tinylet-{NODE}")).join("root");
+    let _tmpfs = Tmpfs::mount(&root, "128m");
+    let kubeconfig = fake.node_kubeconfig(ctd.dir(), NODE);
+    let mut kubelet = Tinylet::start_with(
+        &ctd,
+        NODE,
+        &["--kubeconfig", &kubeconfig.display().to_string()],
+    );
+    assert_eq!(kubelet.root_dir(), root);
+
+    // 40 MiB at the bottom of 40 nested directories, then a mark at the
+    // top that the test waits for.
+    let deep_writer =
+        "d=/scratch; i=0; while [ $i -lt 40 ]; do d=$d/d; mkdir $d; i=$((i+1)); done; \
+         dd if=/dev/zero of=$d/fill bs=1M count=40 && touch /scratch/written; exec sleep 100000";
+    fake.create_pod(pod(
+        "sized",
+        deep_writer,
+        json!({}),
+        json!([{"name": "scratch", "emptyDir": {"sizeLimit": "20Mi"}}]),
+    ));
+    fake.create_pod(pod(
+        "limited",
+        deep_writer,
+        json!({"limits": {"ephemeral-storage": "20Mi"}}),
+        json!([{"name": "scratch", "emptyDir": {}}]),
+    ));
+    let written = |name: &str| {
+        let uid = fake
+            .pod("default", name)
+            .and_then(|p| p["metadata"]["uid"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        !uid.is_empty()
+            && root
+                .join("pods")
+                .join(uid)
+                .join("volumes/kubernetes.io~empty-dir/scratch/written")
+                .exists()
+    };
+    let evicted = |name: &str| {
+        fake.pod("default", name)
+            .is_some_and(|p| status(&p, "reason") == "Evicted")
+    };
+    for name in ["sized", "limited"] {
+        wait_until(SETTLE, &format!("{name} wrote its 40 MiB"), || {
+            written(name) || evicted(name)
+        });
+    }
+    for (name, message) in [
+        (
+            "sized",
+            "Usage of EmptyDir volume \"scratch\" exceeds the limit \"20Mi\". ",
+        ),
+        (
+            "limited",
+            "Pod ephemeral local storage usage exceeds the total limit of containers 20Mi. ",
+        ),
+    ] {
+        wait_until(TWO_TURNS, &format!("{name} is evicted"), || evicted(name));
+        let p = fake.pod("default", name).unwrap();
+        assert_eq!(status(&p, "phase"), "Failed", "{p:#}");
+        assert_eq!(status(&p, "message"), message, "{p:#}");
+        wait_until(SETTLE, &format!("{name} is stopped"), || ctd.pod_gone(name));
+    }
     kubelet.assert_running();
 }
