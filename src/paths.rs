@@ -142,6 +142,41 @@ pub(crate) fn ensure_pod_dirs(root_dir: &Path, uid: &str, names: &[&str]) -> io:
     ensure_dirs_under(&pod, names, PRIVATE_DIR_MODE)
 }
 
+/// `openat(dir, name, flags | O_CLOEXEC)` as an owned descriptor: the one
+/// way the descriptor walks (`volume::ownership`, `volume::subpath`) open
+/// what they look at.
+pub(crate) fn open_at(
+    dir: libc::c_int,
+    name: &CStr,
+    flags: libc::c_int,
+) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `name` is NUL-terminated; the descriptor returned is new and
+    // owned by nobody else.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fstat` of an open descriptor (`O_PATH` is enough).
+pub(crate) fn fstat(fd: libc::c_int) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is valid for writes; the caller's `fd` is open.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+/// Whether `st` is of file type `t` (`libc::S_IFDIR`, `S_IFREG`, ...).
+pub(crate) fn is_type(st: &libc::stat, t: libc::mode_t) -> bool {
+    st.st_mode & libc::S_IFMT == t
+}
+
 fn cstr(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
@@ -171,13 +206,7 @@ impl Dir {
     }
 
     fn stat(&self) -> io::Result<libc::stat> {
-        // SAFETY: an all-zero stat is valid, and fstat fills it.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: the descriptor is open; `st` is valid for writes.
-        if unsafe { libc::fstat(self.0, &mut st) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(st)
+        fstat(self.0)
     }
 
     fn stat_at(&self, name: &CStr) -> io::Result<libc::stat> {
@@ -263,7 +292,7 @@ impl Dir {
 }
 
 fn is_dir(st: &libc::stat) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFDIR
+    is_type(st, libc::S_IFDIR)
 }
 
 /// Removes `dir` and everything below it, without following symlinks and

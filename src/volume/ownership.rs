@@ -41,9 +41,11 @@
 
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use crate::paths::{fstat, is_type, open_at};
 
 /// Group bits added to files of writable and of read-only volumes.
 const RW_MASK: u32 = 0o660;
@@ -413,31 +415,6 @@ impl Walker<'_> {
     }
 }
 
-fn is_type(st: &libc::stat, t: libc::mode_t) -> bool {
-    st.st_mode & libc::S_IFMT == t
-}
-
-fn open_at(dir: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated; the descriptor returned is new and
-    // owned by nobody else.
-    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn fstat(fd: RawFd) -> io::Result<libc::stat> {
-    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is valid for writes; `fd` is open (O_PATH is enough).
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
 /// The ID of the mount the file `fd` is on, or `None` where the kernel does
 /// not say (`STATX_MNT_ID` came with 5.8).
 fn mount_id(fd: RawFd) -> Option<u64> {
@@ -506,6 +483,7 @@ fn parse_entry(buf: &[u8]) -> Option<(libc::off_t, &CStr, usize)> {
 mod tests {
     use super::*;
     use std::fs;
+    use std::os::fd::FromRawFd;
     use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
     fn meta(p: &Path) -> fs::Metadata {

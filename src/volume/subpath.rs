@@ -19,10 +19,12 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+
+use crate::paths::{fstat, is_type, open_at};
 
 /// Symlinks followed at most while resolving the atomic writer's links.
 const MAX_LINKS: usize = 40;
@@ -66,30 +68,6 @@ fn cstr(name: &OsStr) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
-fn open_at(dir: RawFd, name: &CString, flags: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is a valid NUL-terminated string; the fd returned is
-    // new and owned by nobody else.
-    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just opened and is valid.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn fstat(fd: RawFd) -> io::Result<libc::stat> {
-    // SAFETY: an all-zero `stat` is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid, writable `stat`.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
-fn is_type(st: &libc::stat, t: libc::mode_t) -> bool {
-    st.st_mode & libc::S_IFMT == t
-}
 
 /// Opens `sub` below the directory `root` without following any symlink
 /// (`O_PATH|O_NOFOLLOW` for each element), making missing elements as
