@@ -40,7 +40,7 @@ pub(crate) const MAX_CONNS: usize = 512;
 pub(crate) const MAX_PENDING_PER_IP: usize = 256;
 /// Request-serving threads at most.
 pub(crate) const MAX_WORKERS: usize = 4;
-/// Long sessions (log follows, exec, attach, port-forward) at most, each
+/// Sessions (container logs, exec, attach, port-forward) at most, each
 /// a thread (a 256 KiB stack, mostly untouched, and two 32 KiB buffers);
 /// above what one caller may hold (`sessions::PER_USER`).
 pub(crate) const MAX_SESSIONS: usize = 64;

@@ -197,9 +197,11 @@ impl State {
     }
 
     /// `/containerLogs/<namespace>/<pod>/<container>`: the container's
-    /// log as plain text; with `follow` on a session thread of its own,
-    /// until the container ends, the client goes or nothing was written
-    /// for the idle timeout; a follow counts as a session of `user`.
+    /// log as plain text, on a session thread of its own that counts as a
+    /// session of `user` in the pod's namespace: a client that takes a
+    /// long log just fast enough for the write deadline holds no worker.
+    /// With `follow` it goes on until the container ends, the client goes
+    /// or nothing was written for the idle timeout.
     fn container_logs(&self, c: &mut Client, head: &RequestHead, user: &str) -> Next {
         let done = |r: std::io::Result<()>| if r.is_ok() { Next::Done } else { Next::Close };
         if head.method != "GET" {
@@ -223,13 +225,11 @@ impl State {
             Err(e) => return done(c.text(400, &e)),
         };
         let follow = opts.follow;
-        // A follow is a session: counted for its caller, closed when idle.
-        let slot = match follow {
-            true => match self.sessions.admit(user, &ns) {
-                Ok(slot) => Some(slot),
-                Err(why) => return done(c.text(429, &why)),
-            },
-            false => None,
+        // Every log answer is a session, counted for its caller; a follow
+        // is also closed when idle.
+        let slot = match self.sessions.admit(user, &ns) {
+            Ok(slot) => slot,
+            Err(why) => return done(c.text(429, &why)),
         };
         let idle = if follow { self.sessions.idle() } else { None };
         let runtime = self.runtime.clone();
@@ -251,17 +251,13 @@ impl State {
             stream.copy_to(&mut body)?;
             body.into_inner().finish()
         };
-        if follow {
-            let what = head.path().to_string();
-            Next::Session(Box::new(move |mut client: Client| {
-                let _slot = slot;
-                if let Err(e) = serve(&mut client) {
-                    debug!("node API: GET {what}: follow ended: {e}");
-                }
-            }))
-        } else {
-            done(serve(c))
-        }
+        let what = head.path().to_string();
+        Next::Session(Box::new(move |mut client: Client| {
+            let _slot = slot;
+            if let Err(e) = serve(&mut client) {
+                debug!("node API: GET {what}: the log's answer ended: {e}");
+            }
+        }))
     }
 
     /// Why a container the node's pod declares has no log yet, in
@@ -731,14 +727,22 @@ mod tests {
                 }
             }
         };
+        // A plain log answer is a session too: a slow reader of a long log
+        // holds a session thread of its caller's share, never a worker.
         let targets = [
             "/exec/team-a/web/app?command=sh",
             "/attach/team-a/web/app",
             "/portForward/team-a/web",
+            "/containerLogs/team-a/web/app",
         ];
         for i in 0..crate::server::sessions::PER_NAMESPACE {
-            assert_eq!(ask(targets[i % 3]), None, "session {i}");
+            assert_eq!(ask(targets[i % 4]), None, "session {i}");
         }
+        let refused = ask("/containerLogs/team-a/web/app?tailLines=1").expect("a refusal");
+        assert!(
+            refused.starts_with("HTTP/1.1 429 Too Many Requests"),
+            "{refused}"
+        );
         let refused = ask("/exec/team-a/web/app?command=sh").expect("a refusal");
         assert!(
             refused.starts_with("HTTP/1.1 429 Too Many Requests"),

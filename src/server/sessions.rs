@@ -1,5 +1,5 @@
-//! Who holds the node API's long sessions (log follows, exec, attach,
-//! port-forward), so that one caller cannot take them all, and when an
+//! Who holds the node API's sessions (container logs, followed or not, exec,
+//! attach, port-forward), so that one caller cannot take them all, and when an
 //! idle one is closed.
 //!
 //! Each session holds a [`SessionSlot`] for its caller: at most
