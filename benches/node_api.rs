@@ -14,7 +14,7 @@
 //!    a TLS ClientHello on the main port a byte at a time (each reconnects
 //!    when the server cuts it at its deadline), the latency of `/healthz` on
 //!    the healthz port and of an authenticated `/pods` on the main port
-//!    (medians; issue 26's targets: 100 ms and 1 s), and RSS and fds then;
+//!    (medians; targets: 100 ms and 1 s), and RSS and fds then;
 //! 3. the time from an exec request (SPDY, through the node's TLS port with
 //!    a client certificate) to the first byte of its output, beside the
 //!    same straight to the runtime's streaming URL (CRI `Exec`: the floor);

@@ -13,7 +13,7 @@
 //! objects: a longer `--window-secs` gives a truer figure).
 //!
 //! Then a node where one pod references 1,100 ConfigMaps (`optional`
-//! envFrom refs, ten of them existing), as issue 26's hostile pod: the
+//! envFrom refs, ten of them existing), as a hostile pod would: the
 //! agent's threads, open files and RSS idle before it, at their peak while
 //! its objects are read and once it runs, its watches, and how long
 //! another pod takes to start (from creation to running in containerd)

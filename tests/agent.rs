@@ -675,7 +675,7 @@ fn open_files_limits(pid: u32) -> (u64, u64) {
     (numbers.next().unwrap(), numbers.next().unwrap())
 }
 
-/// Issue 26: `--max-open-files` was accepted and ignored, so under
+/// `--max-open-files` was accepted and ignored, so under
 /// systemd's soft limit of 1024 the agent ran out of descriptors. Started
 /// from 1024, it raises its soft limit to the flag's value, or to the hard
 /// limit when that is lower (the default, 1,000,000, is over most).

@@ -4,7 +4,7 @@
 //! (Watch: one watch per object and no GETs; Get: a GET per sync; Cache: a
 //! GET per TTL), and downwardAPI files follow the pod's labels. A pod that
 //! references 1,100 ConfigMaps takes neither the node's threads nor its
-//! file descriptors (issue 26).
+//! file descriptors.
 
 use std::fs;
 use std::path::PathBuf;
@@ -244,7 +244,7 @@ impl Peak {
 
 #[test]
 fn a_pod_referencing_1100_config_maps_takes_neither_the_threads_nor_the_files_of_the_node() {
-    // Issue 26: one thread and one connection per referenced object let one
+    // One thread and one connection per referenced object let one
     // pod take the node's threads and file descriptors (and under systemd's
     // limit of 1024 files, every socket and accept after them).
     let mut c = Cluster::start(&[]);

@@ -686,7 +686,7 @@ fn cut_within(s: &TcpStream, bound: Duration) -> bool {
     }
 }
 
-/// Issue 26: a client that trickles its TLS handshake or its request head
+/// A client that trickles its TLS handshake or its request head
 /// a byte a second holds no worker. With 200 such handshakes on the main
 /// port and some such heads on the plain ports, `/healthz` and an
 /// authenticated `/pods` are answered at once (they waited forever when
@@ -867,7 +867,7 @@ fn thread_ticks(agent: &Agent, name: &str) -> Option<u64> {
     None
 }
 
-/// Issue 26: when accept fails for want of descriptors, the poll thread
+/// When accept fails for want of descriptors, the poll thread
 /// leaves the listeners alone a while instead of polling them again at
 /// once (it spun, a core's worth, for as long as the backlog waited), and
 /// the port serves again once descriptors are free.
