@@ -315,9 +315,11 @@ pub(crate) fn privileged_use(pod: &Pod) -> Option<String> {
         .iter()
         .flatten()
         .map(|c| ("ephemeral container", &c.name, c.security_context.as_ref()));
-    init.chain(app).chain(ephemeral).find_map(|(kind, name, sc)| {
-        container_privilege(sc).map(|what| format!("{what} {kind} {name:?}"))
-    })
+    init.chain(app)
+        .chain(ephemeral)
+        .find_map(|(kind, name, sc)| {
+            container_privilege(sc).map(|what| format!("{what} {kind} {name:?}"))
+        })
 }
 
 fn predicate_failure(name: &str, desc: &str) -> Rejection {

@@ -358,7 +358,10 @@ fn validate(pod: &Pod, local: bool) -> Result<(), InvalidPod> {
 /// pull secrets, its service account) become API URLs and thread names:
 /// each must be a DNS subdomain, as the API server requires of pods it
 /// stores, so that `../..` or `a?b` never reaches a request.
-fn referenced_names(spec: &k8s_openapi::api::core::v1::PodSpec, push: &mut impl FnMut(String, String)) {
+fn referenced_names(
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    push: &mut impl FnMut(String, String),
+) {
     let mut check = |field: String, name: Option<&str>| match name {
         None | Some("") => push(field, "Required value".into()),
         Some(name) => {
@@ -370,7 +373,10 @@ fn referenced_names(spec: &k8s_openapi::api::core::v1::PodSpec, push: &mut impl 
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let base = format!("spec.volumes[{i}]");
         if let Some(s) = &v.secret {
-            check(format!("{base}.secret.secretName"), s.secret_name.as_deref());
+            check(
+                format!("{base}.secret.secretName"),
+                s.secret_name.as_deref(),
+            );
         }
         if let Some(c) = &v.config_map {
             check(format!("{base}.configMap.name"), Some(c.name.as_str()));
@@ -420,10 +426,16 @@ fn referenced_names(spec: &k8s_openapi::api::core::v1::PodSpec, push: &mut impl 
         }
     }
     for (i, s) in spec.image_pull_secrets.iter().flatten().enumerate() {
-        check(format!("spec.imagePullSecrets[{i}].name"), Some(s.name.as_str()));
+        check(
+            format!("spec.imagePullSecrets[{i}].name"),
+            Some(s.name.as_str()),
+        );
     }
     for (field, name) in [
-        ("spec.serviceAccountName", spec.service_account_name.as_deref()),
+        (
+            "spec.serviceAccountName",
+            spec.service_account_name.as_deref(),
+        ),
         ("spec.serviceAccount", spec.service_account.as_deref()),
     ] {
         if let Some(name) = name.filter(|n| !n.is_empty()) {

@@ -770,7 +770,11 @@ configMapAndSecretChangeDetectionStrategy: Cache
         apply_config_file(&mut o, &file).unwrap();
         assert!(o.seccomp_default);
         assert_eq!(o.pod_pids_limit, 1024);
-        assert!(o.ignored_config_fields.is_empty(), "{:?}", o.ignored_config_fields);
+        assert!(
+            o.ignored_config_fields.is_empty(),
+            "{:?}",
+            o.ignored_config_fields
+        );
         assert_eq!(
             o.cluster_dns,
             vec!["10.0.0.10".parse::<std::net::IpAddr>().unwrap()]

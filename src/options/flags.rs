@@ -1028,12 +1028,13 @@ mod tests {
         assert!(o.ignored_flags.is_empty(), "{:?}", o.ignored_flags);
         assert!(o.seccomp_default);
         assert_eq!(o.pod_pids_limit, 512);
-        let e = parse_args(
-            ["--pod-max-pids=512", "--cgroups-per-qos=false"].map(String::from),
-        )
-        .err()
-        .unwrap_or_default();
-        assert!(e.contains("--pod-max-pids") && e.contains("--cgroups-per-qos"), "{e}");
+        let e = parse_args(["--pod-max-pids=512", "--cgroups-per-qos=false"].map(String::from))
+            .err()
+            .unwrap_or_default();
+        assert!(
+            e.contains("--pod-max-pids") && e.contains("--cgroups-per-qos"),
+            "{e}"
+        );
     }
 
     #[test]

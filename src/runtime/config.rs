@@ -1248,7 +1248,12 @@ mod tests {
         s.seccomp_default = true;
         let profile_of = |s: &NodeSettings, pod_sc: serde_json::Value, c_sc: serde_json::Value| {
             let pod = sc_pod(pod_sc, c_sc);
-            let c = build(&pod, &inputs(s)).unwrap().linux.unwrap().security_context.unwrap();
+            let c = build(&pod, &inputs(s))
+                .unwrap()
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap();
             let sb = sandbox_config(&pod, 0, Path::new("/var/log/pods"), s)
                 .linux
                 .unwrap()
@@ -1263,7 +1268,11 @@ mod tests {
         // No profile anywhere: the runtime's default, sandbox included.
         assert_eq!(
             profile_of(&s, serde_json::json!({}), serde_json::json!({})),
-            (ProfileType::RuntimeDefault, "runtime/default".into(), ProfileType::RuntimeDefault)
+            (
+                ProfileType::RuntimeDefault,
+                "runtime/default".into(),
+                ProfileType::RuntimeDefault
+            )
         );
         // One the pod author asked for wins, Unconfined included.
         assert_eq!(
@@ -1272,7 +1281,11 @@ mod tests {
                 serde_json::json!({"seccompProfile": {"type": "Unconfined"}}),
                 serde_json::json!({})
             ),
-            (ProfileType::Unconfined, "unconfined".into(), ProfileType::Unconfined)
+            (
+                ProfileType::Unconfined,
+                "unconfined".into(),
+                ProfileType::Unconfined
+            )
         );
         assert_eq!(
             profile_of(
@@ -1280,13 +1293,21 @@ mod tests {
                 serde_json::json!({}),
                 serde_json::json!({"seccompProfile": {"type": "Unconfined"}})
             ),
-            (ProfileType::Unconfined, "unconfined".into(), ProfileType::RuntimeDefault)
+            (
+                ProfileType::Unconfined,
+                "unconfined".into(),
+                ProfileType::RuntimeDefault
+            )
         );
         // Without the setting nothing changes: no profile is Unconfined.
         s.seccomp_default = false;
         assert_eq!(
             profile_of(&s, serde_json::json!({}), serde_json::json!({})),
-            (ProfileType::Unconfined, "unconfined".into(), ProfileType::Unconfined)
+            (
+                ProfileType::Unconfined,
+                "unconfined".into(),
+                ProfileType::Unconfined
+            )
         );
     }
 

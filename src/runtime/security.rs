@@ -5,14 +5,13 @@
 //! seccomp, AppArmor and SELinux profiles; masked and read-only paths; and
 //! the runAsNonRoot check against the image's user.
 
-
 use k8s_openapi::api::core::v1::{
     AppArmorProfile, Capabilities, Container, Pod, SELinuxOptions, SeccompProfile,
 };
 use protobuf::{EnumOrUnknown, MessageField};
 
-use crate::cri::api;
 use super::NodeSettings;
+use crate::cri::api;
 use crate::pod::{pod_name, pod_namespace, pod_uid};
 
 /// The user an image runs as, from the runtime's ImageStatus.
@@ -255,7 +254,10 @@ fn security_profile(
 /// A seccomp profile for the CRI: the structured field and the older path
 /// form. No profile is Unconfined, or RuntimeDefault under
 /// `--seccomp-default` (`seccompDefault`), as upstream.
-fn seccomp(profile: Option<&SeccompProfile>, settings: &NodeSettings) -> (api::SecurityProfile, String) {
+fn seccomp(
+    profile: Option<&SeccompProfile>,
+    settings: &NodeSettings,
+) -> (api::SecurityProfile, String) {
     use api::security_profile::ProfileType;
     let root = &settings.seccomp_profile_root;
     let kind = match profile {

@@ -68,7 +68,6 @@ fn cstr(name: &OsStr) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
-
 /// Opens `sub` below the directory `root` without following any symlink
 /// (`O_PATH|O_NOFOLLOW` for each element), making missing elements as
 /// directories with the root's mode (upstream's doSafeMakeDir: the last

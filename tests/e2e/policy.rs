@@ -178,7 +178,11 @@ fn the_pod_process_limit_and_the_default_seccomp_profile_hold() {
     let id = ctd.container_ids(&pod).pop().expect("the app container");
     let bomb = ctd.exec(
         &id,
-        &["sh", "-c", "i=0; while [ $i -lt 40 ]; do sleep 600 & i=$((i+1)); done; echo all-forked"],
+        &[
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 40 ]; do sleep 600 & i=$((i+1)); done; echo all-forked",
+        ],
     );
     assert!(
         !matches!(&bomb, Ok(out) if out.contains("all-forked")),
