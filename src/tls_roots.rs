@@ -43,6 +43,15 @@ pub(crate) fn system() -> RootCerts {
     RootCerts::Specific(certs.clone())
 }
 
+/// The system's roots as DER, for a rustls client built by hand (the
+/// apiserver watch multiplexer's).
+pub(crate) fn system_der() -> Vec<Vec<u8>> {
+    match system() {
+        RootCerts::Specific(certs) => certs.iter().map(|c| c.der().to_vec()).collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn load() -> Vec<Certificate<'static>> {
     let file = std::env::var_os("SSL_CERT_FILE");
     let dirs = std::env::var_os("SSL_CERT_DIR");

@@ -29,8 +29,8 @@ pub(crate) const MAX_BODY: u64 = 16 * 1024 * 1024;
 /// How much of a body that is not a `Status` goes into an error message.
 const SNIPPET: usize = 256;
 
-/// A blocking client, cheap to clone; all clones share one rate limiter and
-/// connection pool.
+/// A blocking client, cheap to clone; all clones share one connection
+/// pool and, unless made by [`Client::with_own_limiter`], one rate limiter.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
@@ -38,6 +38,9 @@ pub struct Client {
     timeout: Duration,
     /// False for a heartbeat clone, which takes no rate-limiter token.
     throttled: bool,
+    /// The rate limiter this clone takes its tokens from: the one all
+    /// clones share, or its own ([`Client::with_own_limiter`]).
+    limiter: Arc<TokenBucket>,
 }
 
 struct Inner {
@@ -48,10 +51,17 @@ struct Inner {
     /// Makes a fresh agent (with the same settings and transport).
     new_agent: Box<dyn Fn() -> ureq::Agent + Send + Sync>,
     server: String,
-    limiter: TokenBucket,
+    /// The shared rate limiter's settings, for clones with their own.
+    qps: f32,
+    burst: u32,
     /// The bearer token; replaced when `token_file` is re-read after a 401.
     token: Mutex<Option<String>>,
     token_file: Option<std::path::PathBuf>,
+    /// The kubeconfig, for connections made outside the agent (`mux`).
+    config: KubeConfig,
+    user_agent: String,
+    /// Run by `close_all_connections` (the watch multiplexer closes its own).
+    on_close_all: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
 }
 
 /// A request body with its content type.
@@ -95,13 +105,18 @@ impl Client {
         Client {
             timeout: options.timeout,
             throttled: true,
+            limiter: Arc::new(TokenBucket::new(options.qps, options.burst, Instant::now())),
             inner: Arc::new(Inner {
                 agent: Mutex::new(new_agent()),
                 new_agent,
                 server: config.server.trim_end_matches('/').to_string(),
-                limiter: TokenBucket::new(options.qps, options.burst, Instant::now()),
+                qps: options.qps,
+                burst: options.burst,
                 token: Mutex::new(config.token.clone()),
                 token_file: config.token_file.clone(),
+                config: config.clone(),
+                user_agent: options.user_agent.clone(),
+                on_close_all: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -159,6 +174,25 @@ impl Client {
             inner: self.inner.clone(),
             timeout,
             throttled: false,
+            limiter: self.limiter.clone(),
+        }
+    }
+
+    /// A clone with a rate limiter of its own (the same rate and burst):
+    /// requests one tenant can multiply (the GETs of a pod's Secrets and
+    /// ConfigMaps past the bounds on watches) then wait only for each
+    /// other, never ahead of status, event and pod requests. The
+    /// connection pool is shared.
+    pub fn with_own_limiter(&self) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            timeout: self.timeout,
+            throttled: self.throttled,
+            limiter: Arc::new(TokenBucket::new(
+                self.inner.qps,
+                self.inner.burst,
+                Instant::now(),
+            )),
         }
     }
 
@@ -172,6 +206,63 @@ impl Client {
         let old = std::mem::replace(&mut *self.inner.agent.lock(), fresh);
         // Shuts down the old pool's sockets, idle and in use.
         old.shutdown();
+        for hook in self.inner.on_close_all.lock().iter() {
+            hook();
+        }
+    }
+
+    /// Runs `hook` at every `close_all_connections`.
+    pub(crate) fn on_close_all(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        self.inner.on_close_all.lock().push(hook);
+    }
+
+    /// Where and how to connect, for connections made outside the agent.
+    pub(crate) fn endpoint(&self) -> Result<super::nbhttp::Endpoint, String> {
+        super::nbhttp::Endpoint::new(&self.inner.config)
+    }
+
+    /// Takes a rate-limiter token without waiting: how long the request
+    /// must wait before it goes (zero for a heartbeat clone).
+    pub(crate) fn reserve_token(&self, now: Instant) -> Duration {
+        if self.throttled {
+            self.limiter.reserve(now)
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// The bearer token requests carry now.
+    pub(crate) fn bearer_token(&self) -> Option<String> {
+        self.inner.token.lock().clone()
+    }
+
+    /// After a 401 to a request sent with `sent`: re-reads the token file;
+    /// true when the token changed (send the request again).
+    pub(crate) fn token_after_401(&self, sent: Option<&str>, path: &str) -> bool {
+        let Some(file) = &self.inner.token_file else {
+            return false;
+        };
+        match super::kubeconfig::read_token_file(file) {
+            Ok(fresh) if Some(fresh.as_str()) != sent => {
+                log::info!("GET {path}: 401, using the new token in {}", file.display());
+                *self.inner.token.lock() = Some(fresh);
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                log::warn!("GET {path}: 401, and the token file: {e}");
+                false
+            }
+        }
+    }
+
+    /// The deadline of one non-watch request.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub(crate) fn user_agent(&self) -> &str {
+        &self.inner.user_agent
     }
 
     /// `https://host:port` of the apiserver.
@@ -300,7 +391,7 @@ impl Client {
         let mut retried = false;
         loop {
             if self.throttled {
-                self.inner.limiter.acquire();
+                self.limiter.acquire();
             }
             let token = self.inner.token.lock().clone();
             let response = self.send_once(verb, path, payload, watch_idle, token.as_deref())?;
@@ -900,7 +991,7 @@ pub(crate) mod tests {
 
     /// TLS against a rustls server that requires a client certificate
     /// signed by its CA; the certificates are made with the openssl CLI.
-    mod tls {
+    pub(crate) mod tls {
         use super::*;
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -1003,22 +1094,27 @@ pub(crate) mod tests {
 
         /// A PKI, a TLS server answering `/version`, and a kubeconfig
         /// writer: `cluster` and `user` are the YAML lines of each.
-        struct Setup {
+        pub(crate) struct Setup {
             dir: tempfile::TempDir,
-            server: TestServer,
+            pub(crate) server: TestServer,
         }
 
         impl Setup {
             fn new() -> Setup {
+                Setup::with(|_| Reply::json(200, fixture_body("13a-version")))
+            }
+
+            /// The server answers from `script`.
+            pub(crate) fn with(
+                script: impl Fn(&crate::kube::testserver::Recorded) -> Reply + Send + Sync + 'static,
+            ) -> Setup {
                 let dir = tempfile::tempdir().unwrap();
                 make_pki(dir.path());
-                let server = TestServer::start_tls(server_config(dir.path()), |_| {
-                    Reply::json(200, fixture_body("13a-version"))
-                });
+                let server = TestServer::start_tls(server_config(dir.path()), script);
                 Setup { dir, server }
             }
 
-            fn client(&self, cluster: &str, user: &str) -> Client {
+            pub(crate) fn client(&self, cluster: &str, user: &str) -> Client {
                 let text = format!(
                     "apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {{cluster: k, user: u}}\nclusters:\n- name: k\n  cluster:\n    server: {}\n{cluster}users:\n- name: u\n  user:\n{user}",
                     self.server.url()
@@ -1029,7 +1125,7 @@ pub(crate) mod tests {
                 Client::new(&config, options()).unwrap()
             }
 
-            fn ca_data(&self) -> String {
+            pub(crate) fn ca_data(&self) -> String {
                 use base64::Engine;
                 let pem = std::fs::read(self.dir.path().join("ca.crt")).unwrap();
                 let b64 = base64::engine::general_purpose::STANDARD.encode(pem);
@@ -1037,7 +1133,7 @@ pub(crate) mod tests {
             }
         }
 
-        const CLIENT_FILES: &str =
+        pub(crate) const CLIENT_FILES: &str =
             "    client-certificate: client.crt\n    client-key: client.key\n";
 
         #[test]

@@ -1,7 +1,8 @@
 //! The API client (upstream client-go, the parts a kubelet uses): kubeconfig
 //! loading, blocking JSON requests over ureq with rustls, a client-side rate
 //! limiter shared by all threads, lists and watch streams decoded one object
-//! at a time, and the reflector.
+//! at a time, the reflector, and the watch multiplexer (`mux`: many
+//! single-object watches on one thread, over non-blocking connections).
 //!
 //! API boundary: this is the only module that knows HTTP and TLS to the
 //! apiserver. Everything else sees paths, JSON values and [`ApiError`].
@@ -15,6 +16,8 @@ use serde_json::Value;
 mod client;
 mod kubeconfig;
 mod list;
+mod mux;
+mod nbhttp;
 mod ratelimit;
 mod reflector;
 mod watch;
@@ -25,6 +28,7 @@ mod testserver;
 pub use client::Client;
 pub use kubeconfig::load_kubeconfig;
 pub use list::{read_list, ListError, ListItem, ListMeta, MAX_OBJECT};
+pub use mux::{ObjectSink, ObjectWatch, WatchMux};
 pub use reflector::{decode_object, Reflector};
 pub use watch::{WatchStream, MAX_EVENT};
 

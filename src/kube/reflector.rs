@@ -583,12 +583,12 @@ fn retry_after(e: &ApiError) -> Option<u64> {
 }
 
 /// The resourceVersion of an object's raw metadata, if it is a string.
-fn resource_version(obj: &Value) -> Option<&str> {
+pub(super) fn resource_version(obj: &Value) -> Option<&str> {
     obj.get("metadata")?.get("resourceVersion")?.as_str()
 }
 
 /// A resourceVersion we may watch from: etcd's revision, a decimal number.
-fn check_rv(rv: &str) -> Result<&str, String> {
+pub(super) fn check_rv(rv: &str) -> Result<&str, String> {
     if !rv.is_empty() && rv.len() <= 20 && rv.bytes().all(|b| b.is_ascii_digit()) {
         Ok(rv)
     } else {
@@ -687,7 +687,7 @@ fn key_of_value(obj: &Value) -> String {
 }
 
 /// Percent-encodes a query value (everything but the unreserved characters).
-fn percent_encode(v: &str) -> String {
+pub(super) fn percent_encode(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for b in v.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
@@ -700,10 +700,10 @@ fn percent_encode(v: &str) -> String {
 }
 
 /// A small xorshift generator for jitter; no cryptographic use.
-struct XorShift(u64);
+pub(super) struct XorShift(u64);
 
 impl XorShift {
-    fn seeded() -> XorShift {
+    pub(super) fn seeded() -> XorShift {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -712,7 +712,7 @@ impl XorShift {
         XorShift(if seed == 0 { 1 } else { seed })
     }
 
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
@@ -722,7 +722,7 @@ impl XorShift {
     }
 
     /// A number in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(super) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }

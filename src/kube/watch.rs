@@ -19,7 +19,7 @@ use super::{status_from_value, ApiError, ErrorKind, WatchEvent};
 pub const MAX_EVENT: usize = super::list::MAX_OBJECT;
 
 /// The fields of an event that name it and its object.
-const EVENT_IDENTITY: &[&[&str]] = &[
+pub(super) const EVENT_IDENTITY: &[&[&str]] = &[
     &["type"],
     &["object", "metadata", "namespace"],
     &["object", "metadata", "name"],
@@ -161,53 +161,61 @@ impl WatchStream {
 
     /// Decodes one event line.
     fn decode(&self, line: &[u8]) -> Result<WatchEvent, ApiError> {
-        let decode_err = |m: String| self.error(ErrorKind::Decode(m));
-        let mut event: Value = serde_json::from_slice(line)
-            .map_err(|e| decode_err(format!("invalid watch event: {e}")))?;
-        let kind = match event.get("type").and_then(Value::as_str) {
-            Some(t) => t.to_string(),
-            None => return Err(decode_err("a watch event without a type".into())),
-        };
-        let object = match event.get_mut("object").map(Value::take) {
-            Some(o @ Value::Object(_)) => o,
-            _ => {
-                return Err(decode_err(format!(
-                    "a watch event of type {kind:?} without an object"
-                )))
-            }
-        };
-        match kind.as_str() {
-            "ADDED" => Ok(WatchEvent::Added(object)),
-            "MODIFIED" => Ok(WatchEvent::Modified(object)),
-            "DELETED" => Ok(WatchEvent::Deleted(object)),
-            "BOOKMARK" => {
-                let rv = object
-                    .get("metadata")
-                    .and_then(|m| m.get("resourceVersion"))
-                    .and_then(Value::as_str)
-                    .filter(|rv| !rv.is_empty())
-                    .ok_or_else(|| {
-                        decode_err("a BOOKMARK without metadata.resourceVersion".into())
-                    })?;
-                Ok(WatchEvent::Bookmark {
-                    resource_version: rv.to_string(),
-                })
-            }
-            // The Status of an ERROR event has its own code (410 for an
-            // expired resourceVersion); 500 if it has none.
-            "ERROR" if object.get("kind").and_then(Value::as_str) != Some("Status") => {
-                Err(decode_err(format!(
-                    "an ERROR watch event whose object is not a Status (kind {})",
-                    object
-                        .get("kind")
-                        .map_or_else(|| "missing".to_string(), Value::to_string)
-                )))
-            }
-            "ERROR" => Ok(WatchEvent::Error(
-                self.error(status_from_value(&object, 500, None)),
-            )),
-            other => Err(decode_err(format!("unknown watch event type {other:?}"))),
+        decode_event(line, &self.path)
+    }
+}
+
+/// Decodes one event line of the watch request `path`.
+pub(super) fn decode_event(line: &[u8], path: &str) -> Result<WatchEvent, ApiError> {
+    let error = |kind: ErrorKind| ApiError {
+        verb: "GET",
+        path: path.to_string(),
+        kind,
+    };
+    let decode_err = |m: String| error(ErrorKind::Decode(m));
+    let mut event: Value = serde_json::from_slice(line)
+        .map_err(|e| decode_err(format!("invalid watch event: {e}")))?;
+    let kind = match event.get("type").and_then(Value::as_str) {
+        Some(t) => t.to_string(),
+        None => return Err(decode_err("a watch event without a type".into())),
+    };
+    let object = match event.get_mut("object").map(Value::take) {
+        Some(o @ Value::Object(_)) => o,
+        _ => {
+            return Err(decode_err(format!(
+                "a watch event of type {kind:?} without an object"
+            )))
         }
+    };
+    match kind.as_str() {
+        "ADDED" => Ok(WatchEvent::Added(object)),
+        "MODIFIED" => Ok(WatchEvent::Modified(object)),
+        "DELETED" => Ok(WatchEvent::Deleted(object)),
+        "BOOKMARK" => {
+            let rv = object
+                .get("metadata")
+                .and_then(|m| m.get("resourceVersion"))
+                .and_then(Value::as_str)
+                .filter(|rv| !rv.is_empty())
+                .ok_or_else(|| decode_err("a BOOKMARK without metadata.resourceVersion".into()))?;
+            Ok(WatchEvent::Bookmark {
+                resource_version: rv.to_string(),
+            })
+        }
+        // The Status of an ERROR event has its own code (410 for an
+        // expired resourceVersion); 500 if it has none.
+        "ERROR" if object.get("kind").and_then(Value::as_str) != Some("Status") => {
+            Err(decode_err(format!(
+                "an ERROR watch event whose object is not a Status (kind {})",
+                object
+                    .get("kind")
+                    .map_or_else(|| "missing".to_string(), Value::to_string)
+            )))
+        }
+        "ERROR" => Ok(WatchEvent::Error(error(status_from_value(
+            &object, 500, None,
+        )))),
+        other => Err(decode_err(format!("unknown watch event type {other:?}"))),
     }
 }
 
