@@ -462,6 +462,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
                 Box::new(move || state.read().object_ttl.unwrap_or(objects::DEFAULT_TTL)),
                 Some(probe_tx.clone()),
             )
+            .with_overflow_source(Arc::new(ApiObjects::new(c.with_own_limiter())))
             .with_recorder(recorder.clone()),
         );
         objects

@@ -242,6 +242,17 @@ impl Peak {
     }
 }
 
+/// The names of the threads of `pid` (as /proc shows them, 15 bytes).
+fn thread_names(pid: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .map(|n| n.trim_end().to_string())
+        .collect()
+}
+
 #[test]
 fn a_pod_referencing_1100_config_maps_takes_neither_the_threads_nor_the_files_of_the_node() {
     // One thread and one connection per referenced object let one
@@ -285,7 +296,8 @@ fn a_pod_referencing_1100_config_maps_takes_neither_the_threads_nor_the_files_of
     assert!(peak.files < 300, "{} open files", peak.files);
 
     // The hog starts too, with what its objects hold (its GETs, at the
-    // node's 50 requests a second, take about 20 s).
+    // node's 50 requests a second through their own rate limiter, take
+    // about 20 s).
     let end = Instant::now() + Duration::from_secs(90);
     while running_containers(&c.cri, "hog") != 1 {
         peak.sample(pid);
@@ -314,6 +326,11 @@ fn a_pod_referencing_1100_config_maps_takes_neither_the_threads_nor_the_files_of
         32,
         "the pod's bound on watches"
     );
+    // The 32 watches share one thread.
+    let names = thread_names(pid);
+    let count = |p: &str| names.iter().filter(|n| n.starts_with(p)).count();
+    assert_eq!(count("watch-mux"), 1, "{names:?}");
+    assert!(count("reflector/") <= 2, "{names:?}");
     // It is told which objects are not watched, and why.
     let event = c
         .api

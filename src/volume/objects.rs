@@ -19,19 +19,19 @@
 //!   registered again (new, or its references changed) fetches afresh.
 //! - `Get`: a GET at every read.
 //!
-//! Watches are bounded. Each costs a reflector thread and an apiserver
-//! connection (HTTP/1.1 carries one watch at a time, and the Node
-//! authorizer allows a watch of one name only), so the node keeps at most
-//! [`NODE_WATCHES`] of them and gives one pod at most [`POD_WATCHES`]
-//! (objects it shares with pods that already have them watched count
-//! too). An object past either bound is read as under `Cache`: a GET at a
-//! read, kept for the TTL, with no thread of its own; its changes reach
-//! the pod's files at the pod's periodic resync. The pod gets a Warning
-//! event (`ObjectsNotWatched`) naming them. Upstream pays an HTTP/2 stream
-//! per object instead, without a bound; here a pod that references 1,100
-//! ConfigMaps would otherwise take 1,100 threads and file descriptors. A
-//! slot freed (its object no longer referenced, or immutable) goes to the
-//! next pod that syncs with objects not watched.
+//! Watches are bounded. They all run on one thread (`kube::WatchMux`), but
+//! each holds an apiserver connection (HTTP/1.1 carries one watch at a
+//! time, and the Node authorizer allows a watch of one name only), so the
+//! node keeps at most [`NODE_WATCHES`] of them and gives one pod at most
+//! [`POD_WATCHES`] (objects it shares with pods that already have them
+//! watched count too). An object past either bound is read as under
+//! `Cache`: a GET at a read, kept for the TTL; its changes reach the
+//! pod's files at the pod's periodic resync. The pod gets a Warning event
+//! (`ObjectsNotWatched`) naming them. Upstream pays an HTTP/2 stream per
+//! object instead, without a bound; here a pod that references 1,100
+//! ConfigMaps would otherwise hold 1,100 connections and file descriptors.
+//! A slot freed (its object no longer referenced, or immutable) goes to
+//! the next pod that syncs with objects not watched.
 //!
 //! An object read while no pod references it (a pull secret, a pod not
 //! registered yet) is fetched with a GET in every mode.
@@ -42,9 +42,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use log::{info, warn};
 use parking_lot::{Condvar, Mutex};
+use serde_json::Value;
 
 use super::payload::{Fetched, Keys, Token};
 use super::ObjectSource;
@@ -113,10 +113,10 @@ pub trait Watcher: Send + Sync {
 const SYNC_WAIT: Duration = Duration::from_secs(1);
 /// The TTL of the Cache strategy when the node has no TTL annotation.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
-/// Watches the node keeps at most (a thread and a connection each): with
-/// the agent's own ~30 threads and ~20 open files this keeps it under 150
-/// threads and 300 open files however many objects pods reference.
-pub(crate) const NODE_WATCHES: usize = 100;
+/// Watches the node keeps at most (a connection and ~20 KiB each, on one
+/// thread): with the agent's own ~50 open files this keeps it under 300
+/// however many objects pods reference.
+pub(crate) const NODE_WATCHES: usize = 200;
 /// Watches one pod gets at most, so that one pod cannot take the node's
 /// whole budget; a pod seldom references more than a handful of objects.
 pub(crate) const POD_WATCHES: usize = 32;
@@ -172,6 +172,10 @@ impl State {
 pub struct ObjectManager {
     /// GETs and TokenRequests.
     api: Arc<dyn ObjectSource>,
+    /// Watch: the GETs of objects past the bounds on watches (by default
+    /// `api`; in the agent a client with a rate limiter of its own, so that
+    /// a pod with a thousand objects delays no one else's requests).
+    overflow: Arc<dyn ObjectSource>,
     strategy: Strategy,
     watcher: Option<Arc<dyn Watcher>>,
     /// The Cache strategy's TTL (the node's annotation, when it has one).
@@ -198,6 +202,7 @@ impl ObjectManager {
         notify: Option<Sender<String>>,
     ) -> ObjectManager {
         ObjectManager {
+            overflow: api.clone(),
             api,
             strategy,
             watcher,
@@ -208,6 +213,12 @@ impl ObjectManager {
             pod_watches: POD_WATCHES,
             state: Arc::new((Mutex::new(State::default()), Condvar::new())),
         }
+    }
+
+    /// The GETs of objects past the bounds on watches go to `source`.
+    pub fn with_overflow_source(mut self, source: Arc<dyn ObjectSource>) -> ObjectManager {
+        self.overflow = source;
+        self
     }
 
     /// Pods whose objects are not all watched get a Warning event here.
@@ -236,29 +247,27 @@ impl ObjectManager {
     }
 
     fn fetch(&self, object: &ObjectRef) -> Result<Fetched, String> {
-        let (kind, ns, name) = object;
-        match kind {
-            ObjectKind::Secret => self.api.secret(ns, name),
-            ObjectKind::ConfigMap => self.api.config_map(ns, name),
-        }
+        fetch_from(&*self.api, object)
     }
 
     fn read(&self, object: ObjectRef) -> Result<Fetched, String> {
         match self.strategy {
             Strategy::Get => self.fetch(&object),
-            Strategy::Cache => self.read_cached(object),
+            Strategy::Cache => self.read_cached(object, &*self.api),
             Strategy::Watch => self.read_watched(object),
         }
     }
 
-    fn read_cached(&self, object: ObjectRef) -> Result<Fetched, String> {
+    /// Reads `object` as under `Cache`, a GET from `source` when the copy
+    /// is older than the TTL.
+    fn read_cached(&self, object: ObjectRef, source: &dyn ObjectSource) -> Result<Fetched, String> {
         let ttl = (self.ttl)();
         {
             let st = self.state.0.lock();
             match st.objects.get(&object) {
                 None => {
                     drop(st);
-                    return self.fetch(&object);
+                    return fetch_from(source, &object);
                 }
                 Some(e) => {
                     if let (Some(keys), Some(at)) = (&e.keys, e.fetched_at) {
@@ -271,7 +280,7 @@ impl ObjectManager {
         }
         // No lock across the GET. A failed refresh of an object fetched
         // before keeps what was fetched, as upstream.
-        let got = self.fetch(&object);
+        let got = fetch_from(source, &object);
         let mut st = self.state.0.lock();
         let entry = st.objects.get_mut(&object);
         match (got, entry) {
@@ -312,7 +321,7 @@ impl ObjectManager {
                         // Not watched (over the bounds, or its watch could
                         // not start): read as under Cache.
                         drop(st);
-                        return self.read_cached(object);
+                        return self.read_cached(object, &*self.overflow);
                     }
                     if let Some(keys) = &e.keys {
                         return Ok(keys.clone());
@@ -604,6 +613,15 @@ impl ObjectSource for ObjectManager {
     }
 }
 
+/// A GET of `object` from `source`.
+fn fetch_from(source: &dyn ObjectSource, object: &ObjectRef) -> Result<Fetched, String> {
+    let (kind, ns, name) = object;
+    match kind {
+        ObjectKind::Secret => source.secret(ns, name),
+        ObjectKind::ConfigMap => source.config_map(ns, name),
+    }
+}
+
 /// The Secrets and ConfigMaps `pod` references in its volumes (also
 /// projected sources) and its containers' env (upstream's
 /// `VisitPodSecretNames`/`VisitPodConfigmapNames`, without
@@ -665,7 +683,6 @@ pub(crate) fn references(pod: &Pod) -> BTreeSet<ObjectRef> {
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct KeyObject<K> {
-    metadata: ObjectMeta,
     #[serde(default)]
     data: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -680,30 +697,6 @@ pub(crate) struct KeyObject<K> {
 pub(crate) struct SecretKind;
 pub(crate) struct ConfigMapKind;
 
-macro_rules! key_resource {
-    ($marker:ty, $kind:literal, $segment:literal) => {
-        impl k8s_openapi::Resource for KeyObject<$marker> {
-            const API_VERSION: &'static str = "v1";
-            const GROUP: &'static str = "";
-            const KIND: &'static str = $kind;
-            const VERSION: &'static str = "v1";
-            const URL_PATH_SEGMENT: &'static str = $segment;
-            type Scope = k8s_openapi::NamespaceResourceScope;
-        }
-        impl k8s_openapi::Metadata for KeyObject<$marker> {
-            type Ty = ObjectMeta;
-            fn metadata(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn metadata_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-key_resource!(SecretKind, "Secret", "secrets");
-key_resource!(ConfigMapKind, "ConfigMap", "configmaps");
-
 impl<K> KeyObject<K> {
     /// Its keys as bytes (Secret `data` is base64).
     fn keys(&self, secret: bool, what: &str) -> Result<Keys, String> {
@@ -716,86 +709,82 @@ impl<K> KeyObject<K> {
     }
 }
 
-/// The `Watcher` of a node with an apiserver: one reflector per object
-/// (the manager bounds how many).
+/// The `Watcher` of a node with an apiserver: every object on the one
+/// `watch-mux` thread, each on its own connection (the manager bounds how
+/// many).
 pub struct ApiWatcher {
-    client: crate::kube::Client,
+    mux: Result<crate::kube::WatchMux, String>,
 }
 
 impl ApiWatcher {
     pub fn new(client: crate::kube::Client) -> ApiWatcher {
-        ApiWatcher { client }
+        ApiWatcher {
+            mux: crate::kube::WatchMux::new(client),
+        }
     }
 }
 
-fn start_reflector<K: Send + Sync + 'static>(
-    client: crate::kube::Client,
-    object: &ObjectRef,
-    mut sink: Box<dyn FnMut(Observed) + Send>,
-) -> Result<Box<dyn Send>, String>
+/// Turns what the watch hands on into what the manager keeps: the keys of
+/// a `KeyObject<K>`, or None when the object does not exist. An object
+/// whose keys cannot be read keeps the pods' last content.
+fn observe<K>(what: &str, secret: bool, obj: Option<Value>) -> Option<Observed>
 where
-    KeyObject<K>: k8s_openapi::Metadata<Ty = ObjectMeta> + k8s_openapi::Resource,
+    KeyObject<K>: serde::de::DeserializeOwned,
 {
-    let (kind, ns, name) = object;
-    let secret = *kind == ObjectKind::Secret;
-    let what = format!("{} {ns}/{name}", kind.what());
-    let lw = crate::kube::ListWatch {
-        path: format!(
-            "/api/v1/namespaces/{ns}/{}",
-            <KeyObject<K> as k8s_openapi::Resource>::URL_PATH_SEGMENT
-        ),
-        field_selector: Some(format!("metadata.name={name}")),
+    let Some(obj) = obj else {
+        return Some(Observed {
+            keys: None,
+            immutable: false,
+        });
     };
-    let reflector_sink = Box::new(move |objects: Vec<Arc<KeyObject<K>>>| {
-        let found = objects
-            .iter()
-            .find(|o| o.metadata.name.as_deref() == Some(name_of(&what)));
-        let observed = match found {
-            None => Observed {
-                keys: None,
-                immutable: false,
-            },
-            Some(o) => match o.keys(secret, &what) {
-                Ok(keys) => Observed {
-                    keys: Some(keys),
-                    immutable: o.immutable == Some(true),
-                },
-                Err(e) => {
-                    // Keep what the pods have; the next good version replaces it.
-                    warn!("{e}; keeping its last content");
-                    return;
-                }
-            },
-        };
-        sink(observed);
-    });
-    let handle = crate::kube::Reflector::start::<KeyObject<K>>(
-        &format!("{}/{name}", &kind.what()[..2]),
-        client,
-        lw,
-        reflector_sink,
-    )
-    .map_err(|e| format!("starting its watch thread: {e}"))?;
-    Ok(Box::new(handle))
-}
-
-/// The name in "<kind> <ns>/<name>".
-fn name_of(what: &str) -> &str {
-    what.rsplit('/').next().unwrap_or("")
+    let decoded = serde_json::from_value::<KeyObject<K>>(obj)
+        .map_err(|e| format!("{what}: {e}"))
+        .and_then(|o| Ok((o.keys(secret, what)?, o.immutable == Some(true))));
+    match decoded {
+        Ok((keys, immutable)) => Some(Observed {
+            keys: Some(keys),
+            immutable,
+        }),
+        Err(e) => {
+            // Keep what the pods have; the next good version replaces it.
+            warn!("{e}; keeping its last content");
+            None
+        }
+    }
 }
 
 impl Watcher for ApiWatcher {
     fn watch(
         &self,
         object: &ObjectRef,
-        sink: Box<dyn FnMut(Observed) + Send>,
+        mut sink: Box<dyn FnMut(Observed) + Send>,
     ) -> Result<Box<dyn Send>, String> {
-        match object.0 {
-            ObjectKind::Secret => start_reflector::<SecretKind>(self.client.clone(), object, sink),
-            ObjectKind::ConfigMap => {
-                start_reflector::<ConfigMapKind>(self.client.clone(), object, sink)
-            }
-        }
+        let mux = self.mux.as_ref().map_err(Clone::clone)?;
+        let (kind, ns, name) = object;
+        let secret = *kind == ObjectKind::Secret;
+        let what = format!("{} {ns}/{name}", kind.what());
+        let segment = match kind {
+            ObjectKind::Secret => "secrets",
+            ObjectKind::ConfigMap => "configmaps",
+        };
+        let collection = format!("/api/v1/namespaces/{ns}/{segment}");
+        let handle = mux
+            .watch(
+                &collection,
+                name,
+                Box::new(move |obj: Option<Value>| {
+                    let seen = if secret {
+                        observe::<SecretKind>(&what, true, obj)
+                    } else {
+                        observe::<ConfigMapKind>(&what, false, obj)
+                    };
+                    if let Some(seen) = seen {
+                        sink(seen);
+                    }
+                }),
+            )
+            .map_err(|e| format!("starting its watch: {e}"))?;
+        Ok(Box::new(handle))
     }
 }
 
@@ -1122,6 +1111,41 @@ mod tests {
         assert_eq!(r.m.watched(), 1);
         r.m.unregister("b");
         assert_eq!((r.m.watched(), r.m.objects()), (0, 0));
+    }
+
+    #[test]
+    fn objects_past_the_bounds_are_read_from_the_overflow_source_alone() {
+        let mut r = rig(Strategy::Watch);
+        let overflow = Arc::new(Gets::default());
+        overflow.version.store(7, Ordering::SeqCst);
+        r.m =
+            r.m.with_watch_bounds(3, 1)
+                .with_overflow_source(overflow.clone());
+        r.m.register(&pod("a", &["c1", "c2", "c3"]));
+        assert_eq!(r.m.config_map("ns", "c2").unwrap(), Some(keys("c2", "7")));
+        assert_eq!(r.m.config_map("ns", "c3").unwrap(), Some(keys("c3", "7")));
+        assert_eq!(overflow.count.load(Ordering::SeqCst), 2);
+        // Objects no pod references (a pull secret) go to the shared source.
+        r.m.config_map("ns", "other").unwrap();
+        assert_eq!(r.gets.count.load(Ordering::SeqCst), 1);
+        assert_eq!(overflow.count.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn watched_objects_become_keys_and_an_unreadable_version_is_not_handed_on() {
+        let seen = observe::<SecretKind>(
+            "secret ns/s",
+            true,
+            Some(serde_json::json!({"metadata": {"name": "s"}, "data": {"k": "djE="}, "immutable": true})),
+        )
+        .unwrap();
+        assert_eq!((seen.keys, seen.immutable), (Some(keys("k", "v1")), true));
+        let gone = observe::<ConfigMapKind>("configmap ns/c", false, None).unwrap();
+        assert_eq!((gone.keys, gone.immutable), (None, false));
+        let bad = serde_json::json!({"metadata": {"name": "s"}, "data": {"k": "%%"}});
+        assert!(observe::<SecretKind>("secret ns/s", true, Some(bad)).is_none());
+        let wrong_type = serde_json::json!({"metadata": {"name": "c"}, "data": 5});
+        assert!(observe::<ConfigMapKind>("configmap ns/c", false, Some(wrong_type)).is_none());
     }
 
     #[test]
