@@ -87,7 +87,9 @@ pub struct WatchMux {
     client: Client,
     endpoint: Arc<Endpoint>,
     timing: Timing,
-    current: Mutex<Option<Arc<Shared>>>,
+    /// The running thread's share (None before the first watch, and after
+    /// it ended).
+    current: Arc<Mutex<Option<Arc<Shared>>>>,
     /// Threads started so far (tests).
     started: std::sync::atomic::AtomicUsize,
 }
@@ -174,11 +176,24 @@ impl WatchMux {
     /// watch.
     pub fn new(client: Client) -> Result<WatchMux, String> {
         let endpoint = Arc::new(client.endpoint()?);
+        let current: Arc<Mutex<Option<Arc<Shared>>>> = Arc::new(Mutex::new(None));
+        // Once per multiplexer, whichever thread runs when it is called.
+        let hook = Arc::downgrade(&current);
+        client.on_close_all(Box::new(move || {
+            let Some(current) = hook.upgrade() else {
+                return;
+            };
+            let running = current.lock();
+            if let Some(shared) = running.as_ref() {
+                shared.queue.lock().close_all = true;
+                shared.wake();
+            }
+        }));
         Ok(WatchMux {
             client,
             endpoint,
             timing: TIMING,
-            current: Mutex::new(None),
+            current,
             started: std::sync::atomic::AtomicUsize::new(0),
         })
     }
@@ -229,13 +244,6 @@ impl WatchMux {
                 next_addr: 0,
                 rng: XorShift::seeded(),
             };
-            let hook = Arc::downgrade(&shared);
-            self.client.on_close_all(Box::new(move || {
-                if let Some(shared) = hook.upgrade() {
-                    shared.queue.lock().close_all = true;
-                    shared.wake();
-                }
-            }));
             // Not joined: it ends by itself once stopped or idle.
             crate::thread::spawn_named("watch-mux", move || engine.run())?.detach();
             self.started

@@ -444,6 +444,9 @@ fn a_401_rereads_the_token_file_and_asks_again() {
         .collect();
     assert_eq!(
         auth,
-        [Some("Bearer old".to_string()), Some("Bearer new".to_string())]
+        [
+            Some("Bearer old".to_string()),
+            Some("Bearer new".to_string())
+        ]
     );
 }
