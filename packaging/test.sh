@@ -20,6 +20,17 @@ cargo --version
 # The timeout turns a hung test into a clear failure well inside CI's budget;
 # --no-fail-fast keeps one failing test binary from hiding the others' results.
 echo "test.sh: cargo test --lib --bins --tests (target dir $CARGO_TARGET_DIR)" >&2
+timeout --foreground 45m cargo test --lib --bins --tests --no-run
+# The aarch64 release build is the longest step on a new machine (its own
+# gRPC C++ core, cross-compiled): it starts now, at the lowest priority,
+# and takes the CPU the tests leave while they wait on containerd and
+# timers. release.sh below builds it again and finds nothing left to do
+# (or waits for cargo's lock until it is done); a failure here shows there.
+arm_log=$(mktemp)
+CARGO_TARGET_DIR=${TINYLET_AARCH64_TARGET_DIR:-/var/cache/tinylet/target-aarch64} \
+    TINYLET_AARCH64_NO_QEMU=1 nice -n 19 bash packaging/build-aarch64.sh >"$arm_log" 2>&1 &
+arm_pid=$!
+trap 'kill "$arm_pid" 2>/dev/null; rm -f "$arm_log"' EXIT
 timeout --foreground 45m cargo test --lib --bins --tests --no-fail-fast
 # The benchmark is a program, not a test; make sure it still compiles.
 # Built, not checked: a check compiles every dependency again as metadata
@@ -34,6 +45,7 @@ timeout --foreground 45m bash packaging/fuzz.sh 30
 
 # The release: both static binaries, both .debs and SHA256SUMS in dist/
 # (cold, the two builds take ~20 minutes; the target dirs are kept).
+wait "$arm_pid" || echo "test.sh: the early aarch64 build failed; release.sh builds it again" >&2
 timeout --foreground 40m bash packaging/release.sh
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
 # The packages as Debian checks them, then the amd64 one installed, running
