@@ -16,7 +16,8 @@
 #   the apiserver to the node's port 10250, kubectl logs (and -f), exec
 #   with stdin and an exit code, attach and port-forward work, and another
 #   node's credentials (403) or none (401) are refused; a pod's env comes
-#   from a ConfigMap, a Secret and the kubernetes Service.
+#   from a ConfigMap, a Secret and the kubernetes Service; a ConfigMap
+#   volume follows an edit within seconds (watched).
 #
 #   bash packaging/real-apiserver.sh            # uses $TINYLET_BIN or builds
 # Needs root. Environment: KCP_DIR, TINYLET_BIN, CARGO_TARGET_DIR.
@@ -216,6 +217,30 @@ within 15 sh -c "$KUBECTL get events --field-selector reason=InvalidEnvironmentV
     fail "no InvalidEnvironmentVariableNames event for pod envy"
 $KUBECTL delete pod envy --wait=false >/dev/null
 ok "pod envy reads env from configmap and secret (envFrom, prefix, key ref) and KUBERNETES_SERVICE_HOST=$kube_ip; InvalidEnvironmentVariableNames event"
+
+# 2e. A ConfigMap volume follows an edit within seconds: the object is
+# watched (on the watch-mux thread, over TLS, as the Node authorizer allows
+# a node to watch one name), not read again at the next periodic sync.
+$KUBECTL -n default create configmap vol-config --from-literal=key=one >/dev/null ||
+    fail "cannot create configmap vol-config"
+pod vol 'sleep 3600' 0 |
+    sed 's/^  containers:/  volumes:\
+  - name: cfg\
+    configMap: {name: vol-config}\
+  containers:/' | $KUBECTL apply -f - >/dev/null || fail "cannot create pod vol"
+within 30 $KUBECTL wait --for=condition=Ready pod/vol --timeout=2s || fail "pod vol not Ready"
+vol_uid=$($KUBECTL get pod vol -o jsonpath='{.metadata.uid}')
+vol_file=$work/root/pods/$vol_uid/volumes/kubernetes.io~configmap/cfg/key
+[ "$(cat "$vol_file" 2>/dev/null)" = one ] || fail "$vol_file does not hold 'one'"
+$KUBECTL -n default patch configmap vol-config -p '{"data":{"key":"two"}}' >/dev/null ||
+    fail "cannot edit configmap vol-config"
+edited=$SECONDS
+within 15 sh -c "[ \"\$(cat '$vol_file')\" = two ]" || fail "$vol_file still holds '$(cat "$vol_file")' 15 s after the edit"
+took=$((SECONDS - edited))
+muxes=$(cat /proc/"$tinylet_pid"/task/*/comm | grep -c '^watch-mux$' || true)
+[ "$muxes" = 1 ] || fail "$muxes watch-mux threads"
+$KUBECTL delete pod vol --wait=false >/dev/null
+ok "configmap volume of pod vol followed an edit in ${took}s (watched, one watch-mux thread)"
 
 # 3. A static pod gets its mirror pod.
 cat >"$work/manifests/.web.yaml" <<EOF
