@@ -344,7 +344,33 @@ struct Engine {
 }
 
 impl Engine {
+    /// Serves the watches until stopped or idle. A panic (in a sink, or a
+    /// bug here) is caught: every watch drops its connection and lists
+    /// again after a second, and the thread goes on.
     fn run(mut self) {
+        loop {
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve()));
+            if served.is_ok() {
+                return;
+            }
+            error!(
+                "watch-mux: a panic while serving {} watches; each lists again",
+                self.watches.len()
+            );
+            let again = Instant::now() + self.timing.backoff_start;
+            for w in self.watches.values_mut() {
+                w.conn = None;
+                w.phase = Phase::Waiting {
+                    at: again,
+                    next: Req::List,
+                    quorum: true,
+                    token: false,
+                };
+            }
+        }
+    }
+
+    fn serve(&mut self) {
         let mut idle_since = Instant::now();
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut ids: Vec<u64> = Vec::new();

@@ -450,3 +450,41 @@ fn a_401_rereads_the_token_file_and_asks_again() {
         ]
     );
 }
+
+#[test]
+fn a_panicking_sink_is_caught_and_its_watch_lists_again() {
+    let server = TestServer::start(|r| {
+        if !is_watch(r) {
+            return list_of("5", vec![cm("a", "5", "v1")]);
+        }
+        Reply::Chunked {
+            status: 200,
+            chunks: vec![],
+            end: End::Silent,
+        }
+    });
+    let mux = mux_for(server.url());
+    let (tx, rx) = mpsc::channel();
+    let mut calls = 0;
+    let _w = mux
+        .watch(
+            CMS,
+            "a",
+            Box::new(move |obj: Option<Value>| {
+                calls += 1;
+                assert!(calls > 1, "a sink that panics once");
+                let _ = tx.send(format!("{}", obj.is_some()));
+            }),
+        )
+        .unwrap();
+    assert_eq!(recv(&rx), "true");
+    assert!(mux.running());
+    let t = server.targets();
+    assert!(t.len() >= 2, "{t:?}");
+    assert!(t[0].ends_with("&resourceVersion=0"), "{t:?}");
+    assert_eq!(
+        t[1],
+        format!("{CMS}?fieldSelector=metadata.name%3Da"),
+        "a quorum relist"
+    );
+}
