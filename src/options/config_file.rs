@@ -23,6 +23,62 @@ pub const CONFIG_KIND: &str = "KubeletConfiguration";
 /// Largest configuration file read.
 const CONFIG_FILE_MAX: u64 = 1024 * 1024;
 
+/// The fields (dotted paths) that upstream's v1beta1 defaulting gives
+/// their default when they hold their type's zero value (`0s`, `0`, `""`):
+/// the ones that are not pointers in `KubeletConfiguration`. kubeadm writes
+/// its config.yaml with these zeros spelled out (`fileCheckFrequency: 0s`),
+/// so a zero here leaves the setting as it was (its default, or a flag).
+/// Pointer fields (`healthzPort`, `kubeAPIQPS`, `podPidsLimit`, the image
+/// GC thresholds ...) keep an explicit zero, as upstream.
+const DEFAULTED_WHEN_ZERO: &[&str] = &[
+    "syncFrequency",
+    "fileCheckFrequency",
+    "httpCheckFrequency",
+    "address",
+    "port",
+    "authentication.webhook.cacheTTL",
+    "authorization.mode",
+    "authorization.webhook.cacheAuthorizedTTL",
+    "authorization.webhook.cacheUnauthorizedTTL",
+    "registryBurst",
+    "eventBurst",
+    "healthzBindAddress",
+    "streamingConnectionIdleTimeout",
+    "nodeStatusReportFrequency",
+    "nodeStatusUpdateFrequency",
+    "nodeLeaseDurationSeconds",
+    "imageMinimumGCAge",
+    "volumeStatsAggPeriod",
+    "cgroupDriver",
+    "cpuManagerPolicy",
+    "cpuManagerReconcilePeriod",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "runtimeRequestTimeout",
+    "hairpinMode",
+    "maxPods",
+    "resolvConf",
+    "maxOpenFiles",
+    "contentType",
+    "kubeAPIBurst",
+    "evictionPressureTransitionPeriod",
+    "containerLogMaxSize",
+    "configMapAndSecretChangeDetectionStrategy",
+    "volumePluginDir",
+];
+
+/// `v` at `path` is a zero that v1beta1 defaulting replaces.
+fn defaulted_zero(path: &str, v: &Value) -> bool {
+    if !DEFAULTED_WHEN_ZERO.contains(&path) {
+        return false;
+    }
+    match v {
+        Value::String(s) => s.is_empty() || parse_duration(s).is_ok_and(|d| d.is_zero()),
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        _ => false,
+    }
+}
+
 /// Applies the fields tinylet knows from a KubeletConfiguration file (YAML
 /// or JSON) to `o`; the others are recorded in `o.ignored_config_fields`.
 /// Errors name the file and the field.
@@ -74,6 +130,9 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
         parse_duration(&s).map_err(|e| err(field, e))
     };
     for (field, v) in &fields {
+        if defaulted_zero(field, v) {
+            continue;
+        }
         match field.as_str() {
             "apiVersion" | "kind" => {}
             "staticPodPath" => {
@@ -345,6 +404,9 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                 };
                 for (key, sub) in section {
                     let at = format!("{field}.{key}");
+                    if defaulted_zero(&at, sub) {
+                        continue;
+                    }
                     match (field.as_str(), key.as_str()) {
                         ("authorization", "mode") => {
                             o.auth.mode = Some(
@@ -366,6 +428,9 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                             };
                             for (name, x) in inner {
                                 let at = format!("{at}.{name}");
+                                if defaulted_zero(&at, x) {
+                                    continue;
+                                }
                                 let flag = |x: &Value| {
                                     x.as_bool().ok_or_else(|| {
                                         err(&at, format!("expected true or false, found {x}"))
@@ -644,6 +709,73 @@ configMapAndSecretChangeDetectionStrategy: Cache
     }
 
     #[test]
+    fn a_config_kubeadm_wrote_reads_its_zeros_as_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = include_str!("../../tests/support/kubeadm/config-v1.20.2.yaml");
+        let file = config_file(&dir, "config.yaml", text);
+        // As kubeadm's drop-in starts the kubelet.
+        let kubeconfig = ["--kubeconfig", "/etc/kubernetes/kubelet.conf"];
+        let o = run(&["--config", &file, kubeconfig[0], kubeconfig[1]]);
+        let d = run(&[]);
+        // Every zero duration and count kubeadm spelled out is the default.
+        assert_eq!(o.file_check_frequency, d.file_check_frequency);
+        assert_eq!(o.http_check_frequency, d.http_check_frequency);
+        assert_eq!(o.sync_frequency, d.sync_frequency);
+        assert_eq!(o.runtime_request_timeout, d.runtime_request_timeout);
+        assert_eq!(o.streaming_idle_timeout, Duration::from_secs(4 * 3600));
+        assert_eq!(
+            o.node_status_update_frequency,
+            d.node_status_update_frequency
+        );
+        assert_eq!(
+            o.node_status_report_frequency,
+            d.node_status_report_frequency
+        );
+        assert_eq!(o.image_gc.min_age, d.image_gc.min_age);
+        assert_eq!(
+            o.eviction.pressure_transition_period,
+            d.eviction.pressure_transition_period
+        );
+        assert_eq!(o.auth.token_cache_ttl, Duration::from_secs(120));
+        assert_eq!(o.auth.authorized_ttl, d.auth.authorized_ttl);
+        assert_eq!(o.auth.unauthorized_ttl, d.auth.unauthorized_ttl);
+        // What it set is taken.
+        assert_eq!(
+            o.client_ca_file,
+            Some(PathBuf::from("/etc/kubernetes/pki/ca.crt"))
+        );
+        assert!(!o.auth.anonymous && o.auth.token_webhook);
+        assert_eq!(o.auth.mode, Some(AuthorizationMode::Webhook));
+        assert_eq!(
+            o.cluster_dns,
+            ["10.96.0.10".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(o.cluster_domain, "cluster.local");
+        assert_eq!(o.healthz_port, 10248);
+        assert_eq!(
+            o.pod_manifest_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        // A zero read as the default is not an ignored field either.
+        for f in &o.ignored_config_fields {
+            assert!(
+                !DEFAULTED_WHEN_ZERO.contains(&f.as_str()),
+                "{f} ignored: {:?}",
+                o.ignored_config_fields
+            );
+        }
+        // A pointer field keeps its zero: healthzPort 0 turns healthz off.
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let off = config_file(
+            &dir,
+            "off.yaml",
+            &format!("{head}healthzPort: 0\nmaxPods: 0\n"),
+        );
+        let o = run(&["--config", &off]);
+        assert_eq!((o.healthz_port, o.max_pods), (0, d.max_pods));
+    }
+
+    #[test]
     fn config_file_errors_name_file_and_field() {
         let dir = tempfile::tempdir().unwrap();
         let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
@@ -655,8 +787,8 @@ configMapAndSecretChangeDetectionStrategy: Cache
             ),
             (
                 "zero.yaml",
-                format!("{head}httpCheckFrequency: 0s\n"),
-                "httpCheckFrequency in --config",
+                format!("{head}httpCheckFrequency: -1s\n"),
+                "httpCheckFrequency",
             ),
             (
                 "type.yaml",
