@@ -309,11 +309,15 @@ mod tests {
         assert_eq!(m.len(), 3);
     }
 
-    /// The resident KiB of this executable's read-only mappings.
+    /// The resident KiB of this executable's read-only mappings that hold
+    /// its loaded code and data (not another mapping of the same file: a
+    /// panic's backtrace maps the whole executable to read its debug
+    /// information, and that stays).
     #[cfg(target_os = "linux")]
     fn own_code_rss_kib() -> u64 {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let code = code_ranges();
         let mut ours = false;
         let mut kib = 0;
         for line in smaps.lines() {
@@ -322,7 +326,11 @@ mod tests {
             if first.contains('-') && !first.ends_with(':') {
                 let perms = words.next().unwrap_or("");
                 let path = line.split_whitespace().nth(5).unwrap_or("");
-                ours = !perms.contains('w') && std::path::Path::new(path) == exe;
+                let (start, end) = first.split_once('-').unwrap_or(("0", "0"));
+                let start = usize::from_str_radix(start, 16).unwrap_or(0);
+                let end = usize::from_str_radix(end, 16).unwrap_or(0);
+                let loaded = code.iter().any(|(s, e)| start < *e && *s < end);
+                ours = loaded && !perms.contains('w') && std::path::Path::new(path) == exe;
             } else if ours && first == "Rss:" {
                 kib += words
                     .next()
