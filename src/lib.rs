@@ -68,3 +68,4 @@ pub mod thread;
 pub mod tls_roots;
 pub mod version;
 pub mod volume;
+pub mod x509;

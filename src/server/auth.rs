@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 use super::head::{percent_decode, RequestHead};
 use crate::kube::Client;
 pub use crate::options::{AuthConfig, AuthorizationMode};
+use crate::x509::subject;
 
 /// Entries kept in each cache; the oldest is dropped for a new one.
 pub(crate) const CACHE_ENTRIES: usize = 1024;
@@ -545,110 +546,6 @@ fn is_subpath(path: &str, prefix: &str) -> bool {
     match path.strip_prefix(prefix) {
         Some(rest) => rest.is_empty() || rest.starts_with('/'),
         None => false,
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Certificate subjects
-
-/// One DER element: (tag, contents, the rest after it).
-fn der(buf: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
-    let (&tag, rest) = buf.split_first().ok_or("truncated (no tag)")?;
-    if tag & 0x1f == 0x1f {
-        return Err(format!("unsupported multi-byte tag {tag:#04x}"));
-    }
-    let (&first, mut rest) = rest.split_first().ok_or("truncated (no length)")?;
-    let len = if first < 0x80 {
-        first as usize
-    } else {
-        let n = (first & 0x7f) as usize;
-        if n == 0 || n > 4 {
-            return Err(format!("unsupported length form {first:#04x}"));
-        }
-        if rest.len() < n {
-            return Err("truncated length".into());
-        }
-        let len = rest[..n].iter().fold(0usize, |l, b| l << 8 | *b as usize);
-        rest = &rest[n..];
-        len
-    };
-    if rest.len() < len {
-        return Err(format!(
-            "element {tag:#04x} of {len} bytes, {} left",
-            rest.len()
-        ));
-    }
-    Ok((tag, &rest[..len], &rest[len..]))
-}
-
-/// The contents of an element that must have `want` as its tag.
-fn expect<'a>(buf: &'a [u8], want: u8, what: &str) -> Result<(&'a [u8], &'a [u8]), String> {
-    let (tag, body, rest) = der(buf).map_err(|e| format!("{what}: {e}"))?;
-    if tag != want {
-        return Err(format!(
-            "{what}: expected tag {want:#04x}, found {tag:#04x}"
-        ));
-    }
-    Ok((body, rest))
-}
-
-const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
-const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
-
-/// The subject's common name (the last one, none when empty) and
-/// organizations, in order, from a certificate's DER.
-pub(crate) fn subject(cert: &[u8]) -> Result<(Option<String>, Vec<String>), String> {
-    let (certificate, _) = expect(cert, 0x30, "Certificate")?;
-    let (tbs, _) = expect(certificate, 0x30, "TBSCertificate")?;
-    let mut rest = tbs;
-    // [0] EXPLICIT version, optional.
-    if rest.first() == Some(&0xa0) {
-        rest = der(rest).map_err(|e| format!("version: {e}"))?.2;
-    }
-    for what in ["serialNumber", "signature", "issuer", "validity"] {
-        rest = der(rest).map_err(|e| format!("{what}: {e}"))?.2;
-    }
-    let (mut name, _) = expect(rest, 0x30, "subject")?;
-    let (mut cn, mut orgs) = (None, Vec::new());
-    while !name.is_empty() {
-        let (rdn, after) = expect(name, 0x31, "subject RDN")?;
-        name = after;
-        let mut rdn = rdn;
-        while !rdn.is_empty() {
-            let (atv, after) = expect(rdn, 0x30, "subject attribute")?;
-            rdn = after;
-            let (oid, value) = expect(atv, 0x06, "attribute type")?;
-            if oid != OID_CN && oid != OID_O {
-                continue;
-            }
-            let (tag, bytes, _) = der(value).map_err(|e| format!("attribute value: {e}"))?;
-            let text = directory_string(tag, bytes)?;
-            if oid == OID_CN {
-                cn = Some(text);
-            } else {
-                orgs.push(text);
-            }
-        }
-    }
-    Ok((cn.filter(|c| !c.is_empty()), orgs))
-}
-
-/// A DirectoryString (or IA5String) as text.
-fn directory_string(tag: u8, bytes: &[u8]) -> Result<String, String> {
-    match tag {
-        // UTF8String, PrintableString, IA5String.
-        0x0c | 0x13 | 0x16 => String::from_utf8(bytes.to_vec())
-            .map_err(|_| format!("string {tag:#04x} is not valid UTF-8")),
-        // T61String, read as Latin-1 as Go does.
-        0x14 => Ok(bytes.iter().map(|&b| b as char).collect()),
-        // BMPString: UTF-16BE.
-        0x1e if bytes.len().is_multiple_of(2) => {
-            let units = bytes.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]));
-            char::decode_utf16(units)
-                .collect::<Result<String, _>>()
-                .map_err(|_| "BMPString is not valid UTF-16".to_string())
-        }
-        _ => Err(format!("unsupported string type {tag:#04x}")),
     }
 }
 

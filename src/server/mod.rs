@@ -14,7 +14,6 @@
 //! `sessions` how many of those (and log follows) each caller may hold.
 
 pub mod auth;
-pub(crate) mod cert;
 pub mod conn;
 pub mod head;
 pub mod http;

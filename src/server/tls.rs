@@ -64,17 +64,17 @@ pub(crate) fn ensure_self_signed(
     }
     crate::paths::ensure_dir(dir, crate::paths::PRIVATE_DIR_MODE)
         .map_err(|e| format!("--cert-dir {}: {e}", dir.display()))?;
-    let pair = super::cert::generate(host, ips, std::time::SystemTime::now())?;
+    let pair = crate::x509::self_signed(host, ips, std::time::SystemTime::now())?;
     write_file(
         &key,
-        super::cert::pem("PRIVATE KEY", &pair.key_pkcs8).as_bytes(),
+        crate::x509::pem("PRIVATE KEY", &pair.key_pkcs8).as_bytes(),
         0o600,
         Durability::Fsync,
     )
     .map_err(|e| format!("{}: {e}", key.display()))?;
     write_file(
         &cert,
-        super::cert::pem("CERTIFICATE", &pair.cert_der).as_bytes(),
+        crate::x509::pem("CERTIFICATE", &pair.cert_der).as_bytes(),
         0o644,
         Durability::Fsync,
     )

@@ -1,8 +1,8 @@
-//! The node API's self-signed serving certificate: an ECDSA P-256 key
-//! (ring) and a small X.509 v3 DER encoder, for the node's name,
-//! `localhost`, 127.0.0.1 and the node's IPs, valid for a year, as
-//! upstream's `GenerateSelfSignedCertKey`. Written once under
-//! `--cert-dir` as `kubelet.crt` and `kubelet.key` (0600) and reused.
+//! What tinylet writes in X.509, with a small DER encoder and ring's
+//! ECDSA P-256: the node API's self-signed serving certificate (the node's
+//! name, `localhost`, 127.0.0.1 and the node's IPs, valid for a year, as
+//! upstream's `GenerateSelfSignedCertKey`) and the PKCS#10 requests of
+//! TLS bootstrap and rotation.
 
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -17,6 +17,11 @@ const OID_EC_PUBLIC_KEY: &[u8] = &[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x0
 /// prime256v1
 const OID_P256: &[u8] = &[0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
 const OID_COMMON_NAME: &[u8] = &[0x06, 0x03, 0x55, 0x04, 0x03];
+const OID_ORGANIZATION: &[u8] = &[0x06, 0x03, 0x55, 0x04, 0x0a];
+/// PKCS#9 extensionRequest
+const OID_EXTENSION_REQUEST: &[u8] = &[
+    0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e,
+];
 const OID_KEY_USAGE: &[u8] = &[0x06, 0x03, 0x55, 0x1d, 0x0f];
 const OID_EXT_KEY_USAGE: &[u8] = &[0x06, 0x03, 0x55, 0x1d, 0x25];
 const OID_BASIC_CONSTRAINTS: &[u8] = &[0x06, 0x03, 0x55, 0x1d, 0x13];
@@ -76,7 +81,11 @@ pub(crate) struct SelfSigned {
 
 /// Makes a key and a certificate for `host` (the CN and a DNS name),
 /// `localhost`, and `ips` (127.0.0.1 is always among them).
-pub(crate) fn generate(host: &str, ips: &[IpAddr], now: SystemTime) -> Result<SelfSigned, String> {
+pub(crate) fn self_signed(
+    host: &str,
+    ips: &[IpAddr],
+    now: SystemTime,
+) -> Result<SelfSigned, String> {
     let rng = SystemRandom::new();
     let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
         .map_err(|_| "generating an ECDSA P-256 key failed".to_string())?;
@@ -143,6 +152,76 @@ pub(crate) fn generate(host: &str, ips: &[IpAddr], now: SystemTime) -> Result<Se
     })
 }
 
+/// A new ECDSA P-256 key, PKCS#8 DER.
+pub(crate) fn generate_key() -> Result<Vec<u8>, String> {
+    let rng = SystemRandom::new();
+    EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng)
+        .map(|k| k.as_ref().to_vec())
+        .map_err(|_| "generating an ECDSA P-256 key failed".to_string())
+}
+
+/// A certificate request's subject and names.
+pub(crate) struct CsrSubject<'a> {
+    pub(crate) organizations: &'a [&'a str],
+    pub(crate) common_name: &'a str,
+    pub(crate) dns_names: &'a [String],
+    pub(crate) ips: &'a [IpAddr],
+}
+
+/// A PKCS#10 request signed by `key_pkcs8` (an ECDSA P-256 key): the DER
+/// of the request and of the key's SubjectPublicKeyInfo. The subject lists
+/// the organizations, then the CN, as Go writes a `pkix.Name`; DNS names
+/// and IPs, if any, go in a subjectAltName extension request.
+pub(crate) fn csr(
+    key_pkcs8: &[u8],
+    subject: &CsrSubject<'_>,
+) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let rng = SystemRandom::new();
+    let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, key_pkcs8, &rng)
+        .map_err(|_| "the key is not an ECDSA P-256 key in PKCS#8".to_string())?;
+    let mut rdns = Vec::new();
+    for o in subject.organizations {
+        rdns.extend(tlv(
+            0x31,
+            &seq(&[OID_ORGANIZATION, &tlv(0x0c, o.as_bytes())]),
+        ));
+    }
+    rdns.extend(tlv(
+        0x31,
+        &seq(&[OID_COMMON_NAME, &tlv(0x0c, subject.common_name.as_bytes())]),
+    ));
+    let spki = seq(&[
+        &seq(&[OID_EC_PUBLIC_KEY, OID_P256]),
+        &bit_string(key.public_key().as_ref()),
+    ]);
+    let mut alt = Vec::new();
+    for dns in subject.dns_names {
+        alt.extend(tlv(0x82, dns.as_bytes()));
+    }
+    for ip in subject.ips {
+        match ip {
+            IpAddr::V4(v4) => alt.extend(tlv(0x87, &v4.octets())),
+            IpAddr::V6(v6) => alt.extend(tlv(0x87, &v6.octets())),
+        }
+    }
+    // [0] attributes: an extensionRequest with the names, or none.
+    let attributes = if alt.is_empty() {
+        tlv(0xa0, &[])
+    } else {
+        let extensions = seq(&[&extension(OID_SUBJECT_ALT_NAME, false, &tlv(0x30, &alt))]);
+        tlv(
+            0xa0,
+            &seq(&[OID_EXTENSION_REQUEST, &tlv(0x31, &extensions)]),
+        )
+    };
+    let info = seq(&[&[0x02, 0x01, 0x00], &tlv(0x30, &rdns), &spki, &attributes]);
+    let sig = key
+        .sign(&rng, &info)
+        .map_err(|_| "signing the certificate request failed".to_string())?;
+    let algorithm = seq(&[OID_ECDSA_SHA256]);
+    Ok((seq(&[&info, &algorithm, &bit_string(sig.as_ref())]), spki))
+}
+
 /// PEM text of one DER block.
 pub(crate) fn pem(label: &str, der: &[u8]) -> String {
     use base64::Engine as _;
@@ -160,6 +239,79 @@ pub(crate) fn pem(label: &str, der: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    /// openssl's reading of a request: `openssl req -text -verify`.
+    fn openssl_reads(der: &[u8]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("r.der"), der).unwrap();
+        let out = std::process::Command::new("openssl")
+            .args(["req", "-inform", "DER", "-noout", "-text", "-verify", "-in"])
+            .arg(dir.path().join("r.der"))
+            .output()
+            .expect("run openssl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        text
+    }
+
+    #[test]
+    fn a_client_request_has_the_node_subject_and_no_names() {
+        let key = generate_key().unwrap();
+        let subject = CsrSubject {
+            organizations: &["system:nodes"],
+            common_name: "system:node:edge-1",
+            dns_names: &[],
+            ips: &[],
+        };
+        let (der, spki) = csr(&key, &subject).unwrap();
+        let text = openssl_reads(&der);
+        assert!(
+            text.contains("verify OK")
+                || text.contains("Certificate request self-signature verify OK"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Subject: O = system:nodes, CN = system:node:edge-1"),
+            "{text}"
+        );
+        assert!(text.contains("ecdsa-with-SHA256"), "{text}");
+        assert!(!text.contains("Subject Alternative Name"), "{text}");
+        // The SPKI is the key's public half.
+        let rng = SystemRandom::new();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &key, &rng).unwrap();
+        assert!(spki.ends_with(pair.public_key().as_ref()));
+        // Another key gives another request.
+        let (other, _) = csr(&generate_key().unwrap(), &subject).unwrap();
+        assert_ne!(der, other);
+        assert!(csr(b"not a key", &subject).is_err());
+    }
+
+    #[test]
+    fn a_serving_request_carries_its_names() {
+        let key = generate_key().unwrap();
+        let ips: Vec<IpAddr> = vec!["10.1.2.3".parse().unwrap(), "fd00::1".parse().unwrap()];
+        let (der, _) = csr(
+            &key,
+            &CsrSubject {
+                organizations: &["system:nodes"],
+                common_name: "system:node:edge-1",
+                dns_names: &["edge-1".to_string()],
+                ips: &ips,
+            },
+        )
+        .unwrap();
+        let text = openssl_reads(&der);
+        assert!(text.contains("X509v3 Subject Alternative Name"), "{text}");
+        assert!(
+            text.contains("DNS:edge-1, IP Address:10.1.2.3, IP Address:FD00:0:0:0:0:0:0:1"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn lengths_are_der() {
         assert_eq!(tlv(0x04, &[1, 2]), [0x04, 2, 1, 2]);
@@ -170,7 +322,7 @@ mod tests {
     #[test]
     fn a_generated_certificate_verifies_for_its_names_with_rustls() {
         let ip: IpAddr = "10.1.2.3".parse().unwrap();
-        let pair = generate("edge-1", &[ip], SystemTime::now()).unwrap();
+        let pair = self_signed("edge-1", &[ip], SystemTime::now()).unwrap();
         let cert = rustls::pki_types::CertificateDer::from(pair.cert_der.clone());
         let ee = webpki_like_check(&cert);
         assert!(ee, "rustls refused the certificate");
