@@ -38,7 +38,27 @@ use tinylet::volume::{
     objects, ApiObjects, ApiWatcher, ObjectManager, ObjectSource, VolumeManager,
 };
 
+/// Whether this process was started through a file named `kubelet` (the
+/// package's link to tinylet, run by kubeadm and the `kubelet` unit).
+fn invoked_as_kubelet() -> bool {
+    std::env::args_os()
+        .next()
+        .and_then(|a| Path::new(&a).file_name().map(|n| n == "kubelet"))
+        .unwrap_or(false)
+}
+
 fn main() -> ExitCode {
+    // The Kubernetes version to report, before anything can print or send
+    // it: `--version` included, as kubeadm's preflight reads it.
+    let from_env = std::env::var(tinylet::version::KUBELET_VERSION_VAR).ok();
+    let defaults = Path::new(tinylet::version::DEFAULTS_FILE);
+    match tinylet::version::resolve_kubelet(from_env, defaults) {
+        Ok(v) => tinylet::version::set_kubelet(v),
+        Err(e) => {
+            eprintln!("tinylet: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let opts = match parse_args(std::env::args().skip(1)) {
         Ok(Command::Run(o)) => *o,
         Ok(Command::Status(o)) => return tinylet::status_cmd::main(&o),
@@ -51,7 +71,12 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {
-            println!("{}", tinylet::version::long());
+            // Run as `kubelet` (the package's link, which kubeadm runs), the
+            // one line kubeadm parses; as `tinylet`, the build, then that.
+            if !invoked_as_kubelet() {
+                println!("{}", tinylet::version::long());
+            }
+            println!("{}", tinylet::version::kubernetes_line());
             return ExitCode::SUCCESS;
         }
         Err(e) => {

@@ -47,11 +47,19 @@ fn flags_help_version_and_errors() {
     assert_eq!(code, 0);
     assert!(out.contains("--pod-manifest-path"), "{out}");
     let (code, out, _) = run_cmd(&["--version"]);
-    assert_eq!((code, out.trim()), (0, tinylet::version::long().as_str()));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(code, 0);
+    assert_eq!(
+        lines.first(),
+        Some(&tinylet::version::long().as_str()),
+        "{out}"
+    );
     assert!(
         out.starts_with(concat!("tinylet ", env!("CARGO_PKG_VERSION"), " (commit ")),
         "{out}"
     );
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[1].starts_with("Kubernetes v"), "{out}");
     let (code, _, err) = run_cmd(&["--no-such-flag"]);
     assert_eq!(code, 2);
     assert!(err.contains("unknown flag --no-such-flag"), "{err}");
@@ -67,6 +75,57 @@ fn flags_help_version_and_errors() {
     ]);
     assert_ne!(code, 0);
     assert!(err.contains("/dev/null"), "{err}");
+}
+
+/// kubeadm's preflight runs `kubelet --version` and matches the whole output
+/// against `Kubernetes vX.Y.Z`; the version is the operator's, from the
+/// environment or the defaults file, and the same one the Node reports.
+#[test]
+fn run_as_kubelet_version_is_the_one_line_kubeadm_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("kubelet");
+    std::os::unix::fs::symlink(BIN, &link).unwrap();
+    let version = |var: Option<&str>| {
+        let mut cmd = Command::new(&link);
+        cmd.arg("--version");
+        match var {
+            Some(v) => cmd.env(tinylet::version::KUBELET_VERSION_VAR, v),
+            None => cmd.env_remove(tinylet::version::KUBELET_VERSION_VAR),
+        };
+        let out = cmd.output().expect("run kubelet link");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, _) = version(Some("v1.20.15"));
+    assert_eq!((code, out.as_str()), (0, "Kubernetes v1.20.15\n"));
+    let (code, out, _) = version(Some("1.22.0"));
+    assert_eq!((code, out.as_str()), (0, "Kubernetes v1.22.0\n"));
+    // kubeadm's own regular expression, spelled out.
+    let (_, out, _) = version(None);
+    let v = out
+        .trim()
+        .strip_prefix("Kubernetes v")
+        .unwrap_or_else(|| panic!("{out:?}"));
+    let parts: Vec<&str> = v
+        .split(|c| c == '-' || c == '+')
+        .next()
+        .unwrap_or("")
+        .split('.')
+        .collect();
+    assert!(
+        parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok()),
+        "{out:?}"
+    );
+    // A bad setting stops the run with the variable named, before anything.
+    let (code, out, err) = version(Some("v1.20"));
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert!(
+        err.contains("TINYLET_KUBELET_VERSION=\"v1.20\": not a version"),
+        "{err}"
+    );
 }
 
 /// A unit's kubelet command line (kubeadm-flags.env and extra args): the

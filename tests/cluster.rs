@@ -200,10 +200,11 @@ fn node_registers_with_labels_and_status_and_registers_again_only_when_gone() {
         info["containerRuntimeVersion"], "fake-cri://1.0.0",
         "{node:#}"
     );
-    assert!(
-        info["kubeletVersion"]
-            .as_str()
-            .is_some_and(|v| v.starts_with("v1.")),
+    // The version the operator set (TINYLET_KUBELET_VERSION), as
+    // `kubelet --version` prints it.
+    assert_eq!(
+        info["kubeletVersion"],
+        crate::support::agent::REPORTED_VERSION,
         "{node:#}"
     );
     assert_eq!(condition(&node, "Ready")["reason"], "KubeletReady");

@@ -37,7 +37,6 @@ use crate::thread::{spawn_named, JoinOnDrop};
 const MAX_IMAGES: usize = 50;
 /// Names listed per image (upstream: 5).
 const MAX_NAMES_PER_IMAGE: usize = 5;
-pub(crate) use crate::version::KUBELET_VERSION;
 
 /// What the node reports and how often.
 #[derive(Debug, Clone)]
@@ -503,7 +502,7 @@ impl NodeStatus {
                 "kernelVersion": m.kernel_version,
                 "osImage": m.os_image,
                 "containerRuntimeVersion": runtime_version,
-                "kubeletVersion": KUBELET_VERSION,
+                "kubeletVersion": crate::version::kubelet(),
                 "kubeProxyVersion": "",
                 "operatingSystem": m.operating_system,
                 "architecture": m.architecture,

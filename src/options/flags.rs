@@ -172,7 +172,15 @@ node serves each only when its flag or --enable-server is given):
   -v, --v int                          log verbosity: 0 info, 1-3 more info, 4+ debug, 6+ trace
   -h, --help                           print this help
       --version                        print the version, git commit, target and whether the
-                                       binary is static
+                                       binary is static, then `Kubernetes vX.Y.Z`; run through a
+                                       link named kubelet, only that line (what kubeadm reads)
+
+Environment:
+  TINYLET_KUBELET_VERSION              the Kubernetes version tinylet reports: --version, the
+                                       Node's kubeletVersion, the probes' User-Agent; set it to
+                                       the cluster's to pass kubeadm's version check. Read
+                                       from /etc/default/tinylet when not in the environment
+                                       (default v1.20.2, the API level tinylet implements)
 
 Other flags of the upstream kubelet (v1.20 and later), as kubeadm and distro units
 pass them, are accepted with a warning and ignored (list in README.md). A boolean

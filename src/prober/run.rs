@@ -38,7 +38,7 @@ pub enum Found {
 /// `kube-probe/1.20`: the User-Agent upstream's HTTP probes send, with the
 /// Kubernetes version tinylet reports.
 pub(crate) fn user_agent() -> String {
-    let v = crate::version::KUBELET_VERSION.trim_start_matches('v');
+    let v = crate::version::kubelet().trim_start_matches('v');
     let mut parts = v.split('.');
     let major = parts.next().unwrap_or("1");
     let minor = parts.next().unwrap_or("0");

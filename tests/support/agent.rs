@@ -25,6 +25,9 @@ pub struct Agent {
     prelude: Option<String>,
 }
 
+/// The Kubernetes version every agent started here reports.
+pub const REPORTED_VERSION: &str = "v1.20.7";
+
 impl Agent {
     /// Starts the binary against `endpoint` with node `edge-1`, a manifest
     /// dir, root and log dirs of its own, and `extra` flags.
@@ -118,6 +121,9 @@ impl Agent {
                 c
             }
         };
+        // The reported Kubernetes version, set as an operator would (and so
+        // that a defaults file on the test machine cannot change it).
+        cmd.env(tinylet::version::KUBELET_VERSION_VAR, REPORTED_VERSION);
         let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
