@@ -16,6 +16,7 @@ pub mod active_deadline;
 pub mod admission;
 pub mod apitime;
 pub mod atomic_file;
+pub mod certificate;
 pub mod config;
 #[cfg(feature = "cri")]
 pub mod cri;

@@ -362,28 +362,41 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     check_root_dir(&opts.root_dir)?;
     protect_from_oom();
     raise_open_files(opts.max_open_files);
-    let stop = watch_signals()?;
     info!("{} starting as node {node:?}", tinylet::version::long());
+    let client_options = ClientOptions {
+        qps: opts.kube_api_qps,
+        burst: opts.kube_api_burst,
+        timeout: Duration::from_secs(30),
+        user_agent: format!(
+            "tinylet/v{} ({}/{})",
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            tinylet::node::machine::go_arch()
+        ),
+    };
+    // TLS bootstrap, before anything starts: the node has no credentials
+    // of its own until the cluster issues them. A signal meanwhile ends the
+    // process at once (nothing runs yet; every file is written whole).
+    if let (Some(bootstrap), Some(kubeconfig)) = (&opts.bootstrap_kubeconfig, &opts.kubeconfig) {
+        tinylet::certificate::load_client_cert(&tinylet::certificate::Bootstrap {
+            kubeconfig: kubeconfig.clone(),
+            bootstrap_kubeconfig: bootstrap.clone(),
+            cert_dir: opts.cert_dir(),
+            node: node.clone(),
+            client_options: client_options.clone(),
+            backoff: (Duration::from_secs(1), Duration::from_secs(300)),
+            wait: Duration::from_secs(3600),
+        })
+        .map_err(anyhow::Error::msg)?;
+    }
+    let stop = watch_signals()?;
 
     // The API client first: a bad kubeconfig is an error before anything starts.
     let client = match &opts.kubeconfig {
         Some(path) => {
             let kubeconfig = load_kubeconfig(path).map_err(anyhow::Error::msg)?;
-            let client = Client::new(
-                &kubeconfig,
-                ClientOptions {
-                    qps: opts.kube_api_qps,
-                    burst: opts.kube_api_burst,
-                    timeout: Duration::from_secs(30),
-                    user_agent: format!(
-                        "tinylet/v{} ({}/{})",
-                        env!("CARGO_PKG_VERSION"),
-                        std::env::consts::OS,
-                        tinylet::node::machine::go_arch()
-                    ),
-                },
-            )
-            .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))?;
+            let client = Client::new(&kubeconfig, client_options)
+                .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))?;
             info!("API server {} (node {node:?})", client.server());
             Some(client)
         }

@@ -5,6 +5,7 @@
 mod support;
 
 mod agent;
+mod bootstrap;
 mod cluster;
 mod config_sources;
 mod e2e;

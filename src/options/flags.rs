@@ -83,6 +83,11 @@ Flags:
 Cluster node (with --kubeconfig; without it tinylet runs static pods only):
   --kubeconfig string                  kubeconfig of the API server; joins the cluster as
                                        node --hostname-override (or the hostname)
+  --bootstrap-kubeconfig string        TLS bootstrap: when --kubeconfig is missing or its
+                                       client certificate is not valid, ask the cluster with
+                                       these credentials (kubeadm's token) for one, keep it in
+                                       --cert-dir as kubelet-client-current.pem, and write
+                                       --kubeconfig to use it; waits until it is issued
   --kube-api-qps float                 sustained requests per second to the API server (default 50)
   --kube-api-burst int                 requests allowed in a burst (default 100)
   --register-node bool                 register the Node object (default true)
@@ -156,7 +161,8 @@ node serves each only when its flag or --enable-server is given):
                                        once under --cert-dir
   --tls-private-key-file string        PEM private key of --tls-cert-file
   --cert-dir string                    where the self-signed pair is kept as kubelet.crt and
-                                       kubelet.key (default <root-dir>/pki)
+                                       kubelet.key, and the bootstrapped client pair as
+                                       kubelet-client-current.pem (default <root-dir>/pki)
   --client-ca-file string              PEM CA bundle; client certificates it signed
                                        authenticate (CN: user, O: groups)
   --enable-server bool                 serve --port (and, standalone, --healthz-port); false
@@ -320,6 +326,9 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "sync-frequency" => o.sync_frequency = dur(&v)?,
             "runtime-request-timeout" => o.runtime_request_timeout = dur(&v)?,
             "kubeconfig" => o.kubeconfig = (!v.is_empty()).then(|| PathBuf::from(v)),
+            "bootstrap-kubeconfig" | "experimental-bootstrap-kubeconfig" => {
+                o.bootstrap_kubeconfig = (!v.is_empty()).then(|| PathBuf::from(v))
+            }
             "kube-api-qps" => {
                 o.kube_api_qps = v
                     .parse::<f32>()
@@ -561,6 +570,13 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
         None => e,
     })?;
     resolve_auth(&mut o)?;
+    if o.bootstrap_kubeconfig.is_some() && o.kubeconfig.is_none() {
+        return Err(
+            "flag --bootstrap-kubeconfig: needs --kubeconfig, the file the bootstrapped \
+             credentials are written to"
+                .into(),
+        );
+    }
     if o.runonce {
         // Upstream's run-once mode takes the local sources' pods only.
         if o.kubeconfig.is_some() {
@@ -638,6 +654,8 @@ pub(super) const FLAGS: &[&str] = &[
     "runtime-request-timeout",
     "v",
     "kubeconfig",
+    "bootstrap-kubeconfig",
+    "experimental-bootstrap-kubeconfig",
     "kube-api-qps",
     "kube-api-burst",
     "register-node",
@@ -1009,7 +1027,6 @@ mod tests {
                 "pod-infra-container-image",
                 "network-plugin",
                 "fail-swap-on",
-                "bootstrap-kubeconfig",
                 "rotate-certificates",
                 "feature-gates",
             ]
@@ -1023,6 +1040,20 @@ mod tests {
         assert_eq!(
             o.kubeconfig,
             Some(PathBuf::from("/etc/kubernetes/kubelet.conf"))
+        );
+        assert_eq!(
+            o.bootstrap_kubeconfig,
+            Some(PathBuf::from("/etc/kubernetes/bootstrap-kubelet.conf"))
+        );
+        // Bootstrapping writes --kubeconfig: without it there is nowhere to.
+        let e = parse(&[
+            "--bootstrap-kubeconfig",
+            "/etc/kubernetes/bootstrap-kubelet.conf",
+        ])
+        .unwrap_err();
+        assert!(
+            e.starts_with("flag --bootstrap-kubeconfig: needs --kubeconfig"),
+            "{e}"
         );
         assert_eq!(
             o.pod_manifest_path,

@@ -125,6 +125,10 @@ pub struct Options {
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub(crate) cert_dir: Option<PathBuf>,
+    /// `--bootstrap-kubeconfig`: credentials that may ask the cluster for
+    /// the node's client certificate when `--kubeconfig` has none that is
+    /// good (TLS bootstrap).
+    pub bootstrap_kubeconfig: Option<PathBuf>,
     /// CA bundle that client certificates are verified against
     /// (`--client-ca-file`, `authentication.x509.clientCAFile`).
     pub client_ca_file: Option<PathBuf>,
@@ -295,6 +299,7 @@ impl Default for Options {
             tls_cert_file: None,
             tls_private_key_file: None,
             cert_dir: None,
+            bootstrap_kubeconfig: None,
             client_ca_file: None,
             enable_server: None,
             port_given: false,

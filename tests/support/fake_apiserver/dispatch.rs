@@ -27,9 +27,11 @@ fn parse_target(path: &str) -> Option<Target> {
     let rest: &[&str] = match segs.as_slice() {
         ["api", "v1", rest @ ..] => rest,
         ["apis", "coordination.k8s.io", "v1", rest @ ..] => rest,
+        ["apis", "certificates.k8s.io", "v1", rest @ ..] => rest,
         _ => return None,
     };
     let core = segs[0] == "api";
+    let group = if core { "" } else { segs[1] };
     let (ns, rest) = match rest {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (ns.to_string(), rest),
         _ => (String::new(), rest),
@@ -43,9 +45,13 @@ fn parse_target(path: &str) -> Option<Target> {
         (true, &"serviceaccounts") => Res::ServiceAccounts,
         (true, &"services") => Res::Services,
         (false, &"leases") => Res::Leases,
+        (false, &"certificatesigningrequests") => Res::CertificateSigningRequests,
         _ => return None,
     };
-    if res == Res::Nodes && !ns.is_empty() {
+    if res.group() != group {
+        return None;
+    }
+    if !res.namespaced() && !ns.is_empty() {
         return None;
     }
     let name = rest.get(1).map(|s| percent_decode(s));
@@ -154,6 +160,16 @@ fn authorize(st: &State, user: &User, verb: &str, t: &Target) -> Result<(), Stat
     if user.is_admin() {
         return Ok(());
     }
+    // RBAC's system:node-bootstrapper (bound to system:bootstrappers) and
+    // system:node both allow these on CertificateSigningRequests; a
+    // bootstrap token may do nothing else.
+    let bootstrapper = user.groups.iter().any(|g| g == "system:bootstrappers");
+    if t.res == Res::CertificateSigningRequests && (bootstrapper || user.node_name().is_some()) {
+        if t.sub.is_none() && ["create", "get", "list", "watch"].contains(&verb) {
+            return Ok(());
+        }
+        return Err(authz_forbidden(user, verb, t, ""));
+    }
     let Some(node) = user.node_name() else {
         return Err(authz_forbidden(user, verb, t, ""));
     };
@@ -228,6 +244,8 @@ fn authorize(st: &State, user: &User, verb: &str, t: &Target) -> Result<(), Stat
         (Res::Pods, None) => &["get", "list", "watch", "create", "delete"],
         (Res::Pods, Some(_)) => &["get", "update", "patch"],
         (Res::Events, _) => &["create", "update", "patch"],
+        // Handled above, for nodes and bootstrappers alike.
+        (Res::CertificateSigningRequests, _) => &[],
         // system:node reads every Service, for pods' service variables.
         (Res::Services, _) => &["get", "list", "watch"],
         (Res::Leases, _) => {

@@ -467,6 +467,7 @@ pub(super) fn create(
         Res::Events => default_event(&mut obj),
         Res::Secrets | Res::ConfigMaps | Res::ServiceAccounts => {}
         Res::Services => default_service(&mut obj),
+        Res::CertificateSigningRequests => admit_csr(&ctx.user, &mut obj)?,
     }
     let key = (res, ns, name.clone());
     if st.objects.contains_key(&key) {
@@ -835,4 +836,49 @@ pub(super) fn delete(
         st.write(key, EventType::Deleted, pod.clone());
     }
     Ok(Deleted::Object(pod))
+}
+
+/// As the CSR registry's create: the request must be a PEM certificate
+/// request, a signer and usages are required, the requester's identity is
+/// recorded in the spec and any status sent is dropped.
+fn admit_csr(user: &User, obj: &mut Value) -> Result<(), Status> {
+    let name = st_name(obj);
+    let field = |field: &str, detail: &str| {
+        invalid(
+            Res::CertificateSigningRequests,
+            &name,
+            vec![(
+                "FieldValueInvalid".into(),
+                format!("Invalid value: {detail}"),
+                field.into(),
+            )],
+        )
+    };
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let request = b64
+        .decode(sv(obj, &["spec", "request"]))
+        .map_err(|_| field("spec.request", "not base64"))?;
+    let text = String::from_utf8_lossy(&request);
+    if !text.starts_with("-----BEGIN CERTIFICATE REQUEST-----") {
+        return Err(field(
+            "spec.request",
+            "PEM block type must be CERTIFICATE REQUEST",
+        ));
+    }
+    if sv(obj, &["spec", "signerName"]).is_empty() {
+        return Err(field("spec.signerName", "signerName is required"));
+    }
+    if obj["spec"]["usages"]
+        .as_array()
+        .is_none_or(|u| u.is_empty())
+    {
+        return Err(field("spec.usages", "usages must be provided"));
+    }
+    let spec = obj_mut(obj, "spec");
+    spec.insert("username".into(), json!(user.name));
+    spec.insert("groups".into(), json!(user.groups));
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("status".into(), json!({}));
+    }
+    Ok(())
 }

@@ -84,7 +84,7 @@ impl FakeApiServer {
             "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n",
         )
         .expect("write server.ext");
-        issue_cert(d, "server", "/CN=kube-apiserver", "server.ext");
+        issue_cert(d, "server", "/CN=kube-apiserver", "server.ext", 2);
         let read = |f: &str| std::fs::read(d.join(f)).unwrap_or_else(|e| panic!("read {f}: {e}"));
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -204,6 +204,11 @@ impl FakeApiServer {
     /// Issues a client certificate for `user` in `groups`, signed by the
     /// fake's CA: (certificate PEM, PKCS#8 key PEM). TLS mode only.
     pub fn client_cert(&self, user: &str, groups: &[&str]) -> (String, String) {
+        self.client_cert_for_days(user, groups, 2)
+    }
+
+    /// As `client_cert`, valid for `days` from now (negative: expired).
+    pub fn client_cert_for_days(&self, user: &str, groups: &[&str], days: i32) -> (String, String) {
         let tls = self
             .tls
             .as_ref()
@@ -219,11 +224,36 @@ impl FakeApiServer {
         for g in groups {
             subj += &format!("/O={g}");
         }
-        issue_cert(d, &stem, &subj, &format!("{stem}.ext"));
+        issue_cert(d, &stem, &subj, &format!("{stem}.ext"), days);
         let read = |f: String| {
             std::fs::read_to_string(d.join(&f)).unwrap_or_else(|e| panic!("read {f}: {e}"))
         };
         (read(format!("{stem}.crt")), read(format!("{stem}.key")))
+    }
+
+    /// kubeadm's `bootstrap-kubelet.conf` in `dir`: the CA as data and a
+    /// bootstrap token (`system:bootstrap:<id>`, group
+    /// system:bootstrappers), which may only ask for certificates. TLS mode.
+    pub fn bootstrap_kubeconfig(&self, dir: &Path, token_id: &str) -> PathBuf {
+        let tls = self.tls.as_ref().expect("bootstrapping needs start_tls");
+        let token = format!("{token_id}.0123456789abcdef");
+        self.add_token(
+            &token,
+            &format!("system:bootstrap:{token_id}"),
+            &["system:bootstrappers"],
+        );
+        let ca = base64::engine::general_purpose::STANDARD.encode(tls.ca_pem.as_bytes());
+        let yaml = format!(
+            "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: {ca}\n    \
+             server: {}\n  name: kubernetes\ncontexts:\n- context:\n    cluster: kubernetes\n    \
+             user: tls-bootstrap-token-user\n  name: tls-bootstrap-token-user@kubernetes\n\
+             current-context: tls-bootstrap-token-user@kubernetes\nkind: Config\npreferences: {{}}\n\
+             users:\n- name: tls-bootstrap-token-user\n  user:\n    token: {token}\n",
+            self.url()
+        );
+        let path = dir.join("bootstrap-kubelet.conf");
+        std::fs::write(&path, yaml).expect("write bootstrap-kubelet.conf");
+        path
     }
 
     /// A node's kubeconfig (user `system:node:<node>`, a bearer token) in
@@ -411,6 +441,115 @@ impl FakeApiServer {
             if new != old {
                 st.write(key, EventType::Modified, new);
             }
+            true
+        })
+    }
+
+    /// The CertificateSigningRequests, oldest first.
+    pub fn csrs(&self) -> Vec<Value> {
+        let mut all = self.all(Res::CertificateSigningRequests);
+        all.sort_by_key(rv_of);
+        all
+    }
+
+    /// Approves a CSR and signs it with the fake's CA for `days` (negative:
+    /// a certificate that has already expired), as the csrapproving and
+    /// csrsigning controllers do: two writes, two MODIFIED events. The
+    /// certificate's subject is the request's; its usages are client
+    /// authentication. False if there is no such CSR. TLS mode only.
+    pub fn approve_csr(&self, name: &str, days: i32) -> bool {
+        let Some(csr) = self
+            .shared
+            .state
+            .lock()
+            .get(Res::CertificateSigningRequests, "", name)
+            .cloned()
+        else {
+            return false;
+        };
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(sv(&csr, &["spec", "request"]))
+            .expect("the fake stores only base64 requests");
+        let tls = self.tls.as_ref().expect("signing needs start_tls");
+        let d = tls.dir.path();
+        let stem = format!("csr-{}", rand_u64());
+        std::fs::write(d.join(format!("{stem}.csr")), &pem).expect("write csr");
+        std::fs::write(
+            d.join(format!("{stem}.ext")),
+            "extendedKeyUsage=clientAuth\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n",
+        )
+        .expect("write ext");
+        let serial = format!("{}", rand_u64() >> 2);
+        openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{stem}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-set_serial",
+                &serial,
+                "-out",
+                &format!("{stem}.crt"),
+                "-days",
+                &days.to_string(),
+                "-extfile",
+                &format!("{stem}.ext"),
+            ],
+        );
+        let cert = std::fs::read(d.join(format!("{stem}.crt"))).expect("read the certificate");
+        let now = now_secs();
+        self.locked(|st| {
+            let key = (
+                Res::CertificateSigningRequests,
+                String::new(),
+                name.to_string(),
+            );
+            let Some(mut obj) = st.objects.get(&key).cloned() else {
+                return false;
+            };
+            obj["status"]["conditions"] = json!([{
+                "type": "Approved",
+                "status": "True",
+                "reason": "AutoApproved",
+                "message": "Auto approving kubelet client certificate after SubjectAccessReview.",
+                "lastUpdateTime": now,
+                "lastTransitionTime": now,
+            }]);
+            let obj = st.write(key.clone(), EventType::Modified, obj);
+            let mut obj = obj;
+            obj["status"]["certificate"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(&cert));
+            st.write(key, EventType::Modified, obj);
+            true
+        })
+    }
+
+    /// Denies a CSR as `kubectl certificate deny` does. False if absent.
+    pub fn deny_csr(&self, name: &str, reason: &str, message: &str) -> bool {
+        let now = now_secs();
+        self.locked(|st| {
+            let key = (
+                Res::CertificateSigningRequests,
+                String::new(),
+                name.to_string(),
+            );
+            let Some(mut obj) = st.objects.get(&key).cloned() else {
+                return false;
+            };
+            obj["status"]["conditions"] = json!([{
+                "type": "Denied",
+                "status": "True",
+                "reason": reason,
+                "message": message,
+                "lastUpdateTime": now,
+                "lastTransitionTime": now,
+            }]);
+            st.write(key, EventType::Modified, obj);
             true
         })
     }
@@ -735,7 +874,7 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-fn issue_cert(dir: &Path, stem: &str, subject: &str, ext: &str) {
+fn issue_cert(dir: &Path, stem: &str, subject: &str, ext: &str, days: i32) {
     let key = format!("{stem}.key");
     let csr = format!("{stem}.csr");
     let crt = format!("{stem}.crt");
@@ -774,7 +913,7 @@ fn issue_cert(dir: &Path, stem: &str, subject: &str, ext: &str) {
             "-out",
             &crt,
             "-days",
-            "2",
+            &days.to_string(),
             "-extfile",
             ext,
         ],

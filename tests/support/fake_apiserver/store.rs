@@ -19,6 +19,8 @@ pub(super) enum Res {
     /// Only its `token` subresource (TokenRequest) is served.
     ServiceAccounts,
     Services,
+    /// certificates.k8s.io/v1, cluster-scoped.
+    CertificateSigningRequests,
 }
 
 /// The resource of a plural name; panics on one the fake does not serve.
@@ -32,6 +34,7 @@ pub(super) fn res_named(resource: &str) -> Res {
         Res::ConfigMaps,
         Res::ServiceAccounts,
         Res::Services,
+        Res::CertificateSigningRequests,
     ]
     .into_iter()
     .find(|r| r.resource() == resource)
@@ -49,11 +52,13 @@ impl Res {
             Res::ConfigMaps => "configmaps",
             Res::ServiceAccounts => "serviceaccounts",
             Res::Services => "services",
+            Res::CertificateSigningRequests => "certificatesigningrequests",
         }
     }
     pub(super) fn group(self) -> &'static str {
         match self {
             Res::Leases => "coordination.k8s.io",
+            Res::CertificateSigningRequests => "certificates.k8s.io",
             _ => "",
         }
     }
@@ -67,16 +72,18 @@ impl Res {
             Res::ConfigMaps => "ConfigMap",
             Res::ServiceAccounts => "ServiceAccount",
             Res::Services => "Service",
+            Res::CertificateSigningRequests => "CertificateSigningRequest",
         }
     }
     pub(super) fn api_version(self) -> &'static str {
         match self {
             Res::Leases => "coordination.k8s.io/v1",
+            Res::CertificateSigningRequests => "certificates.k8s.io/v1",
             _ => "v1",
         }
     }
     pub(super) fn namespaced(self) -> bool {
-        self != Res::Nodes
+        self != Res::Nodes && self != Res::CertificateSigningRequests
     }
     /// `pods`, `leases.coordination.k8s.io`: the GroupResource string.
     pub(super) fn qualified(self) -> String {
@@ -100,6 +107,7 @@ impl Res {
                 "status.nominatedNodeName",
             ],
             Res::Nodes => &["metadata.name", "spec.unschedulable"],
+            Res::CertificateSigningRequests => &["metadata.name", "spec.signerName"],
             Res::Leases | Res::ConfigMaps | Res::ServiceAccounts | Res::Services => {
                 &["metadata.name", "metadata.namespace"]
             }
@@ -138,6 +146,9 @@ impl Res {
             Res::Leases => format!(r#"{head},"spec":{{}}}}"#),
             Res::Secrets | Res::ConfigMaps | Res::ServiceAccounts => format!("{head}}}"),
             Res::Services => format!(r#"{head},"spec":{{}},"status":{{"loadBalancer":{{}}}}}}"#),
+            Res::CertificateSigningRequests => {
+                format!(r#"{head},"spec":{{"request":null,"signerName":""}},"status":{{}}}}"#)
+            }
             Res::Events => format!(
                 r#"{head},"involvedObject":{{}},"source":{{}},"firstTimestamp":null,"lastTimestamp":null,"eventTime":null,"reportingComponent":"","reportingInstance":""}}"#
             ),

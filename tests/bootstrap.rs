@@ -1,0 +1,280 @@
+//! TLS bootstrap against the fake apiserver, acting as the csrapproving and
+//! csrsigning controllers: a node with only a bootstrap token asks for its
+//! client certificate, waits for it, writes `--kubeconfig` and joins with
+//! it; a denied request is asked again with a new key; a certificate that
+//! has expired is replaced through the bootstrap credentials.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use crate::support::agent::Agent;
+use crate::support::fake_apiserver::FakeApiServer;
+use crate::support::fake_cri::FakeCri;
+
+const NODE: &str = "edge-1";
+
+struct Joining {
+    agent: Agent,
+    api: FakeApiServer,
+    _cri: FakeCri,
+    dir: tempfile::TempDir,
+}
+
+impl Joining {
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubelet.conf")
+    }
+    fn pki(&self) -> PathBuf {
+        self.dir.path().join("pki")
+    }
+}
+
+/// An agent started as kubeadm's unit starts the kubelet: a bootstrap
+/// kubeconfig, a `--kubeconfig` path that may not exist yet, a cert dir.
+/// `before` prepares the directory first.
+fn join(before: impl FnOnce(&FakeApiServer, &Path)) -> Joining {
+    let api = FakeApiServer::start_tls();
+    let cri = FakeCri::start();
+    let dir = tempfile::Builder::new()
+        .prefix("tinylet-bootstrap")
+        .tempdir()
+        .expect("temp dir");
+    before(&api, dir.path());
+    let boot = api.bootstrap_kubeconfig(dir.path(), "abcdef");
+    let kubeconfig = dir.path().join("kubelet.conf");
+    let pki = dir.path().join("pki");
+    let agent = Agent::start(
+        &cri.endpoint(),
+        &[
+            "--bootstrap-kubeconfig",
+            &boot.display().to_string(),
+            "--kubeconfig",
+            &kubeconfig.display().to_string(),
+            "--cert-dir",
+            &pki.display().to_string(),
+            "--node-status-update-frequency",
+            "1s",
+        ],
+    );
+    Joining {
+        agent,
+        api,
+        _cri: cri,
+        dir,
+    }
+}
+
+fn wait_csr(j: &mut Joining, n: usize) -> Value {
+    let api = &j.api;
+    j.agent.wait(&format!("certificate request #{n}"), || {
+        api.csrs().len() >= n
+    });
+    j.api.csrs()[n - 1].clone()
+}
+
+fn name(csr: &Value) -> String {
+    csr["metadata"]["name"].as_str().unwrap_or("").to_string()
+}
+
+/// openssl's reading of a CSR object's request.
+fn request_text(csr: &Value) -> String {
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(csr["spec"]["request"].as_str().unwrap_or(""))
+        .expect("spec.request is base64");
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("r.pem"), &pem).unwrap();
+    let out = Command::new("openssl")
+        .args(["req", "-noout", "-text", "-verify", "-in"])
+        .arg(dir.path().join("r.pem"))
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn wait_ready(j: &mut Joining) -> Value {
+    let api = &j.api;
+    j.agent.wait("the Node is Ready", || {
+        api.node(NODE).is_some_and(|n| {
+            n["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+    });
+    j.api.node(NODE).unwrap()
+}
+
+#[test]
+fn a_node_with_a_bootstrap_token_gets_its_certificate_and_joins_with_it() {
+    let mut j = join(|_, _| {});
+    let csr = wait_csr(&mut j, 1);
+
+    // The request, field by field, as the csrapproving controller checks it.
+    assert!(name(&csr).starts_with("node-csr-"), "{csr:#}");
+    assert_eq!(
+        csr["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet",
+        "{csr:#}"
+    );
+    assert_eq!(
+        csr["spec"]["usages"],
+        serde_json::json!(["digital signature", "key encipherment", "client auth"]),
+        "{csr:#}"
+    );
+    assert_eq!(
+        csr["spec"]["username"], "system:bootstrap:abcdef",
+        "{csr:#}"
+    );
+    assert_eq!(csr["apiVersion"], "certificates.k8s.io/v1", "{csr:#}");
+    let text = request_text(&csr);
+    assert!(text.contains("verify OK"), "{text}");
+    assert!(
+        text.contains("Subject: O = system:nodes, CN = system:node:edge-1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("id-ecPublicKey") && text.contains("prime256v1"),
+        "{text}"
+    );
+    assert!(!text.contains("Alternative Name"), "{text}");
+
+    // Nothing happens as the node before the certificate is there.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(j.api.node(NODE).is_none());
+    assert!(!j.kubeconfig().exists());
+    assert!(j.pki().join("kubelet-client.key.tmp").exists());
+
+    assert!(j.api.approve_csr(&name(&csr), 2));
+    wait_ready(&mut j);
+    // Registered with the issued certificate, as the node itself.
+    let creates: Vec<_> = j
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "POST" && r.path == "/api/v1/nodes")
+        .collect();
+    assert_eq!(creates.len(), 1, "{creates:?}");
+    assert_eq!(creates[0].user, "system:node:edge-1");
+    assert_eq!(creates[0].status, 201);
+
+    // The files kubeadm and operators look for.
+    let current = j.pki().join("kubelet-client-current.pem");
+    let target = fs::read_link(&current).expect("kubelet-client-current.pem is a link");
+    assert!(
+        target.to_string_lossy().starts_with("kubelet-client-2"),
+        "{target:?}"
+    );
+    let both = fs::read_to_string(&current).unwrap();
+    assert!(both.contains("BEGIN CERTIFICATE") && both.contains("PRIVATE KEY"));
+    let conf = fs::read_to_string(j.kubeconfig()).unwrap();
+    assert!(
+        conf.contains(&format!("client-certificate: \"{}\"", current.display())),
+        "{conf}"
+    );
+    assert!(
+        conf.contains(&format!("server: \"{}\"", j.api.url())),
+        "{conf}"
+    );
+    assert!(conf.contains("certificate-authority-data: "), "{conf}");
+    assert!(!conf.contains("token"), "{conf}");
+    assert!(!j.pki().join("kubelet-client.key.tmp").exists());
+
+    // A restart uses the kubeconfig as it is: no new request.
+    j.agent.kill();
+    j.agent.spawn();
+    let api = &j.api;
+    j.agent.wait("the restarted node renews its lease", || {
+        api.requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/leases/edge-1") && r.user == "system:node:edge-1")
+            .count()
+            >= 3
+    });
+    assert_eq!(j.api.csrs().len(), 1);
+}
+
+#[test]
+fn a_denied_request_is_asked_again_with_a_new_key() {
+    let mut j = join(|_, _| {});
+    let first = wait_csr(&mut j, 1);
+    assert!(j
+        .api
+        .deny_csr(&name(&first), "NotMine", "this node is unknown"));
+    let second = wait_csr(&mut j, 2);
+    assert_ne!(name(&first), name(&second));
+    assert_ne!(first["spec"]["request"], second["spec"]["request"]);
+    let log = j.agent.log();
+    assert!(
+        log.contains("the request was denied: NotMine: this node is unknown"),
+        "{log}"
+    );
+    assert!(j.api.node(NODE).is_none());
+    assert!(j.api.approve_csr(&name(&second), 2));
+    wait_ready(&mut j);
+}
+
+#[test]
+fn an_expired_certificate_is_replaced_through_the_bootstrap_credentials() {
+    // The node was off past its certificate's end: the store and
+    // kubelet.conf as the agent left them, the certificate expired.
+    let mut j = join(|api, dir| {
+        let pki = dir.join("pki");
+        fs::create_dir_all(&pki).unwrap();
+        let (cert, key) = api.client_cert_for_days("system:node:edge-1", &["system:nodes"], -1);
+        fs::write(
+            pki.join("kubelet-client-2020-01-01-00-00-00.pem"),
+            cert + &key,
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            "kubelet-client-2020-01-01-00-00-00.pem",
+            pki.join("kubelet-client-current.pem"),
+        )
+        .unwrap();
+        let current = pki.join("kubelet-client-current.pem");
+        let ca = base64::engine::general_purpose::STANDARD.encode(api.ca_pem().unwrap());
+        fs::write(
+            dir.join("kubelet.conf"),
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {}\n    \
+                 certificate-authority-data: {ca}\n  name: default-cluster\ncontexts:\n- context:\n    \
+                 cluster: default-cluster\n    user: default-auth\n  name: default-context\n\
+                 current-context: default-context\nusers:\n- name: default-auth\n  user:\n    \
+                 client-certificate: {p}\n    client-key: {p}\n",
+                api.url(),
+                p = current.display()
+            ),
+        )
+        .unwrap();
+    });
+    let csr = wait_csr(&mut j, 1);
+    let log = j.agent.log();
+    assert!(log.contains("not now; bootstrapping"), "{log}");
+    assert!(log.contains("is not valid now"), "{log}");
+    assert_eq!(csr["spec"]["username"], "system:bootstrap:abcdef");
+    assert!(j.api.approve_csr(&name(&csr), 2));
+    wait_ready(&mut j);
+    let target = fs::read_link(j.pki().join("kubelet-client-current.pem")).unwrap();
+    assert_ne!(
+        target,
+        PathBuf::from("kubelet-client-2020-01-01-00-00-00.pem")
+    );
+    // The old pair is kept, as client-go's store keeps it.
+    assert!(j
+        .pki()
+        .join("kubelet-client-2020-01-01-00-00-00.pem")
+        .exists());
+}
