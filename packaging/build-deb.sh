@@ -100,6 +100,10 @@ put() { # MODE SOURCE DEST
 }
 put 0755 "$binary" usr/bin/tinylet
 put 0644 "$here/systemd/tinylet.service" lib/systemd/system/tinylet.service
+# tinylet as the kubelet, for kubeadm: its preflight runs `kubelet
+# --version`, and it restarts kubelet.service. Not enabled by postinst.
+ln -s tinylet "$root/usr/bin/kubelet"
+put 0644 "$here/systemd/kubelet.service" lib/systemd/system/kubelet.service
 put 0644 "$src/config.yaml" etc/tinylet/config.yaml
 put 0644 "$src/default" etc/default/tinylet
 install -d -m 0755 "$root/etc/kubernetes/manifests"
@@ -115,6 +119,7 @@ gzip -9n <"$src/changelog" >"$stage/changelog.gz"
 put 0644 "$stage/changelog.gz" "$doc/$changelog_name"
 gzip -9n <"$src/tinylet.8" >"$stage/tinylet.8.gz"
 put 0644 "$stage/tinylet.8.gz" usr/share/man/man8/tinylet.8.gz
+ln -s tinylet.8.gz "$root/usr/share/man/man8/kubelet.8.gz"
 put 0644 "$src/lintian-overrides" usr/share/lintian/overrides/tinylet
 
 # Installed-Size as dpkg-gencontrol counts it: KiB per file, rounded up, and
@@ -130,6 +135,9 @@ Architecture: $arch
 Maintainer: tinylet developers <dev@tinylet.invalid>
 Installed-Size: $installed_size
 Recommends: containerd, containernetworking-plugins
+Provides: kubelet
+Conflicts: kubelet
+Replaces: kubelet
 Section: admin
 Priority: optional
 Description: small Kubernetes node agent for edge machines
@@ -140,7 +148,8 @@ Description: small Kubernetes node agent for edge machines
  .
  The package starts tinylet with systemd, configured for a standalone edge
  node: pods from the manifests in /etc/kubernetes/manifests, containerd at
- its usual socket.
+ its usual socket. It also provides the kubelet command and a kubelet
+ service for kubeadm join, in place of the upstream kubelet.
 EOF
 printf '%s\n' /etc/default/tinylet /etc/tinylet/config.yaml >"$root/DEBIAN/conffiles"
 for script in postinst prerm postrm; do

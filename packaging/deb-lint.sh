@@ -53,18 +53,19 @@ for deb in "$@"; do
     root="$work/$(basename "$deb" .deb)"
     mkdir -p "$root"
     dpkg-deb -x "$deb" "$root"
-    unit=lib/systemd/system/tinylet.service
-    [ -f "$root/$unit" ] || { echo "deb-lint.sh: FAIL: $deb has no /$unit" >&2; failed=1; continue; }
     for f in /lib/systemd/system/*; do
         [ -e "$root/lib/systemd/system/${f##*/}" ] || cp -a "$f" "$root/lib/systemd/system/"
     done
-    rc=0
-    out=$(MANPATH="$root/usr/share/man" systemd-analyze verify --root="$root" "/$unit" 2>&1) || rc=$?
-    if [ $rc != 0 ] || [ -n "$out" ]; then
-        printf '%s\n' "$out" >&2
-        echo "deb-lint.sh: FAIL: systemd-analyze verify rejected /$unit of $deb (exit $rc)" >&2
-        failed=1
-    fi
+    for unit in lib/systemd/system/tinylet.service lib/systemd/system/kubelet.service; do
+        [ -f "$root/$unit" ] || { echo "deb-lint.sh: FAIL: $deb has no /$unit" >&2; failed=1; continue; }
+        rc=0
+        out=$(MANPATH="$root/usr/share/man" systemd-analyze verify --root="$root" "/$unit" 2>&1) || rc=$?
+        if [ $rc != 0 ] || [ -n "$out" ]; then
+            printf '%s\n' "$out" >&2
+            echo "deb-lint.sh: FAIL: systemd-analyze verify rejected /$unit of $deb (exit $rc)" >&2
+            failed=1
+        fi
+    done
 done
 
 [ $failed = 0 ] || exit 1

@@ -66,6 +66,7 @@ PKG=tinylet
 MANIFESTS=/etc/kubernetes/manifests
 STATE=/var/lib/tinylet
 UNIT=/lib/systemd/system/tinylet.service
+KUBELET_UNIT=/lib/systemd/system/kubelet.service
 POD="deb-test"
 # Everything the package installs or its scripts create.
 PATHS=(
@@ -77,6 +78,10 @@ PATHS=(
     /var/lib/systemd/deb-systemd-helper-enabled/tinylet.service.dsh-also
     /var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/tinylet.service
     /var/lib/systemd/deb-systemd-helper-masked/tinylet.service
+    /usr/bin/kubelet "$KUBELET_UNIT" /usr/share/man/man8/kubelet.8.gz
+    /etc/systemd/system/multi-user.target.wants/kubelet.service
+    /var/lib/systemd/deb-systemd-helper-enabled/kubelet.service.dsh-also
+    /var/lib/systemd/deb-systemd-helper-masked/kubelet.service
 )
 
 # ---- refuse to run where it would disturb something ---------------------
@@ -232,10 +237,20 @@ for p in /proc/[0-9]*; do
         fail "postinst started /usr/bin/tinylet (pid ${p#/proc/}) although systemd is not running"
 done
 # It only warns about a bad directive: any output fails.
-if ! verify=$(systemd-analyze verify "$UNIT" 2>&1) || [ -n "$verify" ]; then
-    fail "systemd-analyze verify $UNIT: ${verify:-non-zero exit}"
-fi
-say "installed $PKG $deb_version; unit enabled, nothing started; systemd-analyze verify accepts $UNIT"
+for u in "$UNIT" "$KUBELET_UNIT"; do
+    if ! verify=$(systemd-analyze verify "$u" 2>&1) || [ -n "$verify" ]; then
+        fail "systemd-analyze verify $u: ${verify:-non-zero exit}"
+    fi
+done
+# tinylet as the kubelet, for kubeadm: the command its preflight runs prints
+# the one line it parses, and the unit waits for `kubeadm join`.
+[ "$(readlink /usr/bin/kubelet)" = tinylet ] || fail "/usr/bin/kubelet is not a link to tinylet"
+kubelet_version=$(/usr/bin/kubelet --version) || fail "/usr/bin/kubelet --version failed"
+[[ "$kubelet_version" =~ ^Kubernetes\ v[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+    fail "/usr/bin/kubelet --version says '$kubelet_version', not 'Kubernetes vX.Y.Z'"
+[ ! -e /etc/systemd/system/multi-user.target.wants/kubelet.service ] ||
+    fail "postinst enabled kubelet.service; only kubeadm join or the admin should"
+say "installed $PKG $deb_version; unit enabled, nothing started; systemd-analyze verify accepts $UNIT and $KUBELET_UNIT; kubelet --version: $kubelet_version"
 
 # ---- 2. run the installed tinylet as its unit does -------------------------
 # The unit's command line, with $TINYLET_ARGS/$KUBELET_EXTRA_ARGS empty as
