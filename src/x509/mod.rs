@@ -115,7 +115,7 @@ fn directory_string(tag: u8, bytes: &[u8]) -> Result<String, String> {
 }
 
 /// The validity of a certificate from its DER: (notBefore, notAfter).
-pub(crate) fn validity(cert: &[u8]) -> Result<(SystemTime, SystemTime), String> {
+pub fn validity(cert: &[u8]) -> Result<(SystemTime, SystemTime), String> {
     let (certificate, _) = expect(cert, 0x30, "Certificate")?;
     let (tbs, _) = expect(certificate, 0x30, "TBSCertificate")?;
     let mut rest = tbs;

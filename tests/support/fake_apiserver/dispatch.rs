@@ -73,7 +73,7 @@ fn parse_target(path: &str) -> Option<Target> {
 pub(super) fn authenticate(
     st: &State,
     req: &Request,
-    cert_user: Option<User>,
+    cert_user: Result<Option<User>, ()>,
 ) -> Result<User, Resp> {
     if let Some(auth) = req.header("authorization") {
         let token = auth.strip_prefix("Bearer ").map(str::trim).unwrap_or("");
@@ -86,7 +86,16 @@ pub(super) fn authenticate(
             ))),
         };
     }
-    Ok(cert_user.unwrap_or_else(User::anonymous))
+    match cert_user {
+        Ok(user) => Ok(user.unwrap_or_else(User::anonymous)),
+        // "x509: certificate has expired or is not yet valid", and no
+        // other credentials: Unauthorized.
+        Err(()) => Err(Resp::status(&Status::new(
+            401,
+            "Unauthorized",
+            "Unauthorized",
+        ))),
+    }
 }
 
 fn verb_of(req: &Request, t: &Target) -> &'static str {
@@ -334,7 +343,7 @@ pub(super) fn dispatch(
     shared: &Arc<Shared>,
     st: &mut parking_lot::MutexGuard<'_, State>,
     req: &Request,
-    cert_user: Option<User>,
+    cert_user: Result<Option<User>, ()>,
 ) -> (Option<User>, Outcome) {
     let user = match authenticate(st, req, cert_user) {
         Ok(u) => u,

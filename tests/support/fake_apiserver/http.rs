@@ -272,15 +272,28 @@ impl Conn {
             Conn::Tls(s) => &s.sock,
         }
     }
-    pub(super) fn cert_user(&self) -> Option<User> {
+    /// The client certificate's user; `Err` when it is not valid now. As
+    /// the apiserver's x509 authenticator, this is checked at every
+    /// request, not once at the handshake: a connection made with a
+    /// certificate that has since expired is no longer authenticated by it.
+    pub(super) fn cert_user(&self) -> Result<Option<User>, ()> {
         match self {
-            Conn::Plain(_) => None,
+            Conn::Plain(_) => Ok(None),
             Conn::Tls(s) => {
-                let cert = s.conn.peer_certificates()?.first()?;
-                let (cn, orgs) = cert_subject(cert.as_ref())?;
+                let Some(cert) = s.conn.peer_certificates().and_then(|c| c.first()) else {
+                    return Ok(None);
+                };
+                let now = SystemTime::now();
+                match tinylet::x509::validity(cert.as_ref()) {
+                    Ok((from, to)) if from <= now && now < to => {}
+                    _ => return Err(()),
+                }
+                let Some((cn, orgs)) = cert_subject(cert.as_ref()) else {
+                    return Ok(None);
+                };
                 let mut groups = orgs;
                 groups.push("system:authenticated".into());
-                Some(User { name: cn, groups })
+                Ok(Some(User { name: cn, groups }))
             }
         }
     }
