@@ -392,15 +392,15 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     let stop = watch_signals()?;
 
     // The API client first: a bad kubeconfig is an error before anything starts.
-    let client = match &opts.kubeconfig {
+    let (client, kubeconfig) = match &opts.kubeconfig {
         Some(path) => {
             let kubeconfig = load_kubeconfig(path).map_err(anyhow::Error::msg)?;
-            let client = Client::new(&kubeconfig, client_options)
+            let client = Client::new(&kubeconfig, client_options.clone())
                 .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {e}", path.display()))?;
             info!("API server {} (node {node:?})", client.server());
-            Some(client)
+            (Some(client), Some(kubeconfig))
         }
-        None => None,
+        None => (None, None),
     };
 
     let Some((remote, runtime_name)) = connect_runtime(&opts, &stop)? else {
@@ -440,6 +440,35 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         "Starting",
         "Starting kubelet.".to_string(),
     );
+    // Renewing the client certificate TLS bootstrap keeps. The thread ends
+    // when this returns (its files are written whole).
+    let mut _rotation_stop = None;
+    if let (true, Some(c), Some(kc)) = (opts.rotate_certificates, &client, &kubeconfig) {
+        use tinylet::certificate::{self, rotation::Rotation, store::Store, CLIENT_PAIR};
+        let store = Store::new(&opts.cert_dir(), CLIENT_PAIR);
+        match certificate::managed(kc, &store) {
+            Ok(()) => {
+                let (stop_tx, stop_rx) = bounded::<()>(1);
+                Rotation {
+                    store,
+                    node: node.clone(),
+                    client: c.clone(),
+                    bootstrap_kubeconfig: opts.bootstrap_kubeconfig.clone(),
+                    client_options: client_options.clone(),
+                    backoff: (Duration::from_secs(2), Duration::from_secs(300)),
+                    wait: Duration::from_secs(900),
+                    recorder: recorder.clone(),
+                }
+                .start(stop_rx)
+                .context("starting the certificate rotation thread")?
+                .detach();
+                _rotation_stop = Some(stop_tx);
+            }
+            Err(why) => {
+                warn!("--rotate-certificates: {why}; the client certificate is not rotated")
+            }
+        }
+    }
     let (_status_manager, reporter) = match &client {
         Some(c) => {
             let (m, r) = StatusManager::start(c.clone(), node_state.clone(), node.clone())

@@ -2,11 +2,15 @@
 //! csrsigning controllers: a node with only a bootstrap token asks for its
 //! client certificate, waits for it, writes `--kubeconfig` and joins with
 //! it; a denied request is asked again with a new key; a certificate that
-//! has expired is replaced through the bootstrap credentials.
+//! has expired is replaced through the bootstrap credentials; with
+//! `--rotate-certificates` a short-lived certificate is renewed with the
+//! node's own credentials before it ends, without a pod restarted or a
+//! watch listed again.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine as _;
 use serde_json::Value;
@@ -20,7 +24,7 @@ const NODE: &str = "edge-1";
 struct Joining {
     agent: Agent,
     api: FakeApiServer,
-    _cri: FakeCri,
+    cri: FakeCri,
     dir: tempfile::TempDir,
 }
 
@@ -37,6 +41,10 @@ impl Joining {
 /// kubeconfig, a `--kubeconfig` path that may not exist yet, a cert dir.
 /// `before` prepares the directory first.
 fn join(before: impl FnOnce(&FakeApiServer, &Path)) -> Joining {
+    join_with(before, &[])
+}
+
+fn join_with(before: impl FnOnce(&FakeApiServer, &Path), extra: &[&str]) -> Joining {
     let api = FakeApiServer::start_tls();
     let cri = FakeCri::start();
     let dir = tempfile::Builder::new()
@@ -47,23 +55,27 @@ fn join(before: impl FnOnce(&FakeApiServer, &Path)) -> Joining {
     let boot = api.bootstrap_kubeconfig(dir.path(), "abcdef");
     let kubeconfig = dir.path().join("kubelet.conf");
     let pki = dir.path().join("pki");
-    let agent = Agent::start(
-        &cri.endpoint(),
-        &[
-            "--bootstrap-kubeconfig",
-            &boot.display().to_string(),
-            "--kubeconfig",
-            &kubeconfig.display().to_string(),
-            "--cert-dir",
-            &pki.display().to_string(),
-            "--node-status-update-frequency",
-            "1s",
-        ],
+    let (boot, kubeconfig, pki) = (
+        boot.display().to_string(),
+        kubeconfig.display().to_string(),
+        pki.display().to_string(),
     );
+    let mut flags = vec![
+        "--bootstrap-kubeconfig",
+        &boot,
+        "--kubeconfig",
+        &kubeconfig,
+        "--cert-dir",
+        &pki,
+        "--node-status-update-frequency",
+        "1s",
+    ];
+    flags.extend_from_slice(extra);
+    let agent = Agent::start(&cri.endpoint(), &flags);
     Joining {
         agent,
         api,
-        _cri: cri,
+        cri,
         dir,
     }
 }
@@ -277,4 +289,199 @@ fn an_expired_certificate_is_replaced_through_the_bootstrap_credentials() {
         .pki()
         .join("kubelet-client-2020-01-01-00-00-00.pem")
         .exists());
+}
+
+/// Polls `f` for up to `secs` seconds.
+fn within(j: &mut Joining, secs: u64, what: &str, mut f: impl FnMut(&Joining) -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while !f(j) {
+        assert!(
+            j.agent.running(),
+            "tinylet exited while waiting until {what}\n{}",
+            j.agent.log()
+        );
+        assert!(
+            Instant::now() < end,
+            "timed out waiting until {what}\n{}",
+            j.agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Lists and watches of the node's pods.
+fn pod_requests(api: &FakeApiServer, watches: bool) -> usize {
+    api.requests()
+        .iter()
+        .filter(|r| {
+            r.verb == "GET" && r.path == "/api/v1/pods" && r.query.contains("watch=true") == watches
+        })
+        .count()
+}
+
+#[test]
+fn the_client_certificate_is_renewed_before_it_ends_without_losing_a_watch_or_a_pod() {
+    let mut j = join_with(
+        |_, _| {},
+        &[
+            "--rotate-certificates",
+            "--node-lease-duration-seconds",
+            "4",
+        ],
+    );
+    let first = wait_csr(&mut j, 1);
+    // Valid 12 s: renewed 8.4 to 10.8 s after it starts.
+    let issued = SystemTime::now();
+    assert!(j
+        .api
+        .approve_csr_for(&name(&first), Duration::from_secs(12)));
+    wait_ready(&mut j);
+    j.api.create_pod(crate::cluster::api_pod("steady"));
+    let api = &j.api;
+    j.agent.wait("the pod runs", || {
+        api.pod("default", "steady")
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    });
+    let lists = pod_requests(&j.api, false);
+    let watches = pod_requests(&j.api, true);
+    let creates = j.cri.count("CreateContainer");
+
+    // The renewal, asked with the node's own certificate (the approver's
+    // selfnodeclient rule), the same request otherwise.
+    within(&mut j, 20, "a second certificate request", |j| {
+        j.api.csrs().len() >= 2
+    });
+    let second = j.api.csrs()[1].clone();
+    assert_eq!(
+        second["spec"]["username"], "system:node:edge-1",
+        "{second:#}"
+    );
+    assert_eq!(second["spec"]["signerName"], first["spec"]["signerName"]);
+    assert_eq!(second["spec"]["usages"], first["spec"]["usages"]);
+    assert_ne!(second["spec"]["request"], first["spec"]["request"]);
+    let text = request_text(&second);
+    assert!(
+        text.contains("Subject: O = system:nodes, CN = system:node:edge-1"),
+        "{text}"
+    );
+    let asked_after = SystemTime::now().duration_since(issued).unwrap();
+    assert!(
+        asked_after >= Duration::from_secs(7),
+        "asked after {asked_after:?}"
+    );
+    assert!(j.api.approve_csr(&name(&second), 2));
+    within(&mut j, 10, "the renewal is in use", |j| {
+        j.agent.log().contains("client certificate renewed")
+    });
+
+    // Past the first certificate's end the node still renews its lease:
+    // its connections present the new one (the fake refuses an expired one).
+    let first_end = issued + Duration::from_secs(13);
+    if let Ok(left) = first_end.duration_since(SystemTime::now()) {
+        std::thread::sleep(left);
+    }
+    let renewals = |api: &FakeApiServer| {
+        api.requests()
+            .iter()
+            .filter(|r| r.verb == "PUT" && r.path.ends_with("/leases/edge-1") && r.status == 200)
+            .count()
+    };
+    let before = renewals(&j.api);
+    within(
+        &mut j,
+        10,
+        "two lease renewals after the first certificate ended",
+        |j| renewals(&j.api) >= before + 2,
+    );
+
+    // Nothing was lost: the pod watch was closed with every connection and
+    // resumed without a list, the pod was not restarted, and the store
+    // moved on.
+    assert!(
+        pod_requests(&j.api, true) > watches,
+        "the pod watch was not made again"
+    );
+    assert_eq!(
+        pod_requests(&j.api, false),
+        lists,
+        "the pods were listed again"
+    );
+    assert_eq!(j.cri.count("CreateContainer"), creates);
+    assert_eq!(
+        j.api.pod("default", "steady").unwrap()["status"]["phase"],
+        "Running"
+    );
+    let dated: Vec<_> = fs::read_dir(j.pki())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("kubelet-client-2"))
+        .collect();
+    assert_eq!(dated.len(), 2, "{dated:?}");
+    assert_eq!(j.api.csrs().len(), 2);
+}
+
+#[test]
+fn a_certificate_that_expires_before_its_renewal_is_replaced_through_the_bootstrap_credentials() {
+    let mut j = join_with(
+        |_, _| {},
+        &[
+            "--rotate-certificates",
+            "--node-lease-duration-seconds",
+            "4",
+        ],
+    );
+    let first = wait_csr(&mut j, 1);
+    let issued = SystemTime::now();
+    assert!(j.api.approve_csr_for(&name(&first), Duration::from_secs(8)));
+    wait_ready(&mut j);
+    // The renewal is asked for, and left unanswered past the end of the
+    // certificate it would replace; then it is denied.
+    within(&mut j, 20, "a renewal request", |j| j.api.csrs().len() >= 2);
+    let second = j.api.csrs()[1].clone();
+    assert_eq!(second["spec"]["username"], "system:node:edge-1");
+    if let Ok(left) = (issued + Duration::from_secs(9)).duration_since(SystemTime::now()) {
+        std::thread::sleep(left);
+    }
+    assert!(j.api.deny_csr(&name(&second), "Late", "too late"));
+    // The node's own certificate cannot ask any more: the bootstrap token does.
+    within(&mut j, 20, "a request with the bootstrap token", |j| {
+        j.api.csrs().len() >= 3
+    });
+    let third = j.api.csrs()[2].clone();
+    assert_eq!(
+        third["spec"]["username"], "system:bootstrap:abcdef",
+        "{third:#}"
+    );
+    let log = j.agent.log();
+    assert!(
+        log.contains("expired at") && log.contains("asking with the bootstrap credentials"),
+        "{log}"
+    );
+    assert!(j.api.approve_csr(&name(&third), 2));
+    // Back: the event says what happened, and the node renews its lease.
+    let api = &j.api;
+    j.agent.wait("a ClientCertificateExpired event", || {
+        api.events()
+            .iter()
+            .any(|e| e["reason"] == "ClientCertificateExpired")
+    });
+    let event = j
+        .api
+        .events()
+        .into_iter()
+        .find(|e| e["reason"] == "ClientCertificateExpired")
+        .unwrap();
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["involvedObject"]["kind"], "Node");
+    let renewed = |api: &FakeApiServer| {
+        api.requests()
+            .iter()
+            .filter(|r| r.verb == "PUT" && r.path.ends_with("/leases/edge-1") && r.status == 200)
+            .count()
+    };
+    let before = renewed(&j.api);
+    within(&mut j, 10, "lease renewals with the new certificate", |j| {
+        renewed(&j.api) >= before + 2
+    });
 }

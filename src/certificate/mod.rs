@@ -14,8 +14,10 @@
 //! A denied or failed request is retried with a new key after a back-off;
 //! an apiserver that cannot be reached, with the same key. Nothing else
 //! runs meanwhile: the agent is not a node until it has its certificate.
+//! `rotation` renews the pair later, with `--rotate-certificates`.
 
 pub mod request;
+pub mod rotation;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -201,6 +203,40 @@ fn pending_key(store: &Store) -> Result<Vec<u8>, String> {
     )
     .map_err(|e| format!("keeping the new key: {e}"))?;
     Ok(der)
+}
+
+/// Whether the kubeconfig's client certificate is the store's current
+/// pair (what TLS bootstrap writes), the one rotation renews. Upstream's
+/// manager takes over any kubeconfig's certificate; tinylet rotates only
+/// the pair it keeps, and leaves certificates an operator placed alone.
+pub fn managed(kubeconfig: &KubeConfig, store: &Store) -> Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let leaf = |pem: &[u8]| {
+        CertificateDer::pem_slice_iter(pem)
+            .next()
+            .and_then(Result::ok)
+    };
+    let Some(cert) = &kubeconfig.client_cert_pem else {
+        return Err(format!(
+            "{} names no client certificate",
+            kubeconfig.file.display()
+        ));
+    };
+    let current = store.current()?.ok_or_else(|| {
+        format!(
+            "{} has no pair yet (TLS bootstrap makes it)",
+            store.current_path().display()
+        )
+    })?;
+    if leaf(cert).is_none() || leaf(cert) != leaf(&current.cert_pem) {
+        return Err(format!(
+            "{}'s client certificate is not {}, the pair TLS bootstrap keeps",
+            kubeconfig.file.display(),
+            current.path.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Whether a kubeconfig can be used as it is: it loads, names a client

@@ -48,8 +48,12 @@ struct Inner {
     /// one when every connection is closed; the lock is held only to clone
     /// or swap it, never across I/O.
     agent: Mutex<ureq::Agent>,
-    /// Makes a fresh agent (with the same settings and transport).
-    new_agent: Box<dyn Fn() -> ureq::Agent + Send + Sync>,
+    /// Makes a fresh agent with these settings (and the same transport).
+    new_agent: Box<dyn Fn(&ureq::config::Config) -> ureq::Agent + Send + Sync>,
+    /// The TLS identity and the settings made from it; replaced when the
+    /// client certificate is ([`Client::set_client_certificate`]).
+    identity: Mutex<Identity>,
+    options: ClientOptions,
     server: String,
     /// The shared rate limiter's settings, for clones with their own.
     qps: f32,
@@ -57,11 +61,20 @@ struct Inner {
     /// The bearer token; replaced when `token_file` is re-read after a 401.
     token: Mutex<Option<String>>,
     token_file: Option<std::path::PathBuf>,
-    /// The kubeconfig, for connections made outside the agent (`mux`).
-    config: KubeConfig,
     user_agent: String,
     /// Run by `close_all_connections` (the watch multiplexer closes its own).
     on_close_all: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+}
+
+/// What the connections are made with.
+struct Identity {
+    /// The kubeconfig, with the current client certificate.
+    config: KubeConfig,
+    /// The agent's settings made from it.
+    agent_config: ureq::config::Config,
+    /// The endpoint of connections made outside the agent (`mux`), made
+    /// from `config` when first asked for.
+    endpoint: Option<Arc<super::nbhttp::Endpoint>>,
 }
 
 /// A request body with its content type.
@@ -77,8 +90,13 @@ const CONNECTION_BUFFER: usize = 16 * 1024;
 impl Client {
     pub fn new(config: &KubeConfig, options: ClientOptions) -> Result<Client, String> {
         let agent_config = Self::agent_config(config, &options)?;
-        let new_agent = move || ureq::Agent::new_with_config(agent_config.clone());
-        Ok(Self::with_agent(config, options, Box::new(new_agent)))
+        let new_agent = |c: &ureq::config::Config| ureq::Agent::new_with_config(c.clone());
+        Ok(Self::with_agent(
+            config,
+            agent_config,
+            options,
+            Box::new(new_agent),
+        ))
     }
 
     /// A client whose connections come from `connector` (addresses from
@@ -91,30 +109,41 @@ impl Client {
         resolver: impl ureq::unversioned::resolver::Resolver + Clone,
     ) -> Result<Client, String> {
         let agent_config = Self::agent_config(config, &options)?;
-        let new_agent = move || {
-            ureq::Agent::with_parts(agent_config.clone(), connector.clone(), resolver.clone())
+        let new_agent = move |c: &ureq::config::Config| {
+            ureq::Agent::with_parts(c.clone(), connector.clone(), resolver.clone())
         };
-        Ok(Self::with_agent(config, options, Box::new(new_agent)))
+        Ok(Self::with_agent(
+            config,
+            agent_config,
+            options,
+            Box::new(new_agent),
+        ))
     }
 
     fn with_agent(
         config: &KubeConfig,
+        agent_config: ureq::config::Config,
         options: ClientOptions,
-        new_agent: Box<dyn Fn() -> ureq::Agent + Send + Sync>,
+        new_agent: Box<dyn Fn(&ureq::config::Config) -> ureq::Agent + Send + Sync>,
     ) -> Client {
         Client {
             timeout: options.timeout,
             throttled: true,
             limiter: Arc::new(TokenBucket::new(options.qps, options.burst, Instant::now())),
             inner: Arc::new(Inner {
-                agent: Mutex::new(new_agent()),
+                agent: Mutex::new(new_agent(&agent_config)),
                 new_agent,
+                identity: Mutex::new(Identity {
+                    config: config.clone(),
+                    agent_config,
+                    endpoint: None,
+                }),
+                options: options.clone(),
                 server: config.server.trim_end_matches('/').to_string(),
                 qps: options.qps,
                 burst: options.burst,
                 token: Mutex::new(config.token.clone()),
                 token_file: config.token_file.clone(),
-                config: config.clone(),
                 user_agent: options.user_agent.clone(),
                 on_close_all: Mutex::new(Vec::new()),
             }),
@@ -202,7 +231,7 @@ impl Client {
     /// failing, as a watch on a connection that went silent would otherwise
     /// wait for its read deadline (minutes).
     pub(crate) fn close_all_connections(&self) {
-        let fresh = (self.inner.new_agent)();
+        let fresh = (self.inner.new_agent)(&self.inner.identity.lock().agent_config);
         let old = std::mem::replace(&mut *self.inner.agent.lock(), fresh);
         // Shuts down the old pool's sockets, idle and in use.
         old.shutdown();
@@ -216,9 +245,38 @@ impl Client {
         self.inner.on_close_all.lock().push(hook);
     }
 
-    /// Where and how to connect, for connections made outside the agent.
-    pub(crate) fn endpoint(&self) -> Result<super::nbhttp::Endpoint, String> {
-        super::nbhttp::Endpoint::new(&self.inner.config)
+    /// Where and how to connect, for connections made outside the agent,
+    /// with the current client certificate.
+    pub(crate) fn endpoint(&self) -> Result<Arc<super::nbhttp::Endpoint>, String> {
+        let mut identity = self.inner.identity.lock();
+        if let Some(e) = &identity.endpoint {
+            return Ok(e.clone());
+        }
+        let e = Arc::new(super::nbhttp::Endpoint::new(&identity.config)?);
+        identity.endpoint = Some(e.clone());
+        Ok(e)
+    }
+
+    /// Makes every later connection of every clone present this client
+    /// certificate and key (PEM), then closes the open ones, so that
+    /// requests and watches in flight fail at once and are made again with
+    /// it (client-go's connection rotation). On an error nothing changes.
+    pub fn set_client_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+        let mut config = self.inner.identity.lock().config.clone();
+        config.client_cert_pem = Some(cert_pem.to_vec());
+        config.client_key_pem = Some(key_pem.to_vec());
+        let agent_config = Self::agent_config(&config, &self.inner.options)?;
+        let endpoint = match super::nbhttp::Endpoint::new(&config) {
+            Ok(e) => Some(Arc::new(e)),
+            Err(e) => return Err(e),
+        };
+        *self.inner.identity.lock() = Identity {
+            config,
+            agent_config,
+            endpoint,
+        };
+        self.close_all_connections();
+        Ok(())
     }
 
     /// Takes a rate-limiter token without waiting: how long the request

@@ -175,7 +175,7 @@ impl WatchMux {
     /// A multiplexer for `client`'s apiserver; no thread until the first
     /// watch.
     pub fn new(client: Client) -> Result<WatchMux, String> {
-        let endpoint = Arc::new(client.endpoint()?);
+        let endpoint = client.endpoint()?;
         let current: Arc<Mutex<Option<Arc<Shared>>>> = Arc::new(Mutex::new(None));
         // Once per multiplexer, whichever thread runs when it is called.
         let hook = Arc::downgrade(&current);
@@ -671,9 +671,11 @@ impl Engine {
         self.take_answer(id, now);
     }
 
-    /// A new connection to the apiserver, to its addresses in turn.
+    /// A new connection to the apiserver, to its addresses in turn, with
+    /// the client's current certificate.
     fn open(&mut self) -> Result<Conn, String> {
         let now = Instant::now();
+        self.endpoint = self.client.endpoint()?;
         if self.addrs.is_empty() || self.resolved_at.is_none_or(|t| now - t > RESOLVE_TTL) {
             let ep = &self.endpoint;
             match (ep.host.as_str(), ep.port).to_socket_addrs() {

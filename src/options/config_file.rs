@@ -311,6 +311,11 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                     .as_bool()
                     .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
             }
+            "rotateCertificates" => {
+                o.rotate_certificates = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
             "kubeReserved" | "systemReserved" => {
                 let Value::Object(map) = v else {
                     return Err(err(
@@ -756,6 +761,7 @@ configMapAndSecretChangeDetectionStrategy: Cache
             o.pod_manifest_path,
             Some(PathBuf::from("/etc/kubernetes/manifests"))
         );
+        assert!(o.rotate_certificates && !d.rotate_certificates);
         // A zero read as the default is not an ignored field either.
         for f in &o.ignored_config_fields {
             assert!(

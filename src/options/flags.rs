@@ -88,6 +88,10 @@ Cluster node (with --kubeconfig; without it tinylet runs static pods only):
                                        these credentials (kubeadm's token) for one, keep it in
                                        --cert-dir as kubelet-client-current.pem, and write
                                        --kubeconfig to use it; waits until it is issued
+  --rotate-certificates bool           ask for a new client certificate at 70-90% of the
+                                       current one's life, as TLS bootstrap keeps it
+                                       (kubelet-client-current.pem), and switch connections
+                                       over to it (default false; kubeadm's config sets it)
   --kube-api-qps float                 sustained requests per second to the API server (default 50)
   --kube-api-burst int                 requests allowed in a burst (default 100)
   --register-node bool                 register the Node object (default true)
@@ -340,6 +344,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             }
             "kube-api-burst" => o.kube_api_burst = number(name, &v)?,
             "register-node" => o.register_node = boolean(name, &v)?,
+            "rotate-certificates" => o.rotate_certificates = boolean(name, &v)?,
             "serialize-image-pulls" => o.serialize_image_pulls = boolean(name, &v)?,
             "registry-qps" => {
                 o.registry_qps = v
@@ -656,6 +661,7 @@ pub(super) const FLAGS: &[&str] = &[
     "kubeconfig",
     "bootstrap-kubeconfig",
     "experimental-bootstrap-kubeconfig",
+    "rotate-certificates",
     "kube-api-qps",
     "kube-api-burst",
     "register-node",
@@ -716,6 +722,7 @@ pub(super) const FLAGS: &[&str] = &[
 /// The boolean ones among `FLAGS`: alone they mean true.
 pub(super) const BOOL_FLAGS: &[&str] = &[
     "register-node",
+    "rotate-certificates",
     "serialize-image-pulls",
     "allow-privileged",
     "cgroups-per-qos",
@@ -1027,7 +1034,6 @@ mod tests {
                 "pod-infra-container-image",
                 "network-plugin",
                 "fail-swap-on",
-                "rotate-certificates",
                 "feature-gates",
             ]
         );

@@ -129,6 +129,9 @@ pub struct Options {
     /// the node's client certificate when `--kubeconfig` has none that is
     /// good (TLS bootstrap).
     pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// `--rotate-certificates` (`rotateCertificates`): renew the client
+    /// certificate TLS bootstrap got before it expires.
+    pub rotate_certificates: bool,
     /// CA bundle that client certificates are verified against
     /// (`--client-ca-file`, `authentication.x509.clientCAFile`).
     pub client_ca_file: Option<PathBuf>,
@@ -300,6 +303,7 @@ impl Default for Options {
             tls_private_key_file: None,
             cert_dir: None,
             bootstrap_kubeconfig: None,
+            rotate_certificates: false,
             client_ca_file: None,
             enable_server: None,
             port_given: false,

@@ -452,12 +452,17 @@ impl FakeApiServer {
         all
     }
 
-    /// Approves a CSR and signs it with the fake's CA for `days` (negative:
-    /// a certificate that has already expired), as the csrapproving and
-    /// csrsigning controllers do: two writes, two MODIFIED events. The
-    /// certificate's subject is the request's; its usages are client
-    /// authentication. False if there is no such CSR. TLS mode only.
-    pub fn approve_csr(&self, name: &str, days: i32) -> bool {
+    /// Approves a CSR and signs it with the fake's CA for `days`, as the
+    /// csrapproving and csrsigning controllers do: two writes, two MODIFIED
+    /// events. The certificate's subject is the request's; its usages are
+    /// client authentication. False if there is no such CSR. TLS mode only.
+    pub fn approve_csr(&self, name: &str, days: u32) -> bool {
+        self.approve_csr_for(name, Duration::from_secs(u64::from(days) * 86_400))
+    }
+
+    /// As `approve_csr`, with a certificate valid from a second ago for
+    /// `life` (whole seconds).
+    pub fn approve_csr_for(&self, name: &str, life: Duration) -> bool {
         let Some(csr) = self
             .shared
             .state
@@ -472,33 +477,47 @@ impl FakeApiServer {
             .expect("the fake stores only base64 requests");
         let tls = self.tls.as_ref().expect("signing needs start_tls");
         let d = tls.dir.path();
+        // `openssl ca` takes validity to the second (`x509 -req` only days).
+        if !d.join("ca.cnf").exists() {
+            std::fs::write(
+                d.join("ca.cnf"),
+                "[ca]\ndefault_ca = fake\n[fake]\ndir = .\ndatabase = index.txt\n\
+                 new_certs_dir = issued\ncertificate = ca.crt\nprivate_key = ca.key\n\
+                 serial = serial\ndefault_md = sha256\npolicy = any\nunique_subject = no\n\
+                 copy_extensions = none\nx509_extensions = client\n\
+                 [any]\norganizationName = optional\ncommonName = supplied\n\
+                 [client]\nbasicConstraints = critical,CA:FALSE\n\
+                 keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = clientAuth\n",
+            )
+            .expect("write ca.cnf");
+            std::fs::write(d.join("index.txt"), "").expect("write index.txt");
+            std::fs::write(d.join("serial"), format!("{:016X}\n", rand_u64() >> 4))
+                .expect("serial");
+            std::fs::create_dir_all(d.join("issued")).expect("issued dir");
+        }
         let stem = format!("csr-{}", rand_u64());
         std::fs::write(d.join(format!("{stem}.csr")), &pem).expect("write csr");
-        std::fs::write(
-            d.join(format!("{stem}.ext")),
-            "extendedKeyUsage=clientAuth\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n",
-        )
-        .expect("write ext");
-        let serial = format!("{}", rand_u64() >> 2);
+        let at = |t: Timestamp| t.strftime("%Y%m%d%H%M%SZ").to_string();
+        let start = Timestamp::from_second(now().as_second() - 1).expect("a time");
+        let end =
+            Timestamp::from_second(start.as_second() + life.as_secs() as i64).expect("a time");
         openssl(
             d,
             &[
-                "x509",
-                "-req",
+                "ca",
+                "-batch",
+                "-config",
+                "ca.cnf",
+                "-notext",
+                "-preserveDN",
                 "-in",
                 &format!("{stem}.csr"),
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-set_serial",
-                &serial,
                 "-out",
                 &format!("{stem}.crt"),
-                "-days",
-                &days.to_string(),
-                "-extfile",
-                &format!("{stem}.ext"),
+                "-startdate",
+                &at(start),
+                "-enddate",
+                &at(end),
             ],
         );
         let cert = std::fs::read(d.join(format!("{stem}.crt"))).expect("read the certificate");

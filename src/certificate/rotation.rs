@@ -1,0 +1,270 @@
+//! Client certificate rotation (`--rotate-certificates`; client-go's
+//! certificate manager as the kubelet runs it): the `cert-rotation` thread
+//! sleeps until a jittered 70–90% of the current certificate's life, asks
+//! for a new one with the node's own credentials (what the csrapproving
+//! controller's `selfnodeclient` rule approves), keeps it in the store and
+//! switches the node's client over: every later connection presents it and
+//! the open ones are closed, so requests and watches are made again at once
+//! (a watch resumes from its resourceVersion; nothing is listed again).
+//! Until the new pair works the old one stays current.
+//!
+//! A certificate that expired before it could be renewed (a node that was
+//! off or cut off for its whole renewal window) cannot ask for its own
+//! successor: the request goes with the bootstrap credentials when
+//! `--bootstrap-kubeconfig` still exists, and the log and the Node's events
+//! say what happened.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use log::{error, info, warn};
+
+use super::request::Error;
+use super::store::{Pair, Store};
+use crate::events::{EventRecorder, EventType, ObjectRef};
+use crate::kube::{load_kubeconfig, Client, ClientOptions};
+
+/// The part of a certificate's life after which it is renewed: a random
+/// point in [LOW, LOW + SPREAD) (upstream: 70% plus up to 20%).
+const LOW: f64 = 0.7;
+const SPREAD: f64 = 0.2;
+
+/// The longest single sleep: the wall clock is read again after it, so a
+/// clock set forward (or a suspend) is noticed.
+const MAX_SLEEP: Duration = Duration::from_secs(600);
+
+/// What the rotation thread needs.
+pub struct Rotation {
+    /// The store TLS bootstrap keeps the pair in.
+    pub store: Store,
+    pub node: String,
+    /// The node's client: it asks, and its certificate is replaced.
+    pub client: Client,
+    /// Asked with when the current certificate has expired, if it exists.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    pub client_options: ClientOptions,
+    /// First and longest pause between failed tries.
+    pub backoff: (Duration, Duration),
+    /// How long one request is waited for.
+    pub wait: Duration,
+    pub recorder: EventRecorder,
+}
+
+/// When a pair is renewed: `fraction` (in [0, 1)) of the way from 70% to
+/// 90% of its life.
+pub fn deadline(pair: &Pair, fraction: f64) -> SystemTime {
+    let life = pair
+        .not_after
+        .duration_since(pair.not_before)
+        .unwrap_or(Duration::ZERO);
+    pair.not_before + life.mul_f64(LOW + SPREAD * fraction.clamp(0.0, 1.0))
+}
+
+/// A random fraction in [0, 1).
+fn jitter() -> f64 {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 4];
+    if ring::rand::SystemRandom::new().fill(&mut b).is_err() {
+        return 0.5;
+    }
+    f64::from(u32::from_le_bytes(b)) / (f64::from(u32::MAX) + 1.0)
+}
+
+impl Rotation {
+    /// Starts the `cert-rotation` thread with the store's current pair; it
+    /// ends when `stop` fires or is dropped.
+    pub fn start(self, stop: Receiver<()>) -> std::io::Result<crate::thread::JoinOnDrop<()>> {
+        crate::thread::spawn_named("cert-rotation", move || self.run(&stop))
+    }
+
+    fn run(self, stop: &Receiver<()>) {
+        let mut pair = match self.store.current() {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                error!("certificate rotation: no current client certificate in the cert dir");
+                return;
+            }
+            Err(e) => {
+                error!("certificate rotation: {e}");
+                return;
+            }
+        };
+        loop {
+            let at = deadline(&pair, jitter());
+            info!(
+                "client certificate valid until {}; renewing it at {}",
+                crate::apitime::rfc3339(pair.not_after),
+                crate::apitime::rfc3339(at)
+            );
+            if !sleep_until(at, stop) {
+                return;
+            }
+            match self.renew(&pair, stop) {
+                Some(new) => pair = new,
+                None => return,
+            }
+        }
+    }
+
+    /// Asks until a new pair is issued and in use; None when stopped.
+    fn renew(&self, old: &Pair, stop: &Receiver<()>) -> Option<Pair> {
+        let mut pause = self.backoff.0;
+        let mut told_expired = false;
+        loop {
+            let expired = SystemTime::now() >= old.not_after;
+            if expired && !told_expired {
+                told_expired = true;
+                let how = match &self.bootstrap_kubeconfig {
+                    Some(b) if b.exists() => {
+                        format!("asking with the bootstrap credentials of {}", b.display())
+                    }
+                    _ => {
+                        "no bootstrap kubeconfig to ask with: the node needs new credentials".into()
+                    }
+                };
+                error!(
+                    "the client certificate expired at {} before it could be renewed; {how}",
+                    crate::apitime::rfc3339(old.not_after)
+                );
+            }
+            let asked = if expired {
+                self.bootstrap_client().and_then(|c| ask(&c, self))
+            } else {
+                ask(&self.client, self)
+            };
+            match asked.and_then(|()| self.switch()) {
+                Ok(new) => {
+                    info!(
+                        "client certificate renewed: valid until {}; connections use it now",
+                        crate::apitime::rfc3339(new.not_after)
+                    );
+                    if expired {
+                        self.recorder.event(
+                            &ObjectRef::node(&self.node),
+                            EventType::Warning,
+                            "ClientCertificateExpired",
+                            format!(
+                                "The node's client certificate expired at {} before it was renewed; a new one was issued through the bootstrap credentials.",
+                                crate::apitime::rfc3339(old.not_after)
+                            ),
+                        );
+                    }
+                    return Some(new);
+                }
+                Err(e) => {
+                    if let Error::Refused(_) = e {
+                        let _ = std::fs::remove_file(self.store.pending_key_path());
+                    }
+                    warn!(
+                        "renewing the client certificate: {e}; trying again in {}s",
+                        pause.as_secs_f32()
+                    );
+                    match stop.recv_timeout(pause) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => return None,
+                    }
+                    pause = (pause * 2).min(self.backoff.1);
+                }
+            }
+        }
+    }
+
+    /// Puts the store's new current pair in use.
+    fn switch(&self) -> Result<Pair, Error> {
+        let new = match self.store.current() {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err(Error::Api("the new pair is not in the store".into())),
+            Err(e) => return Err(Error::Api(e)),
+        };
+        self.client
+            .set_client_certificate(&new.cert_pem, &new.key_pem)
+            .map_err(|e| Error::Api(format!("the new pair: {e}")))?;
+        Ok(new)
+    }
+
+    fn bootstrap_client(&self) -> Result<Client, Error> {
+        let Some(path) = self.bootstrap_kubeconfig.as_ref().filter(|p| p.exists()) else {
+            return Err(Error::Api(
+                "the certificate has expired and there is no bootstrap kubeconfig".into(),
+            ));
+        };
+        let config = load_kubeconfig(path)
+            .map_err(|e| Error::Api(format!("--bootstrap-kubeconfig: {e}")))?;
+        Client::new(&config, self.client_options.clone())
+            .map_err(|e| Error::Api(format!("--bootstrap-kubeconfig: {e}")))
+    }
+}
+
+fn ask(client: &Client, r: &Rotation) -> Result<(), Error> {
+    super::ask(client, &r.store, &r.node, r.wait)
+}
+
+/// Sleeps until the wall clock reaches `at`; false when stopped.
+fn sleep_until(at: SystemTime, stop: &Receiver<()>) -> bool {
+    loop {
+        let left = match at.duration_since(SystemTime::now()) {
+            Ok(d) if !d.is_zero() => d,
+            _ => return true,
+        };
+        match stop.recv_timeout(left.min(MAX_SLEEP)) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(from: u64, to: u64) -> Pair {
+        Pair {
+            path: PathBuf::from("p"),
+            cert_pem: Vec::new(),
+            key_pem: Vec::new(),
+            not_before: SystemTime::UNIX_EPOCH + Duration::from_secs(from),
+            not_after: SystemTime::UNIX_EPOCH + Duration::from_secs(to),
+        }
+    }
+
+    #[test]
+    fn renewal_falls_between_70_and_90_percent_of_the_life() {
+        let p = pair(1000, 2000);
+        let at = |f| {
+            deadline(&p, f)
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+        };
+        assert_eq!(at(0.0), 1700);
+        assert_eq!(at(0.5), 1800);
+        assert_eq!(at(0.999_999), 1899);
+        assert_eq!(at(7.0), 1900);
+        for _ in 0..1000 {
+            let f = jitter();
+            assert!((0.0..1.0).contains(&f), "{f}");
+        }
+        // A pair whose end comes before its start is renewed at once.
+        let bad = pair(2000, 1000);
+        assert_eq!(deadline(&bad, 0.5), bad.not_before);
+    }
+
+    #[test]
+    fn a_deadline_in_the_past_does_not_sleep_and_a_stop_ends_the_sleep() {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        assert!(sleep_until(SystemTime::now() - Duration::from_secs(5), &rx));
+        tx.send(()).unwrap();
+        let started = std::time::Instant::now();
+        assert!(!sleep_until(
+            SystemTime::now() + Duration::from_secs(60),
+            &rx
+        ));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(tx);
+        assert!(!sleep_until(
+            SystemTime::now() + Duration::from_secs(60),
+            &rx
+        ));
+    }
+}
