@@ -295,7 +295,10 @@ fn start_server(
     opts: &Options,
     node: &str,
     state: State,
-) -> anyhow::Result<Option<tinylet::server::Server>> {
+) -> anyhow::Result<(
+    Option<tinylet::server::Server>,
+    Option<Arc<tinylet::server::tls::ServingCert>>,
+)> {
     let listeners = opts.listeners();
     let tls = match listeners.main {
         Some(_) => {
@@ -327,6 +330,10 @@ fn start_server(
         }
         None => None,
     };
+    let (tls, current) = match tls {
+        Some((config, current)) => (Some(config), Some(current)),
+        None => (None, None),
+    };
     let server = tinylet::server::start(opts, tls, state).map_err(anyhow::Error::msg)?;
     for (what, addr) in [
         ("node API (HTTPS)", listeners.main),
@@ -337,7 +344,7 @@ fn start_server(
             info!("{what} listening on {addr}");
         }
     }
-    Ok(server)
+    Ok((server, current))
 }
 
 /// Runs the agent until a signal (or, with `--runonce`, until its pods are
@@ -444,17 +451,23 @@ fn run(opts: Options) -> anyhow::Result<bool> {
     // when this returns (its files are written whole).
     let mut _rotation_stop = None;
     if let (true, Some(c), Some(kc)) = (opts.rotate_certificates, &client, &kubeconfig) {
-        use tinylet::certificate::{self, rotation::Rotation, store::Store, CLIENT_PAIR};
-        let store = Store::new(&opts.cert_dir(), CLIENT_PAIR);
+        use tinylet::certificate::{self, rotation::Kind, rotation::Rotation, store::Store};
+        let store = Store::new(&opts.cert_dir(), certificate::CLIENT_PAIR);
         match certificate::managed(kc, &store) {
             Ok(()) => {
                 let (stop_tx, stop_rx) = bounded::<()>(1);
+                let user = c.clone();
                 Rotation {
                     store,
-                    node: node.clone(),
+                    spec: certificate::Spec::client(&node),
+                    kind: Kind::Client {
+                        bootstrap_kubeconfig: opts.bootstrap_kubeconfig.clone(),
+                        client_options: client_options.clone(),
+                    },
                     client: c.clone(),
-                    bootstrap_kubeconfig: opts.bootstrap_kubeconfig.clone(),
-                    client_options: client_options.clone(),
+                    on_issued: Box::new(move |p| {
+                        user.set_client_certificate(&p.cert_pem, &p.key_pem)
+                    }),
                     backoff: (Duration::from_secs(2), Duration::from_secs(300)),
                     wait: Duration::from_secs(900),
                     recorder: recorder.clone(),
@@ -687,7 +700,7 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         )
     };
     let running_pods = Arc::new(RunningPods::default());
-    let _server = start_server(
+    let (_server, serving_cert) = start_server(
         &opts,
         &node,
         State {
@@ -712,6 +725,44 @@ fn run(opts: Options) -> anyhow::Result<bool> {
             sessions: tinylet::server::sessions::Sessions::new(opts.streaming_idle_timeout),
         },
     )?;
+    // serverTLSBootstrap: a serving certificate from the cluster's signer,
+    // in use as soon as it is issued; until then the pair the server has.
+    let mut _serving_stop = None;
+    if let (true, Some(c), Some(current)) = (opts.server_tls_bootstrap, &client, serving_cert) {
+        use tinylet::certificate::{rotation::Kind, rotation::Rotation, store::Store, Spec};
+        let mut dns = Vec::new();
+        let mut ips = Vec::new();
+        for (kind, addr) in
+            tinylet::node::machine::node_addresses(opts.node_ip, &node).unwrap_or_default()
+        {
+            match (kind.as_str(), addr.parse::<std::net::IpAddr>()) {
+                ("InternalIP" | "ExternalIP", Ok(ip)) if !ips.contains(&ip) => ips.push(ip),
+                ("Hostname" | "InternalDNS" | "ExternalDNS", Err(_)) if !dns.contains(&addr) => {
+                    dns.push(addr)
+                }
+                _ => {}
+            }
+        }
+        // At least one name, as the serving signer wants: the node's.
+        if dns.is_empty() && ips.is_empty() {
+            dns.push(node.clone());
+        }
+        let (stop_tx, stop_rx) = bounded::<()>(1);
+        Rotation {
+            store: Store::new(&opts.cert_dir(), tinylet::certificate::SERVING_PAIR),
+            spec: Spec::serving(&node, dns, ips),
+            kind: Kind::Serving,
+            client: c.clone(),
+            on_issued: Box::new(move |p| current.set_pem(&p.cert_pem, &p.key_pem)),
+            backoff: (Duration::from_secs(2), Duration::from_secs(300)),
+            wait: Duration::from_secs(900),
+            recorder: recorder.clone(),
+        }
+        .start(stop_rx)
+        .context("starting the serving certificate thread")?
+        .detach();
+        _serving_stop = Some(stop_tx);
+    }
     let (pleg_tx, pleg_rx) = bounded(EVENTS_CAPACITY);
     let (config, updates) = PodConfig::new(NotificationMode::Incremental);
     // Checkpointed API pods come first, before any source can speak. They

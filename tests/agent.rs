@@ -144,7 +144,7 @@ fn kubelet_flags_tinylet_does_not_use_are_warned_about_once() {
             "--cgroup-driver=cgroupfs",
             "--network-plugin",
             "cni",
-            "--rotate-certificates",
+            "--make-iptables-util-chains",
         ],
     );
     write_manifest(&agent.manifests(), "web.yaml", &web("web", "sleep 1000"));
@@ -155,7 +155,7 @@ fn kubelet_flags_tinylet_does_not_use_are_warned_about_once() {
         "pod-infra-container-image",
         "network-plugin",
         "fail-swap-on",
-        "rotate-certificates",
+        "make-iptables-util-chains",
     ] {
         let line = format!("flag --{flag}: a kubelet flag tinylet does not use; ignored");
         assert_eq!(log.matches(&line).count(), 1, "{line:?} in\n{log}");

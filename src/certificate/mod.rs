@@ -20,6 +20,7 @@ pub mod request;
 pub mod rotation;
 pub mod store;
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -40,6 +41,48 @@ pub const NODES_GROUP: &str = "system:nodes";
 /// exactly these three for every key type; later ones also take them (and
 /// drop `key encipherment` as optional for non-RSA keys).
 pub const CLIENT_USAGES: &[&str] = &["digital signature", "key encipherment", "client auth"];
+/// The serving pair's name in the store.
+pub const SERVING_PAIR: &str = "kubelet-server";
+/// The signer of node serving certificates; never approved automatically.
+pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+/// The usages of a node serving request, as v1.20's validation wants them.
+pub const SERVING_USAGES: &[&str] = &["digital signature", "key encipherment", "server auth"];
+
+/// What a request asks for: always `O=system:nodes`,
+/// `CN=system:node:<node>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub signer: &'static str,
+    pub usages: &'static [&'static str],
+    pub node: String,
+    /// Subject alternative names (serving only).
+    pub dns_names: Vec<String>,
+    pub ips: Vec<IpAddr>,
+}
+
+impl Spec {
+    /// The node's client certificate: no names.
+    pub fn client(node: &str) -> Spec {
+        Spec {
+            signer: CLIENT_SIGNER,
+            usages: CLIENT_USAGES,
+            node: node.to_string(),
+            dns_names: Vec::new(),
+            ips: Vec::new(),
+        }
+    }
+
+    /// The node API's serving certificate for these names and addresses.
+    pub fn serving(node: &str, dns_names: Vec<String>, ips: Vec<IpAddr>) -> Spec {
+        Spec {
+            signer: SERVING_SIGNER,
+            usages: SERVING_USAGES,
+            node: node.to_string(),
+            dns_names,
+            ips,
+        }
+    }
+}
 
 /// What bootstrapping needs to know.
 #[derive(Debug, Clone)]
@@ -116,7 +159,7 @@ pub fn load_client_cert(b: &Bootstrap) -> Result<Outcome, String> {
     );
     let mut pause = b.backoff.0;
     loop {
-        match ask(&client, &store, &b.node, b.wait) {
+        match ask(&client, &store, &Spec::client(&b.node), b.wait) {
             Ok(()) => break,
             Err(e) => {
                 if let Error::Refused(_) = e {
@@ -143,23 +186,38 @@ pub fn load_client_cert(b: &Bootstrap) -> Result<Outcome, String> {
     Ok(Outcome::Issued)
 }
 
-/// One request with the pending key (made now if there is none).
-fn ask(client: &Client, store: &Store, node: &str, wait: Duration) -> Result<(), Error> {
+/// One request with the pending key (made now if there is none); the
+/// issued pair goes into `store`.
+fn ask(client: &Client, store: &Store, spec: &Spec, wait: Duration) -> Result<(), Error> {
     let key_pkcs8 = pending_key(store).map_err(Error::Api)?;
-    let common_name = format!("system:node:{node}");
+    let common_name = format!("system:node:{}", spec.node);
     let subject = crate::x509::CsrSubject {
         organizations: &[NODES_GROUP],
         common_name: &common_name,
-        dns_names: &[],
-        ips: &[],
+        dns_names: &spec.dns_names,
+        ips: &spec.ips,
     };
     let (csr_der, spki) = crate::x509::csr(&key_pkcs8, &subject).map_err(Error::Api)?;
+    // The names go into the digest too: a serving request for other
+    // addresses is another request.
+    let mut digested: Vec<String> = spec.usages.iter().map(|u| u.to_string()).collect();
+    digested.extend(spec.dns_names.iter().cloned());
+    digested.extend(spec.ips.iter().map(|ip| ip.to_string()));
+    let digested: Vec<&str> = digested.iter().map(String::as_str).collect();
     let req = Request {
-        signer: CLIENT_SIGNER,
-        usages: CLIENT_USAGES,
+        signer: spec.signer,
+        usages: spec.usages,
         csr_pem: crate::x509::pem("CERTIFICATE REQUEST", &csr_der),
-        name: request::name(&spki, &common_name, &[NODES_GROUP], CLIENT_USAGES),
+        name: request::name(&spki, &common_name, &[NODES_GROUP], &digested),
+        spki,
     };
+    if spec.signer == SERVING_SIGNER {
+        info!(
+            "serving certificate request {}: {SERVING_SIGNER} requests are not approved \
+             automatically; approve it with `kubectl certificate approve {}`",
+            req.name, req.name
+        );
+    }
     let cert = request::request_certificate(client, &req, Instant::now() + wait)?;
     let key_pem = crate::x509::pem("PRIVATE KEY", &key_pkcs8);
     store

@@ -31,6 +31,8 @@ pub struct Request {
     pub csr_pem: String,
     /// The name it is created under (see [`name`]).
     pub name: String,
+    /// The DER SubjectPublicKeyInfo of the request's key.
+    pub spki: Vec<u8>,
 }
 
 /// Why a request ended without a certificate.
@@ -128,14 +130,17 @@ fn create(client: &Client, req: &Request) -> Result<&'static str, Error> {
         match client.create(collection, &body) {
             Ok(_) => return Ok(collection),
             Err(e) if e.is_already_exists() => {
-                // Made by an earlier try: it must be the same request.
+                // Made by an earlier try: it must be for the same key (the
+                // name covers the subject, usages and names; the signature
+                // differs at every try).
                 let path = format!("{collection}/{}", req.name);
                 let existing = client.get(&path)?;
-                if existing["spec"]["request"].as_str() != Some(request_b64.as_str()) {
-                    return Err(Error::Api(format!(
+                if !same_key(&existing, &req.spki) {
+                    // Asked again with a new key, under a new name.
+                    return Err(Error::Refused(Refused::Failed(format!(
                         "certificate request {} exists with another key or subject",
                         req.name
-                    )));
+                    ))));
                 }
                 return Ok(collection);
             }
@@ -148,6 +153,21 @@ fn create(client: &Client, req: &Request) -> Result<&'static str, Error> {
     Err(Error::Api(
         "the apiserver serves no certificates.k8s.io version this node speaks".into(),
     ))
+}
+
+/// Whether a CSR object's request is for the key `spki`.
+fn same_key(csr: &Value, spki: &[u8]) -> bool {
+    use rustls::pki_types::pem::{PemObject, SectionKind};
+    let Some(pem) = csr["spec"]["request"]
+        .as_str()
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+    else {
+        return false;
+    };
+    <(SectionKind, Vec<u8>)>::pem_slice_iter(&pem)
+        .filter_map(Result::ok)
+        .find(|(kind, _)| *kind == SectionKind::Csr)
+        .is_some_and(|(_, der)| crate::x509::request_public_key(&der).is_ok_and(|k| k == spki))
 }
 
 /// Reads the request, then watches it until it is issued or refused.

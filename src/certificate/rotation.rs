@@ -1,5 +1,7 @@
-//! Client certificate rotation (`--rotate-certificates`; client-go's
-//! certificate manager as the kubelet runs it): the `cert-rotation` thread
+//! Certificate rotation (client-go's certificate manager as the kubelet
+//! runs it), for the client certificate (`--rotate-certificates`) and the
+//! node API's serving certificate (`serverTLSBootstrap`, below). For the
+//! client pair the `cert-rotation` thread
 //! sleeps until a jittered 70–90% of the current certificate's life, asks
 //! for a new one with the node's own credentials (what the csrapproving
 //! controller's `selfnodeclient` rule approves), keeps it in the store and
@@ -13,6 +15,12 @@
 //! successor: the request goes with the bootstrap credentials when
 //! `--bootstrap-kubeconfig` still exists, and the log and the Node's events
 //! say what happened.
+//!
+//! The `serving-cert` thread asks for a serving certificate (signer
+//! `kubernetes.io/kubelet-serving`, the node's DNS names and IPs) when the
+//! store has none that is good, logs that it waits for an approval (nothing
+//! approves these automatically), puts it in the node API's TLS settings
+//! once issued, and renews it the same way.
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -22,6 +30,7 @@ use log::{error, info, warn};
 
 use super::request::Error;
 use super::store::{Pair, Store};
+use super::Spec;
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::kube::{load_kubeconfig, Client, ClientOptions};
 
@@ -34,16 +43,31 @@ const SPREAD: f64 = 0.2;
 /// clock set forward (or a suspend) is noticed.
 const MAX_SLEEP: Duration = Duration::from_secs(600);
 
-/// What the rotation thread needs.
+/// Which pair is kept fresh.
+pub enum Kind {
+    /// The node's client certificate, already in use by `client`. When it
+    /// has expired, the bootstrap kubeconfig (if it still exists) asks.
+    Client {
+        bootstrap_kubeconfig: Option<PathBuf>,
+        client_options: ClientOptions,
+    },
+    /// The node API's serving certificate (`serverTLSBootstrap`): asked for
+    /// at once when the store has none that is good; until one is issued
+    /// the server keeps what it has.
+    Serving,
+}
+
+/// What a rotation thread needs.
 pub struct Rotation {
-    /// The store TLS bootstrap keeps the pair in.
+    /// Where the pair is kept (`kubelet-client`, `kubelet-server`).
     pub store: Store,
-    pub node: String,
-    /// The node's client: it asks, and its certificate is replaced.
+    pub spec: Spec,
+    pub kind: Kind,
+    /// The node's client: it asks.
     pub client: Client,
-    /// Asked with when the current certificate has expired, if it exists.
-    pub bootstrap_kubeconfig: Option<PathBuf>,
-    pub client_options: ClientOptions,
+    /// Puts a newly stored pair in use (the client's identity, the
+    /// server's certificate); an error is retried like a failed request.
+    pub on_issued: Box<dyn Fn(&Pair) -> Result<(), String> + Send>,
     /// First and longest pause between failed tries.
     pub backoff: (Duration, Duration),
     /// How long one request is waited for.
@@ -72,35 +96,71 @@ fn jitter() -> f64 {
 }
 
 impl Rotation {
-    /// Starts the `cert-rotation` thread with the store's current pair; it
-    /// ends when `stop` fires or is dropped.
+    /// Starts the thread (`cert-rotation`, `serving-cert`); it ends when
+    /// `stop` fires or is dropped.
     pub fn start(self, stop: Receiver<()>) -> std::io::Result<crate::thread::JoinOnDrop<()>> {
-        crate::thread::spawn_named("cert-rotation", move || self.run(&stop))
+        let name = match self.kind {
+            Kind::Client { .. } => "cert-rotation",
+            Kind::Serving => "serving-cert",
+        };
+        crate::thread::spawn_named(name, move || self.run(&stop))
+    }
+
+    fn what(&self) -> &'static str {
+        match self.kind {
+            Kind::Client { .. } => "client certificate",
+            Kind::Serving => "serving certificate",
+        }
     }
 
     fn run(self, stop: &Receiver<()>) {
-        let mut pair = match self.store.current() {
-            Ok(Some(p)) => p,
-            Ok(None) => {
+        let current = match self.store.current() {
+            Ok(p) => p,
+            Err(e) => {
+                warn!("{}: {e}", self.what());
+                None
+            }
+        };
+        let mut pair = match (current, &self.kind) {
+            (Some(p), Kind::Client { .. }) => p,
+            (None, Kind::Client { .. }) => {
                 error!("certificate rotation: no current client certificate in the cert dir");
                 return;
             }
-            Err(e) => {
-                error!("certificate rotation: {e}");
-                return;
-            }
+            (Some(p), Kind::Serving) if p.valid_at(SystemTime::now()) => match (self.on_issued)(&p)
+            {
+                Ok(()) => {
+                    info!("node API serving with {}", p.path.display());
+                    p
+                }
+                Err(e) => {
+                    warn!(
+                        "serving certificate {}: {e}; asking for another",
+                        p.path.display()
+                    );
+                    match self.renew(None, stop) {
+                        Some(p) => p,
+                        None => return,
+                    }
+                }
+            },
+            (_, Kind::Serving) => match self.renew(None, stop) {
+                Some(p) => p,
+                None => return,
+            },
         };
         loop {
             let at = deadline(&pair, jitter());
             info!(
-                "client certificate valid until {}; renewing it at {}",
+                "{} valid until {}; renewing it at {}",
+                self.what(),
                 crate::apitime::rfc3339(pair.not_after),
                 crate::apitime::rfc3339(at)
             );
             if !sleep_until(at, stop) {
                 return;
             }
-            match self.renew(&pair, stop) {
+            match self.renew(Some(&pair), stop) {
                 Some(new) => pair = new,
                 None => return,
             }
@@ -108,45 +168,62 @@ impl Rotation {
     }
 
     /// Asks until a new pair is issued and in use; None when stopped.
-    fn renew(&self, old: &Pair, stop: &Receiver<()>) -> Option<Pair> {
+    fn renew(&self, old: Option<&Pair>, stop: &Receiver<()>) -> Option<Pair> {
         let mut pause = self.backoff.0;
         let mut told_expired = false;
         loop {
-            let expired = SystemTime::now() >= old.not_after;
-            if expired && !told_expired {
-                told_expired = true;
-                let how = match &self.bootstrap_kubeconfig {
-                    Some(b) if b.exists() => {
-                        format!("asking with the bootstrap credentials of {}", b.display())
+            let ended = old
+                .map(|o| o.not_after)
+                .filter(|end| SystemTime::now() >= *end);
+            let bootstrap = match (&self.kind, ended) {
+                (
+                    Kind::Client {
+                        bootstrap_kubeconfig,
+                        client_options,
+                    },
+                    Some(end),
+                ) => {
+                    if !told_expired {
+                        told_expired = true;
+                        let how = match bootstrap_kubeconfig {
+                            Some(b) if b.exists() => {
+                                format!("asking with the bootstrap credentials of {}", b.display())
+                            }
+                            _ => "no bootstrap kubeconfig to ask with: the node needs new credentials"
+                                .into(),
+                        };
+                        error!(
+                            "the client certificate expired at {} before it could be renewed; {how}",
+                            crate::apitime::rfc3339(end)
+                        );
                     }
-                    _ => {
-                        "no bootstrap kubeconfig to ask with: the node needs new credentials".into()
-                    }
-                };
-                error!(
-                    "the client certificate expired at {} before it could be renewed; {how}",
-                    crate::apitime::rfc3339(old.not_after)
-                );
-            }
-            let asked = if expired {
-                self.bootstrap_client().and_then(|c| ask(&c, self))
-            } else {
-                ask(&self.client, self)
+                    Some(bootstrap_client(
+                        bootstrap_kubeconfig.as_deref(),
+                        client_options,
+                    ))
+                }
+                _ => None,
             };
-            match asked.and_then(|()| self.switch()) {
+            let asked = match bootstrap {
+                Some(c) => c.and_then(|c| super::ask(&c, &self.store, &self.spec, self.wait)),
+                None => super::ask(&self.client, &self.store, &self.spec, self.wait),
+            };
+            match asked.and_then(|()| self.put_in_use()) {
                 Ok(new) => {
                     info!(
-                        "client certificate renewed: valid until {}; connections use it now",
+                        "{} {}: valid until {}; in use now",
+                        self.what(),
+                        if old.is_some() { "renewed" } else { "issued" },
                         crate::apitime::rfc3339(new.not_after)
                     );
-                    if expired {
+                    if let Some(end) = ended.filter(|_| matches!(self.kind, Kind::Client { .. })) {
                         self.recorder.event(
-                            &ObjectRef::node(&self.node),
+                            &ObjectRef::node(&self.spec.node),
                             EventType::Warning,
                             "ClientCertificateExpired",
                             format!(
                                 "The node's client certificate expired at {} before it was renewed; a new one was issued through the bootstrap credentials.",
-                                crate::apitime::rfc3339(old.not_after)
+                                crate::apitime::rfc3339(end)
                             ),
                         );
                     }
@@ -157,7 +234,8 @@ impl Rotation {
                         let _ = std::fs::remove_file(self.store.pending_key_path());
                     }
                     warn!(
-                        "renewing the client certificate: {e}; trying again in {}s",
+                        "{}: {e}; asking again in {}s",
+                        self.what(),
                         pause.as_secs_f32()
                     );
                     match stop.recv_timeout(pause) {
@@ -171,33 +249,31 @@ impl Rotation {
     }
 
     /// Puts the store's new current pair in use.
-    fn switch(&self) -> Result<Pair, Error> {
+    fn put_in_use(&self) -> Result<Pair, Error> {
         let new = match self.store.current() {
             Ok(Some(p)) => p,
             Ok(None) => return Err(Error::Api("the new pair is not in the store".into())),
             Err(e) => return Err(Error::Api(e)),
         };
-        self.client
-            .set_client_certificate(&new.cert_pem, &new.key_pem)
-            .map_err(|e| Error::Api(format!("the new pair: {e}")))?;
+        (self.on_issued)(&new).map_err(|e| Error::Api(format!("the new pair: {e}")))?;
         Ok(new)
-    }
-
-    fn bootstrap_client(&self) -> Result<Client, Error> {
-        let Some(path) = self.bootstrap_kubeconfig.as_ref().filter(|p| p.exists()) else {
-            return Err(Error::Api(
-                "the certificate has expired and there is no bootstrap kubeconfig".into(),
-            ));
-        };
-        let config = load_kubeconfig(path)
-            .map_err(|e| Error::Api(format!("--bootstrap-kubeconfig: {e}")))?;
-        Client::new(&config, self.client_options.clone())
-            .map_err(|e| Error::Api(format!("--bootstrap-kubeconfig: {e}")))
     }
 }
 
-fn ask(client: &Client, r: &Rotation) -> Result<(), Error> {
-    super::ask(client, &r.store, &r.node, r.wait)
+/// A client with the bootstrap credentials, if they still exist.
+fn bootstrap_client(
+    path: Option<&std::path::Path>,
+    options: &ClientOptions,
+) -> Result<Client, Error> {
+    let Some(path) = path.filter(|p| p.exists()) else {
+        return Err(Error::Api(
+            "the certificate has expired and there is no bootstrap kubeconfig".into(),
+        ));
+    };
+    let config =
+        load_kubeconfig(path).map_err(|e| Error::Api(format!("--bootstrap-kubeconfig: {e}")))?;
+    Client::new(&config, options.clone())
+        .map_err(|e| Error::Api(format!("--bootstrap-kubeconfig: {e}")))
 }
 
 /// Sleeps until the wall clock reaches `at`; false when stopped.

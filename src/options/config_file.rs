@@ -316,6 +316,11 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                     .as_bool()
                     .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
             }
+            "serverTLSBootstrap" => {
+                o.server_tls_bootstrap = v
+                    .as_bool()
+                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
+            }
             "kubeReserved" | "systemReserved" => {
                 let Value::Object(map) = v else {
                     return Err(err(

@@ -92,6 +92,10 @@ Cluster node (with --kubeconfig; without it tinylet runs static pods only):
                                        current one's life, as TLS bootstrap keeps it
                                        (kubelet-client-current.pem), and switch connections
                                        over to it (default false; kubeadm's config sets it)
+  --rotate-server-certificates bool    serverTLSBootstrap: ask the cluster's kubelet-serving
+                                       signer for the node API's certificate (the node's
+                                       names and IPs), serve it once an admin approves it
+                                       (until then the self-signed one), and renew it
   --kube-api-qps float                 sustained requests per second to the API server (default 50)
   --kube-api-burst int                 requests allowed in a burst (default 100)
   --register-node bool                 register the Node object (default true)
@@ -345,6 +349,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "kube-api-burst" => o.kube_api_burst = number(name, &v)?,
             "register-node" => o.register_node = boolean(name, &v)?,
             "rotate-certificates" => o.rotate_certificates = boolean(name, &v)?,
+            "rotate-server-certificates" => o.server_tls_bootstrap = boolean(name, &v)?,
             "serialize-image-pulls" => o.serialize_image_pulls = boolean(name, &v)?,
             "registry-qps" => {
                 o.registry_qps = v
@@ -662,6 +667,7 @@ pub(super) const FLAGS: &[&str] = &[
     "bootstrap-kubeconfig",
     "experimental-bootstrap-kubeconfig",
     "rotate-certificates",
+    "rotate-server-certificates",
     "kube-api-qps",
     "kube-api-burst",
     "register-node",
@@ -723,6 +729,7 @@ pub(super) const FLAGS: &[&str] = &[
 pub(super) const BOOL_FLAGS: &[&str] = &[
     "register-node",
     "rotate-certificates",
+    "rotate-server-certificates",
     "serialize-image-pulls",
     "allow-privileged",
     "cgroups-per-qos",

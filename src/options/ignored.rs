@@ -38,7 +38,6 @@ pub const IGNORED_BOOL_FLAGS: &[&str] = &[
     "really-crash-for-testing",
     "redirect-container-streaming",
     "register-schedulable",
-    "rotate-server-certificates",
     "skip-headers",
     "skip-log-headers",
     "storage-driver-secure",

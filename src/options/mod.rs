@@ -132,6 +132,9 @@ pub struct Options {
     /// `--rotate-certificates` (`rotateCertificates`): renew the client
     /// certificate TLS bootstrap got before it expires.
     pub rotate_certificates: bool,
+    /// `serverTLSBootstrap` (`--rotate-server-certificates`): the node API's
+    /// serving certificate comes from the cluster's kubelet-serving signer.
+    pub server_tls_bootstrap: bool,
     /// CA bundle that client certificates are verified against
     /// (`--client-ca-file`, `authentication.x509.clientCAFile`).
     pub client_ca_file: Option<PathBuf>,
@@ -304,6 +307,7 @@ impl Default for Options {
             cert_dir: None,
             bootstrap_kubeconfig: None,
             rotate_certificates: false,
+            server_tls_bootstrap: false,
             client_ca_file: None,
             enable_server: None,
             port_given: false,

@@ -86,15 +86,67 @@ pub(crate) fn ensure_self_signed(
     Ok((cert, key))
 }
 
+/// The serving certificate the main port presents, replaceable while it
+/// serves (`serverTLSBootstrap`): each handshake takes the current one.
+#[derive(Debug)]
+pub struct ServingCert(parking_lot::RwLock<Arc<rustls::sign::CertifiedKey>>);
+
+impl ServingCert {
+    fn new(
+        certs: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+    ) -> Result<ServingCert, String> {
+        Ok(ServingCert(parking_lot::RwLock::new(Arc::new(certified(
+            certs, key,
+        )?))))
+    }
+
+    /// Presents this pair (PEM: the chain, leaf first; the key) from the
+    /// next handshake on. On an error the current one stays.
+    pub fn set_pem(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+        let certs = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("certificate: {e}"))?;
+        if certs.is_empty() {
+            return Err("no CERTIFICATE block".into());
+        }
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("key: {e}"))?;
+        *self.0.write() = Arc::new(certified(certs, key)?);
+        Ok(())
+    }
+}
+
+fn certified(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<rustls::sign::CertifiedKey, String> {
+    let signer =
+        rustls::crypto::ring::sign::any_supported_type(&key).map_err(|e| format!("key: {e}"))?;
+    let pair = rustls::sign::CertifiedKey::new(certs, signer);
+    pair.keys_match()
+        .map_err(|e| format!("the key is not the certificate's: {e}"))?;
+    Ok(pair)
+}
+
+impl rustls::server::ResolvesServerCert for ServingCert {
+    fn resolve(
+        &self,
+        _: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.read().clone())
+    }
+}
+
 /// The main port's TLS configuration, speaking TLS 1.2 and 1.3 or, from
 /// `min` `VersionTLS13`, 1.3 only (rustls has neither 1.0 nor 1.1:
 /// `TlsMinVersion` refuses those when the flags are read). Errors name
-/// the flag and the file.
+/// the flag and the file. The certificate presented can be replaced
+/// through the returned handle.
 pub fn server_config(
     serving: &Serving,
     client_ca: Option<&Path>,
     min: TlsMinVersion,
-) -> Result<Arc<rustls::ServerConfig>, String> {
+) -> Result<(Arc<rustls::ServerConfig>, Arc<ServingCert>), String> {
     let (certs, key) = match serving.files {
         Some((cert, key)) => load_pair(cert, key)
             .map_err(|e| format!("--tls-cert-file/--tls-private-key-file: {e}"))?,
@@ -138,11 +190,13 @@ pub fn server_config(
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("--tls-cert-file/--tls-private-key-file: {e}"))?;
+    let current = Arc::new(
+        ServingCert::new(certs, key)
+            .map_err(|e| format!("--tls-cert-file/--tls-private-key-file: {e}"))?,
+    );
+    let mut config = builder.with_cert_resolver(current.clone());
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok((Arc::new(config), current))
 }
 
 #[cfg(test)]
@@ -171,7 +225,9 @@ mod tests {
             host: "edge-1",
             ips: &[],
         };
-        server_config(&serving, None, TlsMinVersion::Tls12).unwrap();
+        server_config(&serving, None, TlsMinVersion::Tls12)
+            .unwrap()
+            .0;
     }
 
     /// Whether a client speaking only `versions` completes a handshake
@@ -228,10 +284,14 @@ mod tests {
         };
         let tls12: &[&'static rustls::SupportedProtocolVersion] = &[&rustls::version::TLS12];
         let tls13: &[&'static rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
-        let default = server_config(&serving, None, TlsMinVersion::Tls12).unwrap();
+        let default = server_config(&serving, None, TlsMinVersion::Tls12)
+            .unwrap()
+            .0;
         assert!(handshakes(default.clone(), &pki, tls12));
         assert!(handshakes(default, &pki, tls13));
-        let only13 = server_config(&serving, None, TlsMinVersion::Tls13).unwrap();
+        let only13 = server_config(&serving, None, TlsMinVersion::Tls13)
+            .unwrap()
+            .0;
         assert!(
             !handshakes(only13.clone(), &pki, tls12),
             "a TLS 1.2 client got in"

@@ -114,6 +114,17 @@ fn directory_string(tag: u8, bytes: &[u8]) -> Result<String, String> {
     }
 }
 
+/// The SubjectPublicKeyInfo of a PKCS#10 request (its whole DER element).
+pub(crate) fn request_public_key(csr: &[u8]) -> Result<&[u8], String> {
+    let (request, _) = expect(csr, 0x30, "CertificationRequest")?;
+    let (info, _) = expect(request, 0x30, "CertificationRequestInfo")?;
+    let rest = der(info).map_err(|e| format!("version: {e}"))?.2;
+    let rest = der(rest).map_err(|e| format!("subject: {e}"))?.2;
+    let (_, body, after) = der(rest).map_err(|e| format!("subjectPKInfo: {e}"))?;
+    let header = rest.len() - body.len() - after.len();
+    Ok(&rest[..header + body.len()])
+}
+
 /// The validity of a certificate from its DER: (notBefore, notAfter).
 pub fn validity(cert: &[u8]) -> Result<(SystemTime, SystemTime), String> {
     let (certificate, _) = expect(cert, 0x30, "Certificate")?;

@@ -284,6 +284,11 @@ mod tests {
         let rng = SystemRandom::new();
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &key, &rng).unwrap();
         assert!(spki.ends_with(pair.public_key().as_ref()));
+        // The request's key reads back as the one it was made with.
+        assert_eq!(crate::x509::request_public_key(&der).unwrap(), &spki[..]);
+        for n in 0..der.len() {
+            let _ = crate::x509::request_public_key(&der[..n]);
+        }
         // Another key gives another request.
         let (other, _) = csr(&generate_key().unwrap(), &subject).unwrap();
         assert_ne!(der, other);

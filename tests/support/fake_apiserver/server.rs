@@ -454,8 +454,10 @@ impl FakeApiServer {
 
     /// Approves a CSR and signs it with the fake's CA for `days`, as the
     /// csrapproving and csrsigning controllers do: two writes, two MODIFIED
-    /// events. The certificate's subject is the request's; its usages are
-    /// client authentication. False if there is no such CSR. TLS mode only.
+    /// events. The certificate's subject and names are the request's; its
+    /// usages are server authentication for signer kubelet-serving, client
+    /// authentication otherwise. False if there is no such CSR. TLS mode
+    /// only.
     pub fn approve_csr(&self, name: &str, days: u32) -> bool {
         self.approve_csr_for(name, Duration::from_secs(u64::from(days) * 86_400))
     }
@@ -484,10 +486,12 @@ impl FakeApiServer {
                 "[ca]\ndefault_ca = fake\n[fake]\ndir = .\ndatabase = index.txt\n\
                  new_certs_dir = issued\ncertificate = ca.crt\nprivate_key = ca.key\n\
                  serial = serial\ndefault_md = sha256\npolicy = any\nunique_subject = no\n\
-                 copy_extensions = none\nx509_extensions = client\n\
+                 copy_extensions = copy\nx509_extensions = client\n\
                  [any]\norganizationName = optional\ncommonName = supplied\n\
                  [client]\nbasicConstraints = critical,CA:FALSE\n\
-                 keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = clientAuth\n",
+                 keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = clientAuth\n\
+                 [serving]\nbasicConstraints = critical,CA:FALSE\n\
+                 keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = serverAuth\n",
             )
             .expect("write ca.cnf");
             std::fs::write(d.join("index.txt"), "").expect("write index.txt");
@@ -501,6 +505,13 @@ impl FakeApiServer {
         let start = Timestamp::from_second(now().as_second() - 1).expect("a time");
         let end =
             Timestamp::from_second(start.as_second() + life.as_secs() as i64).expect("a time");
+        // The serving signer's certificates are for servers, with the
+        // request's names; the client signer's for clients.
+        let extensions = if sv(&csr, &["spec", "signerName"]) == "kubernetes.io/kubelet-serving" {
+            "serving"
+        } else {
+            "client"
+        };
         openssl(
             d,
             &[
@@ -510,6 +521,8 @@ impl FakeApiServer {
                 "ca.cnf",
                 "-notext",
                 "-preserveDN",
+                "-extensions",
+                extensions,
                 "-in",
                 &format!("{stem}.csr"),
                 "-out",
