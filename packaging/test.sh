@@ -59,3 +59,7 @@ timeout --foreground 30m bash packaging/qemu-e2e.sh
 # The tier against a real kube-apiserver, when one was built on this machine
 # (../shared/tools/kube-control-plane); it says so and passes when absent.
 TINYLET_BIN=$CARGO_TARGET_DIR/debug/tinylet timeout --foreground 10m bash packaging/real-apiserver.sh
+# A real kubeadm join with tinylet as the kubelet (TLS bootstrap, serving
+# certificate, rotation), against the same control plane; skipped likewise,
+# and where /etc/kubernetes or /var/lib/kubelet exist.
+TINYLET_BIN=$CARGO_TARGET_DIR/debug/tinylet timeout --foreground 10m bash packaging/kubeadm-join-test.sh
