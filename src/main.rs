@@ -547,10 +547,10 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         );
         objects
     });
-    // imagePullSecrets and env's ConfigMaps and Secrets are read from the
-    // apiserver through the object manager (watched, as the volumes'), and
-    // service variables come from its Services; a standalone node has none
-    // of them.
+    // env's ConfigMaps and Secrets are read from the apiserver through the
+    // object manager (watched, as the volumes'), imagePullSecrets through it
+    // too but with a GET at each pull (no pod registers them), and service
+    // variables come from its Services; a standalone node has none of them.
     let services = client
         .as_ref()
         .map(|_| Arc::new(tinylet::runtime::services::Services::default()));
