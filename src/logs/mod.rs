@@ -214,11 +214,57 @@ pub fn open<'a>(
     }
     let follow = opts.follow && state == api::ContainerState::CONTAINER_RUNNING;
     let path = PathBuf::from(&status.log_path);
+    if state == api::ContainerState::CONTAINER_EXITED {
+        let finished = SystemTime::UNIX_EPOCH
+            + Duration::from_nanos(u64::try_from(status.finished_at).unwrap_or(0));
+        settle(&path, finished, SETTLE);
+    }
     let files = log_files(&path).map_err(|e| {
         LogError::Runtime(format!("listing the log files of {}: {e}", path.display()))
     })?;
     LogStream::new(Some(runtime), chosen.id.clone(), files, opts, follow)
         .map_err(|e| LogError::Runtime(format!("reading {}: {e}", path.display())))
+}
+
+/// How long after a container's exit its log may still be being written,
+/// and how long its size must stay put to count as written.
+pub(crate) struct Settle {
+    pub(crate) after_exit: Duration,
+    pub(crate) quiet: Duration,
+}
+
+/// containerd reports a container exited once its output pipes are drained,
+/// but writes what it drained to the log file on a goroutine of its own
+/// that may still be at it (under load, for a second or more): a log read
+/// right after the exit can miss the last lines, or all of them.
+const SETTLE: Settle = Settle {
+    after_exit: Duration::from_secs(1),
+    quiet: Duration::from_millis(100),
+};
+
+/// Waits, for a container that exited less than `s.after_exit` ago, until
+/// that much time has passed since its exit and the live log file's size
+/// has not changed for `s.quiet`; at most twice `s.after_exit` in all. A
+/// container that exited before that is read at once.
+pub(crate) fn settle(live: &Path, finished: SystemTime, s: Settle) {
+    let start = std::time::Instant::now();
+    let since_exit = SystemTime::now()
+        .duration_since(finished)
+        .unwrap_or(Duration::ZERO);
+    if since_exit >= s.after_exit {
+        return;
+    }
+    std::thread::sleep(s.after_exit - since_exit);
+    let size = || std::fs::metadata(live).map(|m| m.len()).ok();
+    let mut last = size();
+    while start.elapsed() < s.after_exit * 2 {
+        std::thread::sleep(s.quiet);
+        let now = size();
+        if now == last {
+            return;
+        }
+        last = now;
+    }
 }
 
 /// One file of a container's log, oldest first.

@@ -440,3 +440,79 @@ fn follow_picks_up_appended_lines_continues_across_a_rename_and_ends_with_the_co
         "line 2\nline 3\nline 4\nline 5\nline 6\nline 7\nline 8\n"
     );
 }
+
+/// containerd writes an exited container's last output a moment after it
+/// reports the exit: a read just after waits for the file to stop growing.
+#[test]
+fn a_log_read_right_after_the_exit_waits_for_the_last_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let live = dir.path().join("0.log");
+    std::fs::write(&live, "").unwrap();
+    let s = || Settle {
+        after_exit: Duration::from_millis(300),
+        quiet: Duration::from_millis(50),
+    };
+    // The writer is late: nothing yet, then a line 150 ms after the exit,
+    // then another 400 ms after it.
+    let finished = SystemTime::now();
+    let writer = {
+        let live = live.clone();
+        crate::thread::spawn_named("late-writer", move || {
+            std::thread::sleep(Duration::from_millis(150));
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&live)
+                .unwrap();
+            f.write_all(b"2026-11-28T19:00:00.000000000Z stdout F one\n")
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(250));
+            f.write_all(b"2026-11-28T19:00:00.000000001Z stdout F two\n")
+                .unwrap();
+        })
+        .unwrap()
+    };
+    let started = std::time::Instant::now();
+    settle(&live, finished, s());
+    writer.join().unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        started.elapsed()
+    );
+    let text = std::fs::read_to_string(&live).unwrap();
+    assert!(text.contains(" two\n"), "{text}");
+
+    // An exit long ago: read at once; a file that never changes: waited
+    // for `after_exit` and `quiet` only.
+    let started = std::time::Instant::now();
+    settle(&live, SystemTime::now() - Duration::from_secs(5), s());
+    assert!(started.elapsed() < Duration::from_millis(50));
+    let started = std::time::Instant::now();
+    settle(&live, SystemTime::now(), s());
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(340) && took < Duration::from_millis(600),
+        "{took:?}"
+    );
+    // A file that keeps growing is read by twice `after_exit` at most.
+    let busy = live.clone();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let grower = crate::thread::spawn_named("grower", move || {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&busy)
+            .unwrap();
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            f.write_all(b"x").unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
+    .unwrap();
+    let started = std::time::Instant::now();
+    settle(&live, SystemTime::now(), s());
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    grower.join().unwrap();
+    assert!(took < Duration::from_millis(800), "{took:?}");
+}

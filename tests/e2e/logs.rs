@@ -1,7 +1,8 @@
 //! End-to-end tests of container logs on a real, private containerd: the
 //! log of a restarted container and of the instance before it
 //! (`previous`), as `/containerLogs` serves them, and rotation with a tiny
-//! `--container-log-max-size` while a `follow` keeps reading across it.
+//! `--container-log-max-size` while a `follow` keeps reading across it;
+//! the whole output of short-lived containers read as soon as they exit.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -239,4 +240,92 @@ fn rotation_keeps_few_files_and_follow_reads_across_it() {
     let got = numbers(&out.text());
     assert!(got.len() > lines_so_far + 30, "{} lines", got.len());
     wait_until(SETTLE, "the pod is gone", || ctd.pod_gone(&pod));
+}
+
+/// containerd reports a container exited before its log writer is done
+/// with the last output; under load a read right then found the log empty.
+/// 100 pods that print one line and exit, each log read the moment the
+/// runtime says its container exited, while the other end-to-end tests
+/// keep the machine busy.
+#[test]
+fn the_log_of_a_container_read_as_it_exits_has_its_whole_output() {
+    let ctd = PrivateContainerd::start();
+    let kubelet = Tinylet::start(&ctd, NODE);
+    let cri = RemoteRuntime::new(&ctd.endpoint(), Duration::from_secs(30)).expect("CRI client");
+    const PODS: usize = 100;
+    for i in 0..PODS {
+        let m = format!(
+            r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: brief-{i}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: {BUSYBOX_IMAGE}
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo output of pod {i}"]
+"#
+        );
+        write_manifest(&kubelet.manifest_dir(), &format!("brief-{i}.yaml"), &m);
+    }
+    let mut pending: BTreeSet<usize> = (0..PODS).collect();
+    let mut empty = Vec::new();
+    wait_until(
+        SETTLE * 6,
+        "every brief pod's container exited and its log read",
+        || {
+            let exited: Vec<usize> = cri
+                .list_containers(None)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| {
+                    c.state.enum_value_or_default()
+                        == tinylet::cri::api::ContainerState::CONTAINER_EXITED
+                })
+                .filter_map(|c| {
+                    c.labels
+                        .get("io.kubernetes.pod.name")
+                        .and_then(|n| n.strip_prefix("brief-"))
+                        .and_then(|n| n.split('-').next())
+                        .and_then(|n| n.parse::<usize>().ok())
+                })
+                .filter(|i| pending.contains(i))
+                .collect();
+            // Read at once, all of this turn's together (a read just after an
+            // exit may wait up to a second for the writer).
+            let reads: Vec<(usize, String)> = std::thread::scope(|scope| {
+                let handles: Vec<_> = exited
+                    .iter()
+                    .map(|&i| {
+                        let cri = &cri;
+                        scope.spawn(move || {
+                            let pod = format!("brief-{i}-{NODE}");
+                            (
+                                i,
+                                read(cri, &pod, &LogOptions::default()).unwrap_or_else(|e| e),
+                            )
+                        })
+                    })
+                    .collect();
+                handles.into_iter().filter_map(|h| h.join().ok()).collect()
+            });
+            for (i, got) in reads {
+                if got != format!("output of pod {i}\n") {
+                    empty.push((i, got));
+                }
+                pending.remove(&i);
+            }
+            pending.is_empty()
+        },
+    );
+    assert!(
+        empty.is_empty(),
+        "logs read at the exit without the output: {empty:?}"
+    );
+    for i in 0..PODS {
+        remove_manifest(&kubelet.manifest_dir(), &format!("brief-{i}.yaml"));
+    }
 }
