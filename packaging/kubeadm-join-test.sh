@@ -157,7 +157,7 @@ grep -q "client-certificate: \"$current\"" /etc/kubernetes/kubelet.conf ||
     fail "kubelet.conf does not name $current: $(grep client- /etc/kubernetes/kubelet.conf)"
 target=$(readlink "$current") || fail "$current is not a link"
 [[ $target == kubelet-client-20*.pem ]] || fail "$current links to $target"
-openssl x509 -in "$current" -noout -subject | grep -q "O = system:nodes, CN = system:node:$node" ||
+openssl x509 -in "$current" -noout -subject | sed 's/ = /=/g' | grep -q "O=system:nodes, CN=system:node:$node" ||
     fail "the issued certificate's subject: $(openssl x509 -in "$current" -noout -subject)"
 ok "kubelet.conf names $current -> $target (CN=system:node:$node)"
 

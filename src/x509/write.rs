@@ -255,7 +255,8 @@ mod tests {
         );
         let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
         text.push_str(&String::from_utf8_lossy(&out.stderr));
-        text
+        // OpenSSL 3.0 writes `O = x`, 3.5 (Debian 13) `O=x`.
+        text.replace(" = ", "=")
     }
 
     #[test]
@@ -275,7 +276,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("Subject: O = system:nodes, CN = system:node:edge-1"),
+            text.contains("Subject: O=system:nodes, CN=system:node:edge-1"),
             "{text}"
         );
         assert!(text.contains("ecdsa-with-SHA256"), "{text}");
@@ -312,7 +313,9 @@ mod tests {
         let text = openssl_reads(&der);
         assert!(text.contains("X509v3 Subject Alternative Name"), "{text}");
         assert!(
-            text.contains("DNS:edge-1, IP Address:10.1.2.3, IP Address:FD00:0:0:0:0:0:0:1"),
+            // The IPv6 address as OpenSSL 3.0 (FD00:0:0:0:0:0:0:1) or later (FD00::1) writes it.
+            text.contains("DNS:edge-1, IP Address:10.1.2.3, IP Address:FD00:")
+                && (text.contains("FD00:0:0:0:0:0:0:1") || text.contains("FD00::1")),
             "{text}"
         );
     }

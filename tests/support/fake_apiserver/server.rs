@@ -480,25 +480,7 @@ impl FakeApiServer {
         let tls = self.tls.as_ref().expect("signing needs start_tls");
         let d = tls.dir.path();
         // `openssl ca` takes validity to the second (`x509 -req` only days).
-        if !d.join("ca.cnf").exists() {
-            std::fs::write(
-                d.join("ca.cnf"),
-                "[ca]\ndefault_ca = fake\n[fake]\ndir = .\ndatabase = index.txt\n\
-                 new_certs_dir = issued\ncertificate = ca.crt\nprivate_key = ca.key\n\
-                 serial = serial\ndefault_md = sha256\npolicy = any\nunique_subject = no\n\
-                 copy_extensions = copy\nx509_extensions = client\n\
-                 [any]\norganizationName = optional\ncommonName = supplied\n\
-                 [client]\nbasicConstraints = critical,CA:FALSE\n\
-                 keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = clientAuth\n\
-                 [serving]\nbasicConstraints = critical,CA:FALSE\n\
-                 keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = serverAuth\n",
-            )
-            .expect("write ca.cnf");
-            std::fs::write(d.join("index.txt"), "").expect("write index.txt");
-            std::fs::write(d.join("serial"), format!("{:016X}\n", rand_u64() >> 4))
-                .expect("serial");
-            std::fs::create_dir_all(d.join("issued")).expect("issued dir");
-        }
+        ca_config(d);
         let stem = format!("csr-{}", rand_u64());
         std::fs::write(d.join(format!("{stem}.csr")), &pem).expect("write csr");
         let at = |t: Timestamp| t.strftime("%Y%m%d%H%M%SZ").to_string();
@@ -906,6 +888,29 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// The `openssl ca` set-up in the fake's TLS dir, made once.
+fn ca_config(d: &Path) {
+    if d.join("ca.cnf").exists() {
+        return;
+    }
+    std::fs::write(
+        d.join("ca.cnf"),
+        "[ca]\ndefault_ca = fake\n[fake]\ndir = .\ndatabase = index.txt\n\
+         new_certs_dir = issued\ncertificate = ca.crt\nprivate_key = ca.key\n\
+         serial = serial\ndefault_md = sha256\npolicy = any\nunique_subject = no\n\
+         copy_extensions = copy\nx509_extensions = client\n\
+         [any]\norganizationName = optional\ncommonName = supplied\n\
+         [client]\nbasicConstraints = critical,CA:FALSE\n\
+         keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = clientAuth\n\
+         [serving]\nbasicConstraints = critical,CA:FALSE\n\
+         keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = serverAuth\n",
+    )
+    .expect("write ca.cnf");
+    std::fs::write(d.join("index.txt"), "").expect("write index.txt");
+    std::fs::write(d.join("serial"), format!("{:016X}\n", rand_u64() >> 4)).expect("serial");
+    std::fs::create_dir_all(d.join("issued")).expect("issued dir");
+}
+
 fn issue_cert(dir: &Path, stem: &str, subject: &str, ext: &str, days: i32) {
     let key = format!("{stem}.key");
     let csr = format!("{stem}.csr");
@@ -928,6 +933,37 @@ fn issue_cert(dir: &Path, stem: &str, subject: &str, ext: &str, days: i32) {
             subject,
         ],
     );
+    if days < 0 {
+        // Already expired: OpenSSL 3.5 refuses `x509 -days` below 1, so
+        // `openssl ca` signs it for a day that ended `-days` days ago.
+        ca_config(dir);
+        let at = |t: Timestamp| t.strftime("%Y%m%d%H%M%SZ").to_string();
+        let end =
+            Timestamp::from_second(now().as_second() + i64::from(days) * 86_400).expect("a time");
+        let start = Timestamp::from_second(end.as_second() - 86_400).expect("a time");
+        openssl(
+            dir,
+            &[
+                "ca",
+                "-batch",
+                "-config",
+                "ca.cnf",
+                "-notext",
+                "-preserveDN",
+                "-extfile",
+                ext,
+                "-in",
+                &csr,
+                "-out",
+                &crt,
+                "-startdate",
+                &at(start),
+                "-enddate",
+                &at(end),
+            ],
+        );
+        return;
+    }
     let serial = format!("{}", rand_u64() >> 2);
     openssl(
         dir,
