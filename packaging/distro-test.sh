@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The build and the tests in a root of another Debian release (default
+# trixie, Debian 13: GCC 14, cmake 3.31), to show the README's commands work
+# there: a root made with `debootstrap --variant=minbase` under
+# /var/cache/tinylet/roots/<suite> (kept and reused), this checkout and the
+# host's rustup toolchain bind-mounted, a target dir of its own, and the
+# packages packaging/deps.sh installs (as the README's commands do). In it:
+#   1 a release build of tinylet with the root's g++ (grpcio-sys's C core)
+#     and the binary's --version;
+#   2 the unit tests;
+#   3 the integration tests against the fake CRI and apiserver (all but
+#     the end-to-end ones);
+#   4 the end-to-end tests against a private containerd from the root's
+#     packages, where the root allows it (otherwise it says why it skipped).
+# It takes long (a cold build of gRPC's C core), so CI does not run it.
+#
+#   bash packaging/distro-test.sh [SUITE]
+# Needs root and deb.debian.org. Environment: TINYLET_DISTRO_ROOT,
+# TINYLET_DISTRO_TARGET (default /var/cache/tinylet/target-<suite>).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+src=$(pwd)
+
+suite=${1:-trixie}
+say() { echo "distro-test.sh: $*" >&2; }
+die() { say "FAILED: $*"; exit 1; }
+[ "$(id -u)" = 0 ] || die "must run as root (debootstrap, chroot, mounts)"
+root=${TINYLET_DISTRO_ROOT:-/var/cache/tinylet/roots/$suite}
+target=${TINYLET_DISTRO_TARGET:-/var/cache/tinylet/target-$suite}
+rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+[ -x "$cargo_home/bin/cargo" ] || die "no rustup toolchain in $cargo_home (install it with rustup first)"
+
+if ! command -v debootstrap >/dev/null; then
+    say "installing debootstrap"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
+fi
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+    say "debootstrap --variant=minbase $suite $root (a few minutes)"
+    mkdir -p "$root"
+    debootstrap --variant=minbase "$suite" "$root" http://deb.debian.org/debian >"$root.debootstrap.log" 2>&1 ||
+        die "debootstrap failed: $(tail -3 "$root.debootstrap.log")"
+fi
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+# Mounts, undone in reverse order on the way out.
+mounted=()
+bind() { # SOURCE DEST [ro]
+    mkdir -p "$root$2"
+    mount --rbind "$1" "$root$2"
+    mount --make-rslave "$root$2"
+    mounted+=("$root$2")
+    if [ "${3:-}" = ro ]; then mount -o remount,bind,ro "$root$2"; fi
+}
+cleanup() {
+    local i
+    for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
+        umount -R -l "${mounted[i]}" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+mkdir -p "$target"
+bind /proc /proc
+bind /sys /sys
+bind /dev /dev
+bind "$src" /src
+# The recorded apiserver traffic the tests replay, beside the checkout.
+if [ -d "$src/../shared" ]; then bind "$(cd "$src/../shared" && pwd)" /shared ro; fi
+bind "$rustup_home" /root/.rustup ro
+bind "$cargo_home" /root/.cargo
+bind "$target" /target
+mkdir -p "$root/run" "$root/tmp"
+mount -t tmpfs tmpfs "$root/run"
+mounted+=("$root/run")
+
+inside() {
+    chroot "$root" /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        RUSTUP_HOME=/root/.rustup CARGO_HOME=/root/.cargo CARGO_TARGET_DIR=/target \
+        TERM=dumb LANG=C.UTF-8 bash -c "cd /src && $1"
+}
+
+# The project's own dependency step, as the README's commands run it.
+inside 'DEBIAN_FRONTEND=noninteractive apt-get update -q' >"$target/apt.log" 2>&1 ||
+    die "apt-get update in the root: $(tail -3 "$target/apt.log")"
+inside 'DEBIAN_FRONTEND=noninteractive bash packaging/deps.sh' >>"$target/apt.log" 2>&1 ||
+    die "packaging/deps.sh in $suite: $(tail -5 "$target/apt.log")"
+
+release=$(inside 'sed -n "s/^VERSION_ID=//p" /etc/os-release | tr -d \"') || true
+gxx=$(inside 'g++ --version | head -n1')
+say "root: Debian $suite ($release), $gxx, $(inside 'cmake --version | head -n1')"
+
+# 1. The release build and its binary.
+start=$SECONDS
+inside 'cargo build --release --bin tinylet' >"$target/build.log" 2>&1 ||
+    die "cargo build --release in $suite: $(tail -15 "$target/build.log")"
+version=$(inside '/target/release/tinylet --version | head -n1') || die "the $suite build does not run"
+say "ok: release build in $((SECONDS - start)) s with $gxx: $version"
+
+# 2. Unit tests.
+start=$SECONDS
+inside 'cargo test --lib' >"$target/unit.log" 2>&1 || die "unit tests in $suite: $(grep -E '^test .*FAILED|panicked' "$target/unit.log" | head -10)"
+say "ok: unit tests in $((SECONDS - start)) s: $(grep '^test result' "$target/unit.log" | tail -1)"
+
+# 3. Integration tests against the fakes.
+start=$SECONDS
+inside 'cargo test --test tests -- --skip e2e' >"$target/fake.log" 2>&1 ||
+    die "integration tests in $suite: $(grep -E '^test .*FAILED|panicked' "$target/fake.log" | head -10)"
+say "ok: integration tests (fake CRI and apiserver) in $((SECONDS - start)) s: $(grep '^test result' "$target/fake.log" | tail -1)"
+
+# 4. End-to-end tests on the root's containerd, if a private one starts.
+probe=/tmp/distro-test-containerd
+if inside "bash packaging/containerd-private.sh start $probe" >"$target/containerd.log" 2>&1; then
+    inside "bash packaging/containerd-private.sh stop $probe" >/dev/null 2>&1 || true
+    start=$SECONDS
+    if inside 'cargo test --test tests -- e2e' >"$target/e2e.log" 2>&1; then
+        say "ok: end-to-end tests on $suite's containerd in $((SECONDS - start)) s: $(grep '^test result' "$target/e2e.log" | tail -1)"
+    else
+        die "end-to-end tests in $suite: $(grep -E '^test .*FAILED|panicked' "$target/e2e.log" | head -10)"
+    fi
+else
+    inside "bash packaging/containerd-private.sh stop $probe" >/dev/null 2>&1 || true
+    say "skipped: end-to-end tests: a private containerd does not start in the $suite root: $(tail -3 "$target/containerd.log" | tr '\n' ' ')"
+fi
+say "passed in Debian $suite ($release)"
