@@ -39,6 +39,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get: install them by hand"
     echo "deps.sh: installing ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
+    # With systemd as init, Debian starts a package's service as it
+    # installs it (containerd.service, docker-registry.service): the tests
+    # run their own private instances, so a policy-rc.d keeps the machine's
+    # services as they were for the length of the install.
+    if [ -d /run/systemd/system ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\n# deps.sh (tinylet): no service starts while it installs\nexit 101\n' \
+            >/usr/sbin/policy-rc.d
+        chmod 0755 /usr/sbin/policy-rc.d
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+        echo "deps.sh: systemd is the init: the installed packages' services are not started" >&2
+    fi
     apt-get update -qq
     # Two apt runs at once can delete each other's downloads: retry once.
     if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
@@ -46,6 +57,15 @@ if [ ${#missing[@]} -gt 0 ]; then
         sleep 5
         apt-get update -qq
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    # The registry is for the tests, which run their own: it is not left
+    # to listen on :5000 at the next boot.
+    if [[ " ${missing[*]} " == *" docker-registry "* ]] && [ -d /run/systemd/system ]; then
+        systemctl disable --quiet docker-registry.service 2>/dev/null || true
+    fi
+    if [ -f /usr/sbin/policy-rc.d ] && grep -q '^# deps.sh (tinylet)' /usr/sbin/policy-rc.d; then
+        rm -f /usr/sbin/policy-rc.d
+        trap - EXIT
     fi
 fi
 
