@@ -364,6 +364,10 @@ impl Uids {
         let f = fake["metadata"]["uid"].as_str().unwrap().to_string();
         self.0.push((r, f));
     }
+    /// A name the fake chose differently (a generated suffix).
+    fn add_name(&mut self, real: &str, fake: &str) {
+        self.0.push((real.to_string(), fake.to_string()));
+    }
     fn to_fake(&self, s: &str) -> String {
         self.0
             .iter()
@@ -1254,6 +1258,260 @@ fn authentication_version_and_health_match_the_fixtures() {
         reqs[0].query,
         "fieldSelector=spec.nodeName%3Dedge-1&limit=500&resourceVersion=0"
     );
+}
+
+/// The recorded watch events of a fixture, one per line.
+fn strip_kind(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("kind");
+        m.remove("apiVersion");
+    }
+    v
+}
+
+fn events_of(fx: &Fixture) -> Vec<Value> {
+    fx.resp_body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// ConfigMaps and Secrets as a node reads them (04b–04d, 11a–11k): the
+/// Node authorizer's graph (refused until a pod bound to the node refers
+/// to the object, by a volume, env or its service account token; lists
+/// only by name), the cache's resourceVersion on a list at RV 0, and a
+/// watch by name that sees the admin's patch and then bookmarks.
+#[test]
+fn config_maps_and_secrets_match_the_fixtures() {
+    let f = fake();
+    let mut uids = Uids::default();
+    with_nodes(&f, &mut uids);
+    let mut admin = Client::admin(&f);
+    let mut node = Client::node(&f);
+    let mut created = Vec::new();
+    for name in [
+        "04b-admin-configmap-create",
+        "04c-admin-configmap-unreferenced-create",
+        "04d-admin-secret-unreferenced-create",
+    ] {
+        let fx = Fixture::load(name);
+        let v = check_object(&fx, &admin.replay(&fx, &uids));
+        assert_eq!(v["data"], fx.json()["data"], "{name}");
+        assert_eq!(
+            v["metadata"]["managedFields"][0]["fieldsV1"],
+            fx.json()["metadata"]["managedFields"][0]["fieldsV1"],
+            "{name}"
+        );
+        uids.add(&fx.json(), &v);
+        created.push(v);
+    }
+    // Nothing refers to them yet: app-config too is refused.
+    let fx = Fixture::load("11d-node-configmap-get-referenced-200");
+    assert_eq!(node.replay(&fx, &uids).code, 403);
+
+    // app-1 refers to app-config by env, app-4 by a volume.
+    with_pods(&f, &mut uids);
+    let fx = Fixture::load("11a-admin-pod-create-app-4-mounts-configmap");
+    let app4 = check_object(&fx, &admin.replay(&fx, &uids));
+    uids.add(&fx.json(), &app4);
+    let real = fx.json();
+    assert_eq!(
+        app4["spec"]["volumes"][0], real["spec"]["volumes"][0],
+        "a configMap volume gets its defaultMode"
+    );
+    assert_eq!(
+        app4["spec"]["containers"][0]["imagePullPolicy"], "Never",
+        "a policy sent is kept"
+    );
+    let token_volume = app4["spec"]["volumes"][1]["name"].as_str().unwrap();
+    assert!(token_volume.starts_with("default-token-"), "{token_volume}");
+    uids.add_name("default-token-fgxgt", token_volume);
+
+    for name in [
+        "11b-node-configmap-get-unreferenced-403",
+        "11c-node-secret-get-unreferenced-403",
+        "11f-node-secret-list-all-403",
+    ] {
+        let fx = Fixture::load(name);
+        let resp = node.replay(&fx, &uids);
+        check_status(&fx, &resp, &uids);
+        assert_eq!(resp.header("x-content-type-options"), Some("nosniff"));
+    }
+
+    let fx = Fixture::load("11d-node-configmap-get-referenced-200");
+    let v = check_object(&fx, &node.replay(&fx, &uids));
+    assert_eq!(v, created[0], "the ConfigMap as created");
+
+    // 11e: the list at RV 0 carries the ConfigMap cache's RV: the last
+    // ConfigMap written, below the global RV.
+    let fx = Fixture::load("11e-node-configmap-list-by-name-rv0");
+    let resp = node.replay(&fx, &uids);
+    assert_eq!(resp.code, 200, "{}", resp.text());
+    assert_eq!(
+        header_names(&resp.headers, true),
+        header_names(&fx.resp_headers, true)
+    );
+    let list = resp.json();
+    assert_same_shape(&fx.name, &fx.json(), &list);
+    assert_eq!(list["kind"], "ConfigMapList");
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    assert!(list["items"][0].get("kind").is_none());
+    assert_eq!(list["items"][0], strip_kind(&created[0]));
+    let all = admin.get("/api/v1/configmaps").json();
+    let cache_rv = all["items"].as_array().unwrap().iter().map(rv).max();
+    assert_eq!(Some(rv(&list)), cache_rv);
+    assert!(rv(&list) < f.resource_version(), "pods were written since");
+
+    // 11g: the service account token Secret every non-mirror pod mounts.
+    let fx = Fixture::load("11g-node-secret-get-sa-token-referenced-200");
+    let secret = check_object(&fx, &node.replay(&fx, &uids));
+    let real = fx.json();
+    assert_eq!(secret["type"], real["type"]);
+    assert_eq!(secret["data"]["namespace"], real["data"]["namespace"]);
+    assert_eq!(
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+        "default"
+    );
+    assert!(is_uid(
+        secret["metadata"]["annotations"]["kubernetes.io/service-account.uid"]
+            .as_str()
+            .unwrap_or("")
+    ));
+    assert_eq!(
+        secret["metadata"]["managedFields"][0]["manager"],
+        "kube-controller-manager"
+    );
+
+    // 11h, 11i: the admin's reads of the unreferenced objects.
+    for (name, i) in [("11h-admin-configmap-get", 1), ("11i-admin-secret-get", 2)] {
+        let fx = Fixture::load(name);
+        let v = check_object(&fx, &admin.replay(&fx, &uids));
+        assert_eq!(v, created[i], "{name}");
+        assert_eq!(v["data"], fx.json()["data"], "{name}");
+    }
+
+    // 11j: a watch by name from the list's RV sees the admin's patch (11k)
+    // and, near its deadline (4 s as recorded), bookmarks at the cache RV.
+    let fx = Fixture::load("11j-node-configmap-watch-by-name");
+    let target = fx.target.replace(
+        "resourceVersion=397",
+        &format!("resourceVersion={}", rv(&list)),
+    );
+    let mut watch = Client::node(&f).watch(&target);
+    assert_eq!(watch.code, 200);
+    assert_eq!(
+        header_names(&watch.headers, true),
+        header_names(&fx.resp_headers, true)
+    );
+    // Past the second app-config was created in: its managedFields time
+    // stays, as the patch sets no field kubectl did not own already.
+    std::thread::sleep(Duration::from_millis(1100));
+    let fx_patch = Fixture::load("11k-admin-configmap-patch");
+    let patched = check_object(&fx_patch, &admin.replay(&fx_patch, &uids));
+    assert_eq!(patched["data"], fx_patch.json()["data"]);
+    assert_eq!(rv(&patched), f.resource_version());
+    assert_eq!(
+        patched["metadata"]["managedFields"], created[0]["metadata"]["managedFields"],
+        "kubectl changed a field it already owned"
+    );
+    // A change to an object the watch does not select is not sent.
+    f.update_config_map("default", "unreferenced-config", &[("key", "other")]);
+    let events = watch.all();
+    let real = events_of(&fx);
+    let not_bookmarks = |e: &&Value| e["type"] != "BOOKMARK";
+    assert_eq!(
+        types(
+            &events
+                .iter()
+                .filter(not_bookmarks)
+                .cloned()
+                .collect::<Vec<_>>()
+        ),
+        types(
+            &real
+                .iter()
+                .filter(not_bookmarks)
+                .cloned()
+                .collect::<Vec<_>>()
+        ),
+        "{events:?}"
+    );
+    assert_eq!(events[0]["object"], patched, "MODIFIED carries the object");
+    assert_same_shape(&fx.name, &real[0], &events[0]);
+    let bookmarks: Vec<&Value> = events[1..].iter().collect();
+    assert!(!bookmarks.is_empty(), "a bookmark before the deadline");
+    for b in bookmarks {
+        let mut expect = real[1].clone();
+        // The cache RV: the last ConfigMap written, the unselected one.
+        expect["object"]["metadata"]["resourceVersion"] = json!(f.resource_version().to_string());
+        assert_eq!(*b, expect, "a bookmark is the empty ConfigMap");
+    }
+}
+
+/// The node's Services list (14a) with the `kubernetes` Service as the
+/// apiserver's bootstrap controller writes it: the API's defaults
+/// (protocol, type, sessionAffinity, clusterIPs, a targetPort, an empty
+/// load balancer status) and the Services cache's RV.
+#[test]
+fn services_list_matches_the_fixture() {
+    let f = fake();
+    let fx = Fixture::load("14a-services-list-rv0");
+    let real = fx.json();
+    let svc = &real["items"][0];
+    let mut admin = Client::admin(&f);
+    let sent = json!({
+        "metadata": {"name": "kubernetes", "namespace": "default",
+                     "labels": svc["metadata"]["labels"]},
+        "spec": {"clusterIP": "10.0.0.1",
+                 "ports": [{"name": "https", "port": 443, "targetPort": 6443}]},
+    });
+    let headers = [
+        ("content-type", "application/json"),
+        (
+            "user-agent",
+            "kube-apiserver/v1.20.2 (linux/amd64) kubernetes/faecb19",
+        ),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()));
+    let resp = admin
+        .try_send(
+            "POST",
+            "/api/v1/namespaces/default/services",
+            &headers,
+            sent.to_string().as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(resp.code, 201, "{}", resp.text());
+    let created = resp.json();
+    assert_eq!(
+        created["metadata"]["managedFields"][0]["manager"],
+        svc["metadata"]["managedFields"][0]["manager"]
+    );
+    f.create_pod(pod("unrelated", "edge-1"));
+
+    let resp = Client::node(&f).replay(&fx, &Uids::default());
+    assert_eq!(resp.code, 200, "{}", resp.text());
+    assert_eq!(
+        header_names(&resp.headers, true),
+        header_names(&fx.resp_headers, true)
+    );
+    let list = resp.json();
+    assert_same_shape(&fx.name, &real, &list);
+    assert_eq!(list["kind"], "ServiceList");
+    assert_eq!(list["items"][0]["spec"], svc["spec"]);
+    assert_eq!(list["items"][0]["status"], svc["status"]);
+    assert_eq!(rv(&list), rv(&created), "the Services cache's RV");
+    assert!(rv(&list) < f.resource_version());
+
+    // Without a targetPort, it is the port; a headless Service's
+    // clusterIPs is ["None"].
+    let headless = f.create_service("default", "db", "None", json!([{"port": 5432}]));
+    assert_eq!(
+        headless["spec"]["ports"][0],
+        json!({"port": 5432, "protocol": "TCP", "targetPort": 5432})
+    );
+    assert_eq!(headless["spec"]["clusterIPs"], json!(["None"]));
 }
 
 #[test]

@@ -10,11 +10,20 @@ use super::*;
 pub(super) fn publish_namespace_objects(st: &mut State, ns: &str, sa: &str) {
     let secret = format!("{sa}-token-{}", st.sa_suffix);
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    // Written by the controller manager's token and root-CA controllers.
+    let controllers = Ctx {
+        user: User::admin(),
+        manager: "kube-controller-manager".into(),
+    };
     if st.get(Res::Secrets, ns, &secret).is_none() {
         let obj = json!({
             "metadata": {
                 "name": secret,
-                "annotations": {"kubernetes.io/service-account.name": sa},
+                "annotations": {
+                    "kubernetes.io/service-account.name": sa,
+                    // The ServiceAccount's; the fake stores none.
+                    "kubernetes.io/service-account.uid": new_uid(),
+                },
             },
             "type": "kubernetes.io/service-account-token",
             "data": {
@@ -23,14 +32,14 @@ pub(super) fn publish_namespace_objects(st: &mut State, ns: &str, sa: &str) {
                 "token": b64(&format!("fake-secret-token.{ns}.{sa}")),
             },
         });
-        let _ = create(st, &FakeApiServer::admin_ctx(), Res::Secrets, ns, obj);
+        let _ = create(st, &controllers, Res::Secrets, ns, obj);
     }
     if st.get(Res::ConfigMaps, ns, ROOT_CA_CONFIGMAP).is_none() {
         let obj = json!({
             "metadata": {"name": ROOT_CA_CONFIGMAP},
             "data": {"ca.crt": FAKE_ROOT_CA},
         });
-        let _ = create(st, &FakeApiServer::admin_ctx(), Res::ConfigMaps, ns, obj);
+        let _ = create(st, &controllers, Res::ConfigMaps, ns, obj);
     }
 }
 
@@ -401,9 +410,28 @@ fn default_pull_policy(image: &str) -> &'static str {
     }
 }
 
+/// The API's volume defaults: file modes 0644 for the volumes that
+/// project files, and an unset `type` for hostPath.
+fn default_volumes(spec: &mut Map<String, Value>) {
+    let Some(Value::Array(volumes)) = spec.get_mut("volumes") else {
+        return;
+    };
+    for v in volumes.iter_mut().filter_map(Value::as_object_mut) {
+        for kind in ["secret", "configMap", "downwardAPI", "projected"] {
+            if let Some(Value::Object(source)) = v.get_mut(kind) {
+                source.entry("defaultMode").or_insert_with(|| json!(420));
+            }
+        }
+        if let Some(Value::Object(source)) = v.get_mut("hostPath") {
+            source.entry("type").or_insert_with(|| json!(""));
+        }
+    }
+}
+
 /// API defaulting and the Priority and DefaultTolerationSeconds plugins.
 fn default_pod(pod: &mut Value) {
     let spec = obj_mut(pod, "spec");
+    default_volumes(spec);
     default_key(spec, "restartPolicy", json!("Always"));
     default_key(spec, "terminationGracePeriodSeconds", json!(30));
     default_key(spec, "dnsPolicy", json!("ClusterFirst"));

@@ -706,16 +706,38 @@ impl Deleted {
     }
 }
 
-/// The API's Service defaults that service variables read: type
-/// ClusterIP and each port's protocol TCP.
+/// The API's Service defaults (type ClusterIP, sessionAffinity None, each
+/// port's protocol TCP and targetPort its port), `clusterIPs` from
+/// `clusterIP` as the 1.20 registry fills it, and the empty load balancer
+/// status (14a).
 fn default_service(obj: &mut Value) {
     let spec = obj_mut(obj, "spec");
     spec.entry("type").or_insert_with(|| json!("ClusterIP"));
+    spec.entry("sessionAffinity")
+        .or_insert_with(|| json!("None"));
     if let Some(Value::Array(ports)) = spec.get_mut("ports") {
         for p in ports.iter_mut().filter_map(Value::as_object_mut) {
             p.entry("protocol").or_insert_with(|| json!("TCP"));
+            let port = p.get("port").cloned().unwrap_or(Value::Null);
+            let unset = p
+                .get("targetPort")
+                .is_none_or(|t| t.is_null() || *t == json!(0) || *t == json!(""));
+            if unset {
+                p.insert("targetPort".into(), port);
+            }
         }
     }
+    let ip = spec
+        .get("clusterIP")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if !ip.is_empty() {
+        spec.entry("clusterIPs").or_insert_with(|| json!([ip]));
+    }
+    obj_mut(obj, "status")
+        .entry("loadBalancer")
+        .or_insert_with(|| json!({}));
 }
 
 pub(super) fn delete(

@@ -5,7 +5,8 @@
 //! reproduce").
 //!
 //! What it does like the real one: nodes, node leases, pods (with status
-//! subresources) and core events; create/get/list/watch/update/patch/delete
+//! subresources), core events, and the ConfigMaps, Secrets and Services a
+//! node reads; create/get/list/watch/update/patch/delete
 //! with a global resourceVersion that advances by one per write across all
 //! types; list semantics for `resourceVersion` 0/empty/N, `resourceVersionMatch`,
 //! `limit`/`continue`; watches from an RV with a bounded history, synthetic
@@ -14,7 +15,8 @@
 //! that stop matching a field selector; graceful pod deletion (deletionTimestamp
 //! then MODIFIED-then-DELETED on grace 0); strategic-merge and merge patches;
 //! admission defaults for pods (service account token volume, tolerations,
-//! QoS class) and nodes (not-ready taint); bearer tokens, TLS client
+//! QoS class, volume file modes), services (ports, clusterIPs) and nodes
+//! (not-ready taint); bearer tokens, TLS client
 //! certificates and anonymous requests; the Node authorizer and NodeRestriction
 //! refusals with the recorded messages; TokenReview and SubjectAccessReview
 //! (never stored: the request's spec echoed with the status filled in, from
@@ -34,8 +36,10 @@
 //! request sent (no schema), objects other than Status, events and list
 //! envelopes are written with `kind`, `apiVersion` and `metadata` first and
 //! other keys sorted, the pre-deadline bookmark is sent once (the real server
-//! often sends it twice), JSON patch is refused with 415, and only the
-//! resources a kubelet writes are served.
+//! often sends it twice), JSON patch is refused with 415, only the
+//! resources a kubelet reads or writes are served, there is no `kubernetes`
+//! Service until a test creates one (the real server always has it) and
+//! Services get no cluster IP allocated.
 //!
 //! Where things are: this module holds the public vocabulary (users,
 //! credentials, recorded requests, kubeconfig choices) and small helpers

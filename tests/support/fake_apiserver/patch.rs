@@ -165,7 +165,17 @@ fn fields_of(v: &Value, depth: usize) -> Value {
                 continue;
             }
             let inner = match child {
-                Value::Object(c) if !c.is_empty() => fields_of(child, depth + 1),
+                Value::Object(c) if !c.is_empty() => {
+                    let mut inner = fields_of(child, depth + 1);
+                    // Top-level maps (a ConfigMap's or Secret's data) are
+                    // owned as a whole too, unlike metadata, spec, status.
+                    if depth == 0 && matches!(k.as_str(), "data" | "binaryData") {
+                        if let Some(m) = inner.as_object_mut() {
+                            m.insert(".".into(), json!({}));
+                        }
+                    }
+                    inner
+                }
                 Value::Array(items) => match merge_key(k) {
                     Some(mk) if !items.is_empty() && items.iter().all(|i| i.is_object()) => {
                         let mut lm = Map::new();
@@ -255,8 +265,12 @@ pub(super) fn record_manager(
         .iter_mut()
         .find(|e| e["manager"] == manager && e["operation"] == "Update")
     {
+        // The time moves only when the manager's set of fields grows.
+        let before = e["fieldsV1"].clone();
         union(&mut e["fieldsV1"], &fields_v1);
-        e["time"] = json!(time);
+        if e["fieldsV1"] != before {
+            e["time"] = json!(time);
+        }
     } else {
         list.push(json!({
             "manager": manager,
