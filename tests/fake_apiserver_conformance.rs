@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::fake_apiserver::{Credential, FakeApiServer, KubeconfigAuth, ServerTrust};
+use crate::support::fake_apiserver::{
+    Credential, FakeApiServer, KubeconfigAuth, ServerTrust, TokenReviewFailure,
+};
 
 const NODE_TOKEN: &str = "node-edge-1-token";
 const ADMIN_TOKEN: &str = "admin-token";
@@ -2222,13 +2224,108 @@ fn token_and_subject_access_reviews_answer_as_the_api_does() {
     assert_eq!(f.count("POST", tokens), 3);
 }
 
-/// `pods/<name>/ephemeralcontainers` (v1.20, as `kubectl debug` uses it):
-/// GET gives an EphemeralContainers object, a strategic merge patch adds a
-/// container and the pod's watchers see the change, and removing or
-/// changing one that is there, or a duplicate name, is 422 Invalid.
+/// TokenReviews that fail until told otherwise: a 500 InternalError Status
+/// (as `NewInternalError` writes it), or the 201 answer upstream's
+/// TokenReview storage gives when its authenticator errs (`status.error`,
+/// no `authenticated`); other requests are served meanwhile.
+#[test]
+fn fault_token_reviews_fail_until_cleared() {
+    let f = fake();
+    f.add_token("viewer-token", "viewer", &["viewers"]);
+    let tokens = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                        "spec": {"token": "viewer-token"}});
+    let post = || {
+        Client::node(&f).send(
+            "POST",
+            tokens,
+            Some("application/json"),
+            review.to_string().as_bytes(),
+        )
+    };
+    f.fail_token_reviews(Some(TokenReviewFailure::InternalError));
+    for _ in 0..2 {
+        let r = post();
+        assert_eq!(r.code, 500);
+        assert_eq!(
+            r.text(),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"Internal error occurred: the token authenticator is unavailable\",\"reason\":\"InternalError\",\"details\":{\"causes\":[{\"message\":\"the token authenticator is unavailable\"}]},\"code\":500}\n"
+        );
+    }
+    assert_eq!(Client::node(&f).get("/api/v1/pods").code, 200);
+    f.fail_token_reviews(Some(TokenReviewFailure::AuthenticatorError));
+    let r = post();
+    assert_eq!(r.code, 201, "{}", r.text());
+    let status = &r.json()["status"];
+    assert_eq!(status["user"], json!({}));
+    assert!(status.get("authenticated").is_none(), "{status}");
+    assert!(
+        status["error"]
+            .as_str()
+            .unwrap()
+            .contains("connection refused"),
+        "{status}"
+    );
+    f.fail_token_reviews(None);
+    let v = post().json();
+    assert_eq!(v["status"]["authenticated"], true);
+    assert_eq!(v["status"]["user"]["username"], "viewer");
+    assert_eq!(f.count("POST", tokens), 4);
+}
+
+/// A default v1.20 has the EphemeralContainers gate off: the subresource
+/// is not installed (go-restful's 404 with empty details, after
+/// authorization, so a node is refused first) and a pod's
+/// `spec.ephemeralContainers` is dropped when it is written.
+#[test]
+fn ephemeral_containers_are_off_by_default() {
+    let f = fake();
+    let mut with = pod("dbg", "edge-1");
+    with["spec"]["ephemeralContainers"] = json!([{"name": "e", "image": "busybox"}]);
+    let created = f.create_pod(with);
+    assert!(
+        created["spec"].get("ephemeralContainers").is_none(),
+        "{created}"
+    );
+    let path = "/api/v1/namespaces/default/pods/dbg/ephemeralcontainers";
+    let resp = Client::admin(&f).get(path);
+    assert_eq!(resp.code, 404);
+    assert_eq!(
+        resp.text(),
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"the server could not find the requested resource\",\"reason\":\"NotFound\",\"details\":{},\"code\":404}\n"
+    );
+    let patch = json!({"ephemeralContainers": [{"name": "e", "image": "busybox"}]});
+    let resp = Client::admin(&f).patch(path, "application/strategic-merge-patch+json", &patch);
+    assert_eq!(resp.code, 404);
+    let resp = Client::node(&f).get(path);
+    assert_eq!(resp.code, 403);
+    assert_eq!(
+        resp.json()["message"],
+        "pods \"dbg\" is forbidden: User \"system:node:edge-1\" cannot get resource \"pods/ephemeralcontainers\" in API group \"\" in the namespace \"default\""
+    );
+    // Through the pod itself: dropped as well.
+    let resp = Client::admin(&f).patch(
+        "/api/v1/namespaces/default/pods/dbg",
+        "application/strategic-merge-patch+json",
+        &json!({"spec": patch}),
+    );
+    assert_eq!(resp.code, 200, "{}", resp.text());
+    assert!(resp.json()["spec"].get("ephemeralContainers").is_none());
+    assert!(!f.add_ephemeral_container("default", "dbg", json!({"name": "e", "image": "x"})));
+    assert!(f.pod("default", "dbg").unwrap()["spec"]
+        .get("ephemeralContainers")
+        .is_none());
+}
+
+/// `pods/<name>/ephemeralcontainers` (v1.20 with the EphemeralContainers
+/// gate on, as `kubectl debug` uses it): GET gives an EphemeralContainers
+/// object, a strategic merge patch adds a container and the pod's watchers
+/// see the change, and removing or changing one that is there, or a
+/// duplicate name, is 422 Invalid.
 #[test]
 fn ephemeral_containers_subresource_only_adds() {
     let f = fake();
+    f.set_ephemeral_containers(true);
     f.create_pod(pod("dbg", "edge-1"));
     let mut c = Client::admin(&f);
     let path = "/api/v1/namespaces/default/pods/dbg/ephemeralcontainers";

@@ -2,7 +2,10 @@
 //! against the fake apiserver's TokenReview and SubjectAccessReview: the
 //! node's own API client asks, answers are cached (counted on the fake),
 //! errors are not, and certificates from the fake's CA name their user.
+//! Then the real binary's main port while TokenReviews fail.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -11,7 +14,10 @@ use tinylet::kube::{load_kubeconfig, Client, ClientOptions};
 use tinylet::server::auth::{Auth, AuthConfig, AuthError, AuthorizationMode, User};
 use tinylet::server::head::RequestHead;
 
-use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth};
+use crate::cluster::Cluster;
+use crate::server::free_port;
+use crate::support::fake_apiserver::{FakeApiServer, KubeconfigAuth, TokenReviewFailure};
+use crate::support::streams::tls_config;
 
 const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
@@ -393,4 +399,118 @@ fn client_certificates_name_the_user_before_any_token() {
         .authenticate(Some(&der[..40]), &request("GET", "/pods", None))
         .unwrap_err();
     assert!(matches!(e, AuthError::Certificate(_)), "{e}");
+}
+
+/// `GET path` on the node's main port (TLS, any serving certificate), with
+/// `token` as a bearer token: the status code and the body.
+fn main_port_get(port: u16, path: &str, token: Option<&str>) -> (u16, String) {
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(tls_config(None), name).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect to the main port");
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: node\r\n{auth}Connection: close\r\n\r\n");
+    tls.write_all(req.as_bytes()).expect("send");
+    let mut out = Vec::new();
+    match tls.read_to_end(&mut out) {
+        Ok(_) => {}
+        // The server closes without close_notify after the answer.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !out.is_empty() => {}
+        Err(e) => panic!("GET {path}: {e}"),
+    }
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
+    (status, body)
+}
+
+/// The real binary joined to the fake with `--authentication-token-webhook`
+/// and anonymous requests allowed: while the apiserver's TokenReviews
+/// fail (a 500, then an answer carrying the authenticator's error), a
+/// request with a bearer token is 401 (neither let in nor taken as
+/// anonymous, whom the rules let in) and every such request asks again;
+/// once reviews work, the same token gets in, and from then on from the
+/// cache.
+#[test]
+fn the_main_port_refuses_a_token_while_token_reviews_fail() {
+    let port = free_port();
+    let port_s = port.to_string();
+    let mut c = Cluster::start(&[
+        "--authentication-token-webhook=true",
+        "--anonymous-auth=true",
+        "--port",
+        &port_s,
+        "--address",
+        "127.0.0.1",
+    ]);
+    c.api.add_token("reader-token", "reader", &["readers"]);
+    c.api
+        .allow_access("readers", "readers", "get", "nodes/proxy");
+    c.api.allow_access(
+        "anonymous-readers",
+        "system:unauthenticated",
+        "get",
+        "nodes/proxy",
+    );
+    c.api
+        .fail_token_reviews(Some(TokenReviewFailure::InternalError));
+    c.agent.wait("the main port listens", || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    // Anonymous requests get in: a refused token is not one of them.
+    c.agent.wait("an anonymous /pods is served", || {
+        main_port_get(port, "/pods", None).0 == 200
+    });
+    let reviews = |c: &Cluster| c.api.count("POST", TOKEN_REVIEWS);
+    assert_eq!(reviews(&c), 0);
+
+    for round in 1..=2 {
+        assert_eq!(
+            main_port_get(port, "/pods", Some("reader-token")),
+            (401, "Unauthorized".to_string()),
+            "round {round}"
+        );
+        assert_eq!(reviews(&c), round, "a failed review is asked again");
+    }
+    let answered: Vec<u16> = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.path == TOKEN_REVIEWS)
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(answered, [500, 500]);
+
+    c.api
+        .fail_token_reviews(Some(TokenReviewFailure::AuthenticatorError));
+    assert_eq!(
+        main_port_get(port, "/pods", Some("reader-token")),
+        (401, "Unauthorized".to_string())
+    );
+    assert_eq!(reviews(&c), 3);
+    assert_eq!(c.api.requests().last().map(|r| r.status), Some(201));
+
+    c.api.fail_token_reviews(None);
+    for _ in 0..2 {
+        let (status, body) = main_port_get(port, "/pods", Some("reader-token"));
+        assert_eq!(status, 200, "{body}");
+        let list: Value = serde_json::from_str(&body).expect("a PodList");
+        assert_eq!(list["kind"], "PodList");
+    }
+    assert_eq!(reviews(&c), 4, "the answer that let it in is cached");
+    let log = c.agent.log();
+    assert!(
+        log.contains("node API: authenticating GET /pods"),
+        "the refusals are logged:\n{log}"
+    );
 }

@@ -189,6 +189,8 @@ spec:
 #[test]
 fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
     let fake = FakeApiServer::start();
+    // Off in a default v1.20, as in the fake.
+    fake.set_ephemeral_containers(true);
     let ctd = PrivateContainerd::start();
     let certs = tempfile::tempdir().unwrap();
     make_ca_and_client(certs.path(), "good");

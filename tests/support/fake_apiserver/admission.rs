@@ -43,6 +43,23 @@ pub(super) fn publish_namespace_objects(st: &mut State, ns: &str, sa: &str) {
     }
 }
 
+/// As the API's dropDisabledFields: without the EphemeralContainers gate a
+/// pod's `spec.ephemeralContainers` is dropped, unless the pod as it was
+/// (`old`) already had some.
+pub(super) fn drop_disabled_pod_fields(st: &State, old: Option<&Value>, pod: &mut Value) {
+    let in_use = old.is_some_and(|o| {
+        o["spec"]["ephemeralContainers"]
+            .as_array()
+            .is_some_and(|l| !l.is_empty())
+    });
+    if st.ephemeral_containers || in_use {
+        return;
+    }
+    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("ephemeralContainers");
+    }
+}
+
 pub(super) fn st_name(obj: &Value) -> String {
     sv(obj, &["metadata", "name"]).to_string()
 }

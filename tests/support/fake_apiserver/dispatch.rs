@@ -249,9 +249,11 @@ fn authorize(st: &State, user: &User, verb: &str, t: &Target) -> Result<(), Stat
             return Ok(());
         }
         (Res::Nodes, None) => &["get", "list", "watch", "create", "update", "patch"],
-        (Res::Nodes, Some(_)) => &["get", "update", "patch"],
+        (Res::Nodes, Some(_)) => &["update", "patch"],
         (Res::Pods, None) => &["get", "list", "watch", "create", "delete"],
-        (Res::Pods, Some(_)) => &["get", "update", "patch"],
+        (Res::Pods, Some("status")) => &["update", "patch"],
+        // Not pods/ephemeralcontainers.
+        (Res::Pods, Some(_)) => &[],
         (Res::Events, _) => &["create", "update", "patch"],
         // Handled above, for nodes and bootstrappers alike.
         (Res::CertificateSigningRequests, _) => &[],
@@ -422,6 +424,18 @@ pub(super) fn dispatch(
         manager: req.manager(),
     };
     if t.sub.as_deref() == Some("ephemeralcontainers") {
+        if !st.ephemeral_containers {
+            // Not installed without the gate: go-restful's 404, after
+            // authorization as every request.
+            return reply(Resp::status(
+                &Status::new(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                )
+                .with_details(Details::default()),
+            ));
+        }
         return reply(
             ephemeral_containers(st, verb, &t, req)
                 .map(|v| Resp::object(200, &v))

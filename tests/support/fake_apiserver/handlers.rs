@@ -418,6 +418,7 @@ pub(super) fn create(
     let node = ctx.user.node_name().map(str::to_string);
     match res {
         Res::Pods => {
+            drop_disabled_pod_fields(st, None, &mut obj);
             admit_pod_create(st, &mut obj, node.as_deref())?;
             let sa = sv(&obj, &["spec", "serviceAccountName"]).to_string();
             if !sa.is_empty() {
@@ -547,6 +548,9 @@ fn finish_update(
 ) -> Result<Value, Status> {
     let name = t.name.clone().unwrap_or_default();
     apply_strategy(t.res, t.sub.as_deref(), &old, &mut new);
+    if t.res == Res::Pods {
+        drop_disabled_pod_fields(st, Some(&old), &mut new);
+    }
     // Validation: the uid is immutable.
     let new_uid = sv(&new, &["metadata", "uid"]).to_string();
     let old_uid = sv(&old, &["metadata", "uid"]).to_string();

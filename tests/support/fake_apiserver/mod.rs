@@ -21,7 +21,9 @@
 //! refusals with the recorded messages; TokenReview and SubjectAccessReview
 //! (never stored: the request's spec echoed with the status filled in, from
 //! the token table and the access rules a test sets; admins and nodes may
-//! create them); Status bodies in the recorded key
+//! create them); `pods/<name>/ephemeralcontainers` only with the
+//! EphemeralContainers gate, off by default as in v1.20 (404 without it);
+//! Status bodies in the recorded key
 //! order; recorded headers (APF, nosniff, chunking above 2048 bytes).
 //!
 //! What tests control: tokens and kubeconfigs, what SubjectAccessReviews
@@ -29,8 +31,10 @@
 //! as the admin, every request recorded, and faults: the listener down, a
 //! black hole (connections accepted, nothing ever answered on them, even
 //! after it ends), watches cut mid-stream, history compaction, scripted error
-//! answers, raw bytes injected into open watch streams, and the node
-//! lifecycle controller's "Kubelet stopped posting node status".
+//! answers, TokenReviews that fail (a 500, or the authenticator's error in
+//! the answer) until told otherwise, raw bytes injected into open watch
+//! streams, and the node lifecycle controller's "Kubelet stopped posting
+//! node status". Feature gates: EphemeralContainers.
 //!
 //! Known simplifications: `managedFields` are approximated from the fields a
 //! request sent (no schema), objects other than Status, events and list
@@ -194,6 +198,18 @@ pub struct RecordedRequest {
     /// When it was recorded: after the server acted on it (a write is in the
     /// store and its watch event queued), before the answer was sent.
     pub at: Instant,
+}
+
+/// How TokenReviews fail while `FakeApiServer::fail_token_reviews` says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenReviewFailure {
+    /// 500 InternalError with a Status body: a review the apiserver could
+    /// not make.
+    InternalError,
+    /// 201 with `status.error` and no `authenticated`: the apiserver's own
+    /// token authenticator failed (its webhook unreachable, say), as
+    /// upstream's TokenReview storage answers then.
+    AuthenticatorError,
 }
 
 /// How the kubeconfig's user authenticates.

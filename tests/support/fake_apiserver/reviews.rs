@@ -82,6 +82,29 @@ pub(super) fn create_review(
                 "token is required for TokenReview in authentication",
             ));
         }
+        match st.token_review_failure {
+            Some(TokenReviewFailure::InternalError) => {
+                let cause = "the token authenticator is unavailable";
+                return Err(Status::new(
+                    500,
+                    "InternalError",
+                    format!("Internal error occurred: {cause}"),
+                )
+                .with_details(Details {
+                    causes: vec![(String::new(), cause.into(), String::new())],
+                    ..Details::default()
+                }));
+            }
+            Some(TokenReviewFailure::AuthenticatorError) => {
+                return Ok(review_answer(
+                    kind,
+                    &api_version,
+                    spec.clone(),
+                    json!({"user": {}, "error": AUTHENTICATOR_ERROR}),
+                ));
+            }
+            None => {}
+        }
         match st.tokens.get(token) {
             Some(u) => {
                 let mut user = json!({"username": u.name, "groups": u.groups});
@@ -147,6 +170,15 @@ pub(super) fn create_review(
             json!({"allowed": false})
         }
     };
+    Ok(review_answer(kind, &api_version, spec, status))
+}
+
+/// What `TokenReviewFailure::AuthenticatorError` puts in `status.error`:
+/// the union of the apiserver's authenticators, its webhook unreachable.
+const AUTHENTICATOR_ERROR: &str = "[invalid bearer token, Post \"https://authn.example:8443/authenticate\": dial tcp 10.0.0.9:8443: connect: connection refused]";
+
+/// A review as created: 201, the spec echoed, the status filled in.
+fn review_answer(kind: &str, api_version: &str, spec: Value, status: Value) -> Resp {
     let answer = json!({
         "kind": kind,
         "apiVersion": api_version,
@@ -154,7 +186,7 @@ pub(super) fn create_review(
         "spec": spec,
         "status": status,
     });
-    Ok(Resp::object(201, &answer))
+    Resp::object(201, &answer)
 }
 
 fn invalid_review(field: &str, message: &str) -> Status {

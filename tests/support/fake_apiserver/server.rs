@@ -592,12 +592,24 @@ impl FakeApiServer {
             .collect()
     }
 
+    /// Turns the EphemeralContainers feature gate on or off. Off, as in a
+    /// default v1.20, `pods/<name>/ephemeralcontainers` is not served (404)
+    /// and a pod's `spec.ephemeralContainers` is dropped on writes unless
+    /// the pod already had some.
+    pub fn set_ephemeral_containers(&self, enabled: bool) {
+        self.shared.state.lock().ephemeral_containers = enabled;
+    }
+
     /// Adds an ephemeral container to a pod as `kubectl debug` does through
     /// the `pods/<name>/ephemeralcontainers` subresource, with its rules
     /// (`ephemeral_update`); watchers get a MODIFIED event. False if the
+    /// EphemeralContainers gate is off (`set_ephemeral_containers`), the
     /// pod does not exist or the container is refused.
     pub fn add_ephemeral_container(&self, ns: &str, name: &str, container: Value) -> bool {
         self.locked(|st| {
+            if !st.ephemeral_containers {
+                return false;
+            }
             let key = (Res::Pods, ns.to_string(), name.to_string());
             let Some(old) = st.objects.get(&key).cloned() else {
                 return false;
@@ -845,6 +857,13 @@ impl FakeApiServer {
             status: Status::new(code, reason, message),
             remaining: times,
         });
+    }
+
+    /// Makes every TokenReview fail as `how` says, from now until called
+    /// with `None`; other requests are unaffected. Failed reviews are
+    /// recorded as requests like any other.
+    pub fn fail_token_reviews(&self, how: Option<TokenReviewFailure>) {
+        self.shared.state.lock().token_review_failure = how;
     }
 
     /// How often open watches that may carry bookmarks get one (the real

@@ -322,6 +322,10 @@ pub(super) struct State {
     pub(super) tokens_issued: u64,
     /// What SubjectAccessReviews allow (RBAC bindings, in effect).
     pub(super) access_rules: Vec<AccessRule>,
+    /// The EphemeralContainers feature gate (off in a default v1.20).
+    pub(super) ephemeral_containers: bool,
+    /// How TokenReviews fail, while they do.
+    pub(super) token_review_failure: Option<TokenReviewFailure>,
 }
 
 /// One grant a SubjectAccessReview finds: a ClusterRoleBinding of a role
@@ -354,6 +358,8 @@ impl State {
             sa_suffix: name_suffix(),
             tokens_issued: 0,
             access_rules: Vec::new(),
+            ephemeral_containers: false,
+            token_review_failure: None,
         }
     }
 
