@@ -1,6 +1,8 @@
 //! `tinylet status` against a small HTTP server in the test that serves a
 //! canned `/pods` PodList as the node's read-only port would, and its
-//! fallback when no source answers.
+//! fallback when no source answers; then against the real binary running
+//! static pods on the fake CRI, from its read-only port and from the
+//! runtime.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -62,14 +64,17 @@ fn serve(status: &'static str, body: &'static str) -> (u16, Arc<Mutex<Vec<String
 }
 
 fn status(args: &[&str]) -> (i32, String, String) {
+    // No runtime here: the last source fails fast.
+    status_at("unix:///nonexistent/cri.sock", args)
+}
+
+/// `tinylet status` with `args` and the runtime at `endpoint`: the exit
+/// code, stdout and stderr.
+fn status_at(endpoint: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(BIN)
         .arg("status")
         .args(args)
-        // No runtime here: the last source fails fast.
-        .args([
-            "--container-runtime-endpoint",
-            "unix:///nonexistent/cri.sock",
-        ])
+        .args(["--container-runtime-endpoint", endpoint])
         .output()
         .expect("run tinylet status");
     (
@@ -453,5 +458,222 @@ mod main_port {
         let (code, _, err) = run(&["--tls-cert-file", &d.join("ca.crt").display().to_string()]);
         assert_eq!(code, 1, "{err}");
         assert!(err.contains("the main port:"), "{err}");
+    }
+}
+
+/// The real binary with two static pods on the fake CRI, and `tinylet
+/// status` asking it: from the read-only port when one is given, else (or
+/// when it does not answer) from the runtime itself.
+mod live_node {
+    use serde_json::Value;
+
+    use super::{status_at, words};
+    use crate::server::free_port;
+    use crate::support::agent::{running_containers, Agent};
+    use crate::support::containerd::write_manifest;
+    use crate::support::fake_cri::FakeCri;
+
+    /// The static pods: (namespace, manifest name); each runs as
+    /// `<name>-edge-1`.
+    const PODS: [(&str, &str); 2] = [("default", "web"), ("infra", "cache")];
+
+    fn manifest(ns: &str, name: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  \
+             containers:\n  - name: app\n    image: busybox:latest\n    \
+             imagePullPolicy: IfNotPresent\n    command: [sleep, \"1000\"]\n"
+        )
+    }
+
+    /// The agent with `extra` flags, once both static pods run.
+    fn node_with_pods(cri: &FakeCri, extra: &[&str]) -> Agent {
+        let mut agent = Agent::start(&cri.endpoint(), extra);
+        for (ns, name) in PODS {
+            write_manifest(
+                &agent.manifests(),
+                &format!("{name}.yaml"),
+                &manifest(ns, name),
+            );
+        }
+        agent.wait("both static pods run", || {
+            PODS.iter()
+                .all(|(_, name)| running_containers(cri, &format!("{name}-edge-1")) == 1)
+        });
+        agent
+    }
+
+    /// The pod IP the fake runtime gave the sandbox of `pod`.
+    fn sandbox_ip(cri: &FakeCri, pod: &str) -> String {
+        cri.sandboxes()
+            .iter()
+            .find(|s| s.metadata.as_ref().is_some_and(|m| m.name == pod))
+            .and_then(|s| s.network.as_ref().map(|n| n.ip.clone()))
+            .unwrap_or_else(|| panic!("no sandbox for {pod}"))
+    }
+
+    /// The table's rows (without the header) as words, by pod name; every
+    /// row has the eight columns.
+    fn rows(out: &str) -> Vec<Vec<String>> {
+        let mut lines = out.lines();
+        let header = lines.next().map(words).unwrap_or_default();
+        assert_eq!(
+            header,
+            [
+                "NAMESPACE",
+                "NAME",
+                "PHASE",
+                "READY",
+                "RESTARTS",
+                "AGE",
+                "IP",
+                "SOURCE"
+            ],
+            "{out}"
+        );
+        let mut rows: Vec<Vec<String>> = lines
+            .map(|l| words(l).into_iter().map(str::to_string).collect())
+            .collect();
+        rows.sort_by(|a, b| a.get(1).cmp(&b.get(1)));
+        for r in &rows {
+            assert_eq!(r.len(), 8, "{out}");
+        }
+        rows
+    }
+
+    /// Both pods, Running with their one container ready, no restarts,
+    /// the runtime's IPs, from the manifest dir; ages as kubectl prints
+    /// them.
+    fn assert_rows(cri: &FakeCri, out: &str) {
+        let rows = rows(out);
+        assert_eq!(rows.len(), 2, "{out}");
+        // Sorted by name: cache, then web.
+        for (row, (ns, name)) in rows.iter().zip([PODS[1], PODS[0]]) {
+            let pod = format!("{name}-edge-1");
+            let ip = sandbox_ip(cri, &pod);
+            assert_eq!(
+                [&row[0], &row[1], &row[2], &row[3], &row[4], &row[6], &row[7]],
+                [ns, pod.as_str(), "Running", "1/1", "0", ip.as_str(), "file"],
+                "{out}"
+            );
+            let age = &row[5];
+            assert!(
+                age.ends_with('s') || age.ends_with('m'),
+                "a pod started seconds ago: {age}\n{out}"
+            );
+        }
+    }
+
+    /// How many rows of a table say Running with every container ready.
+    fn running_and_ready(out: &str) -> usize {
+        out.lines()
+            .skip(1)
+            .map(words)
+            .filter(|w| {
+                w.get(2) == Some(&"Running")
+                    && w.get(3)
+                        .and_then(|r| r.split_once('/'))
+                        .is_some_and(|(ready, all)| ready == all && ready != "0")
+            })
+            .count()
+    }
+
+    /// `-o json` is a PodList with both pods, Running.
+    fn assert_json(out: &str) {
+        let list: Value = serde_json::from_str(out).expect("-o json is JSON");
+        assert_eq!(list["kind"], "PodList", "{out}");
+        let mut pods: Vec<(String, String, String)> = list["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|p| {
+                let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    s(&p["metadata"]["namespace"]),
+                    s(&p["metadata"]["name"]),
+                    s(&p["status"]["phase"]),
+                )
+            })
+            .collect();
+        pods.sort();
+        let want = |ns: &str, name: &str| {
+            (
+                ns.to_string(),
+                format!("{name}-edge-1"),
+                "Running".to_string(),
+            )
+        };
+        assert_eq!(
+            pods,
+            [want("default", "web"), want("infra", "cache")],
+            "{out}"
+        );
+        for p in list["items"].as_array().into_iter().flatten() {
+            assert_eq!(p["status"]["containerStatuses"][0]["ready"], true, "{p}");
+            assert_eq!(
+                p["metadata"]["annotations"]["kubernetes.io/config.source"], "file",
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn status_reads_a_running_nodes_read_only_port() {
+        let cri = FakeCri::start();
+        let ro = free_port().to_string();
+        let mut agent = node_with_pods(&cri, &["--read-only-port", &ro, "--address", "127.0.0.1"]);
+        // The node reports a pod Running and ready only after its sync
+        // and a status update: ask until it does.
+        let ask = |args: &[&str]| status_at("unix:///nonexistent/cri.sock", args);
+        let mut last = (0, String::new(), String::new());
+        agent.wait("tinylet status shows both pods Running and ready", || {
+            last = ask(&["--read-only-port", &ro]);
+            last.0 == 0 && running_and_ready(&last.1) == 2
+        });
+        let (_, out, err) = last;
+        assert_rows(&cri, &out);
+        assert_eq!(
+            err.trim_end(),
+            format!("tinylet status: from the read-only port, http://127.0.0.1:{ro}/pods"),
+            "only the source is named"
+        );
+
+        let (code, out, err) = ask(&["--read-only-port", &ro, "-o", "json"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains(&format!("127.0.0.1:{ro}/pods")), "{err}");
+        assert_json(&out);
+    }
+
+    #[test]
+    fn status_without_the_read_only_port_asks_the_runtime() {
+        let cri = FakeCri::start();
+        let _agent = node_with_pods(&cri, &[]);
+        let endpoint = cri.endpoint();
+
+        // No read-only port given: straight to the runtime.
+        let (code, out, err) = status_at(&endpoint, &[]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            err.trim_end(),
+            format!("tinylet status: from the container runtime, {endpoint}")
+        );
+        assert_rows(&cri, &out);
+
+        // A read-only port that nothing serves: named, then the runtime.
+        let closed = free_port().to_string();
+        let (code, out, err) = status_at(&endpoint, &["--read-only-port", &closed, "-o", "json"]);
+        assert_eq!(code, 0, "{err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 2, "{err}");
+        assert!(
+            lines[0].starts_with("tinylet status: the read-only port: ")
+                && lines[0].contains(&format!("127.0.0.1:{closed}"))
+                && lines[0].ends_with("; trying the next source"),
+            "{err}"
+        );
+        assert_eq!(
+            lines[1],
+            format!("tinylet status: from the container runtime, {endpoint}")
+        );
+        assert_json(&out);
     }
 }
