@@ -2,7 +2,8 @@
 # The build and the tests in a root of another Debian release (default
 # trixie, Debian 13: GCC 14, cmake 3.31), to show the README's commands work
 # there: a root made with `debootstrap --variant=minbase` under
-# /var/cache/tinylet/roots/<suite> (kept and reused), this checkout and the
+# /var/cache/tinylet/roots/<suite> (kept and reused) and entered in a mount
+# namespace of its own as a mount point, this checkout and the
 # host's rustup toolchain bind-mounted, a target dir of its own, and the
 # packages packaging/deps.sh installs (as the README's commands do). In it:
 #   1 a release build of tinylet with the root's g++ (grpcio-sys's C core)
@@ -12,19 +13,34 @@
 #     the end-to-end ones);
 #   4 the end-to-end tests against a private containerd from the root's
 #     packages, where the root allows it (otherwise it says why it skipped).
-# It takes long (a cold build of gRPC's C core), so CI does not run it.
+# With --full it runs instead, in the root, the README's two commands as a
+# user would: `bash packaging/test.sh` (the whole suite: release builds,
+# fuzzing, the packages and their install test) and `bash
+# packaging/demo.sh`, until the demo's pod runs and then Ctrl-C (SIGINT to
+# its process group).
+# It takes long (a cold build of gRPC's C core; with --full, three), so CI
+# does not run it.
 #
-#   bash packaging/distro-test.sh [SUITE]
+#   bash packaging/distro-test.sh [--full] [SUITE]
 # Needs root and deb.debian.org. Environment: TINYLET_DISTRO_ROOT,
 # TINYLET_DISTRO_TARGET (default /var/cache/tinylet/target-<suite>).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 src=$(pwd)
 
+full=no
+if [ "${1:-}" = --full ]; then
+    full=yes
+    shift
+fi
 suite=${1:-trixie}
 say() { echo "distro-test.sh: $*" >&2; }
 die() { say "FAILED: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap, chroot, mounts)"
+# Its mounts live in a mount namespace of its own, gone when it ends.
+if [ -z "${TINYLET_DISTRO_NS:-}" ]; then
+    exec env TINYLET_DISTRO_NS=1 unshare --mount --propagation private bash "$0" "$@"
+fi
 root=${TINYLET_DISTRO_ROOT:-/var/cache/tinylet/roots/$suite}
 target=${TINYLET_DISTRO_TARGET:-/var/cache/tinylet/target-$suite}
 rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
@@ -60,6 +76,10 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$target"
+# The root is a mount point, for pivot_root (below) and for runc, which
+# remounts `/` as a slave before it pivots into a container's rootfs.
+mount --bind "$root" "$root"
+mounted+=("$root")
 bind /proc /proc
 bind /sys /sys
 bind /dev /dev
@@ -73,10 +93,16 @@ mkdir -p "$root/run" "$root/tmp"
 mount -t tmpfs tmpfs "$root/run"
 mounted+=("$root/run")
 
+# Each step runs with the root as its mount namespace's root (pivot_root,
+# not chroot): a process that joins a container's mount namespace (runc
+# exec) lands at that namespace's root, which under a chroot would be the
+# host's `/`, and mount paths read in /proc/self/mountinfo are the root's.
 inside() {
-    chroot "$root" /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-        RUSTUP_HOME=/root/.rustup CARGO_HOME=/root/.cargo CARGO_TARGET_DIR=/target \
-        TERM=dumb LANG=C.UTF-8 bash -c "cd /src && $1"
+    unshare --mount --propagation private sh -c '
+        cd "$1" && mkdir -p .oldroot && pivot_root . .oldroot &&
+        exec chroot . /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+            RUSTUP_HOME=/root/.rustup CARGO_HOME=/root/.cargo CARGO_TARGET_DIR=/target \
+            TERM=dumb LANG=C.UTF-8 bash -c "umount -l /.oldroot && cd /src && $2"' sh "$root" "$1"
 }
 
 # The project's own dependency step, as the README's commands run it.
@@ -88,6 +114,39 @@ inside 'DEBIAN_FRONTEND=noninteractive bash packaging/deps.sh' >>"$target/apt.lo
 release=$(inside 'sed -n "s/^VERSION_ID=//p" /etc/os-release | tr -d \"') || true
 gxx=$(inside 'g++ --version | head -n1')
 say "root: Debian $suite ($release), $gxx, $(inside 'cmake --version | head -n1')"
+
+if [ $full = yes ]; then
+    # The README's test command, whole.
+    start=$SECONDS
+    rc=0
+    inside 'bash packaging/test.sh' >"$target/test-sh.log" 2>&1 || rc=$?
+    say "bash packaging/test.sh exited $rc after $((SECONDS - start)) s; its summary lines:"
+    grep -E '^test result|: (ok|PASS|skipped|FAIL|FAILED)|passed' "$target/test-sh.log" | tail -40 >&2 || true
+    [ $rc = 0 ] || die "bash packaging/test.sh in $suite (log: $target/test-sh.log)"
+    # The README's demo command: its pod runs, then Ctrl-C.
+    start=$SECONDS
+    if inside 'export TINYLET_DEMO_DIR=/tmp/distro-demo
+        setsid bash packaging/demo.sh >/target/demo.log 2>&1 &
+        pid=$!
+        ok=no
+        for _ in $(seq 600); do
+            if ctr --address $TINYLET_DEMO_DIR/containerd/containerd.sock -n k8s.io tasks ls 2>/dev/null | grep -q RUNNING &&
+                grep -q "container \"clock\" started" /target/demo.log; then ok=yes; break; fi
+            kill -0 $pid 2>/dev/null || break
+            sleep 1
+        done
+        kill -INT -- -$pid 2>/dev/null
+        for _ in $(seq 60); do kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+        left=$(pgrep -f "$TINYLET_DEMO_DIR" || true)
+        rm -rf $TINYLET_DEMO_DIR
+        [ $ok = yes ] && [ -z "$left" ]'; then
+        say "ok: bash packaging/demo.sh in $suite: the clock pod ran; Ctrl-C stopped tinylet and the private containerd ($((SECONDS - start)) s)"
+    else
+        die "bash packaging/demo.sh in $suite: $(tail -8 "$target/demo.log")"
+    fi
+    say "passed in Debian $suite ($release): the README's two commands"
+    exit 0
+fi
 
 # 1. The release build and its binary.
 start=$SECONDS
