@@ -5,7 +5,9 @@
 //! 110 API pods, the requests an idle node sends (a node must not poll:
 //! watches, the lease, and node status only when it changed), and how long
 //! an API pod takes from its creation (the ADDED watch event goes out at
-//! once) to its containers running and to the Running status patch.
+//! once) to its containers running and to the Running status patch, and
+//! how long a pod that fills its emptyDir past `sizeLimit` runs before
+//! the eviction manager stops it and reports it Failed/Evicted.
 
 use std::collections::{BTreeMap, HashSet};
 use std::ffi::OsStr;
@@ -85,7 +87,17 @@ pub(super) struct ClusterResult {
     /// Requests tinylet sent for one pod, from its creation until it was gone.
     requests_per_pod: Vec<f64>,
     many: Option<ManyResult>,
+    eviction: Option<EvictionResult>,
     log: PathBuf,
+}
+
+/// A pod over its emptyDir's `sizeLimit`: ms from its container running
+/// (it fills the volume at once) to the Failed/Evicted status patch, and
+/// on to its containers gone.
+pub(super) struct EvictionResult {
+    to_evicted: f64,
+    to_stopped: f64,
+    message: String,
 }
 
 pub(super) struct ManyResult {
@@ -281,6 +293,7 @@ pub(super) fn run(
         to_gone: Vec::new(),
         requests_per_pod: Vec::new(),
         many: None,
+        eviction: None,
         log: dir.join("tinylet.log"),
     };
     for i in 0..plan.runs {
@@ -340,10 +353,95 @@ pub(super) fn run(
         std::thread::sleep(PAUSE);
     }
 
+    r.eviction = Some(eviction(rt, &fake, &mut t)?);
     if plan.many > 0 {
         r.many = Some(many(rt, &fake, &mut t, plan)?);
     }
     t.stop();
+    Ok(r)
+}
+
+/// One API pod that writes 4 MiB into an emptyDir limited to 1 MiB.
+fn eviction(rt: &RemoteRuntime, fake: &FakeApiServer, t: &mut Tinylet) -> Result<EvictionResult> {
+    let name = "hog";
+    let names: HashSet<String> = HashSet::from([name.to_string()]);
+    let mut pod = api_pod(name);
+    pod["spec"]["volumes"] = json!([{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]);
+    pod["spec"]["containers"][0]["command"] = json!([
+        "sh",
+        "-c",
+        "dd if=/dev/zero of=/scratch/fill bs=1M count=4 2>/dev/null; exec sleep 3600"
+    ]);
+    pod["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "scratch", "mountPath": "/scratch"}]);
+    fake.create_pod(pod);
+    let mut ran = None;
+    wait_for(
+        t,
+        "the eviction pod running",
+        Duration::from_millis(5),
+        Duration::from_secs(60),
+        || {
+            ran = (!running(rt, &names)?.is_empty()).then(Instant::now);
+            Ok(ran.is_some())
+        },
+    )?;
+    let ran = ran.ok_or_else(|| anyhow!("pod {name}: no running time"))?;
+    let evicted_patch = || {
+        let path = format!("/api/v1/namespaces/{NAMESPACE}/pods/{name}/status");
+        fake.requests()
+            .iter()
+            .filter(|r| r.verb == "PATCH" && r.path == path && (200..300).contains(&r.status))
+            .find(|r| {
+                serde_json::from_str::<Value>(&r.body).is_ok_and(|b| {
+                    b["status"]["phase"] == "Failed" && b["status"]["reason"] == "Evicted"
+                })
+            })
+            .map(|r| r.at)
+    };
+    let mut evicted = None;
+    wait_for(
+        t,
+        "the pod over its emptyDir sizeLimit reported Failed/Evicted",
+        Duration::from_millis(20),
+        Duration::from_secs(60),
+        || {
+            evicted = evicted_patch();
+            Ok(evicted.is_some())
+        },
+    )?;
+    wait_for(
+        t,
+        "the evicted pod's containers stopped",
+        Duration::from_millis(20),
+        Duration::from_secs(60),
+        || Ok(running(rt, &names)?.is_empty()),
+    )?;
+    let stopped = Instant::now();
+    let evicted = evicted.ok_or_else(|| anyhow!("pod {name}: no eviction time"))?;
+    let message = fake
+        .pod(NAMESPACE, name)
+        .and_then(|p| p["status"]["message"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    let r = EvictionResult {
+        to_evicted: ms(evicted.saturating_duration_since(ran)),
+        to_stopped: ms(stopped.saturating_duration_since(ran)),
+        message,
+    };
+    eprintln!(
+        "pod_start: cluster: pod {name} over its emptyDir sizeLimit: Failed/Evicted {} after its container ran, stopped by {} ({})",
+        fmt_ms(r.to_evicted),
+        fmt_ms(r.to_stopped),
+        r.message
+    );
+    fake.delete_pod(NAMESPACE, name, None);
+    wait_for(
+        t,
+        "the evicted pod deleted and its sandbox removed",
+        Duration::from_millis(20),
+        Duration::from_secs(60),
+        || Ok(fake.pod(NAMESPACE, name).is_none() && sandboxes_left(rt, &names)? == 0),
+    )?;
     Ok(r)
 }
 
@@ -607,6 +705,20 @@ pub(super) fn print_report(r: &ClusterResult) {
             ),
             "<= idle + 2 MiB",
             verdict(back),
+        ]);
+    }
+    if let Some(e) = &r.eviction {
+        // The manager looks every 10 s, as upstream's does.
+        let ok = e.to_evicted <= 11_000.0;
+        frow([
+            "emptyDir over sizeLimit -> Evicted",
+            &format!(
+                "{} after it ran; stopped by {}",
+                fmt_ms(e.to_evicted),
+                fmt_ms(e.to_stopped)
+            ),
+            "<= 10 s period",
+            verdict(ok),
         ]);
     }
     println!(
