@@ -28,7 +28,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 src=$(pwd)
 
-full=no
+full=${TINYLET_DISTRO_FULL:-no}
 if [ "${1:-}" = --full ]; then
     full=yes
     shift
@@ -39,7 +39,7 @@ die() { say "FAILED: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap, chroot, mounts)"
 # Its mounts live in a mount namespace of its own, gone when it ends.
 if [ -z "${TINYLET_DISTRO_NS:-}" ]; then
-    exec env TINYLET_DISTRO_NS=1 unshare --mount --propagation private bash "$0" "$@"
+    exec env TINYLET_DISTRO_NS=1 TINYLET_DISTRO_FULL=$full unshare --mount --propagation private bash "$0" "$suite"
 fi
 root=${TINYLET_DISTRO_ROOT:-/var/cache/tinylet/roots/$suite}
 target=${TINYLET_DISTRO_TARGET:-/var/cache/tinylet/target-$suite}
