@@ -120,7 +120,7 @@ fn static_pods_run_are_replaced_on_edit_and_removed_on_delete() {
         .unwrap_or_else(|| panic!("no IPAM lease for sandbox {sandbox}: {:?}", ctd.ip_leases()));
     assert!(ip.starts_with(&ctd.pod_ip_prefix()), "pod IP {ip}");
     let addr = ctd
-        .exec(&app, &["ip", "-4", "-o", "addr", "show", "eth0"])
+        .exec_printing(&app, &["ip", "-4", "-o", "addr", "show", "eth0"])
         .unwrap_or_else(|e| panic!("ip addr in web pod: {e}"));
     assert!(
         addr.contains(&format!("inet {ip}/")),
@@ -135,7 +135,7 @@ fn static_pods_run_are_replaced_on_edit_and_removed_on_delete() {
         std::fs::read_link("/proc/self/ns/net").expect("reading the test's own network namespace");
     let host_ns = host_ns.display().to_string();
     let in_hostnet = ctd
-        .exec(&host_app, &["readlink", "/proc/self/ns/net"])
+        .exec_printing(&host_app, &["readlink", "/proc/self/ns/net"])
         .unwrap_or_else(|e| panic!("readlink in hostnet pod: {e}"));
     assert_eq!(
         in_hostnet.trim(),

@@ -436,6 +436,22 @@ impl PrivateContainerd {
         Some((finished, code))
     }
 
+    /// `exec` of a command that always prints, asked again (at most three
+    /// times) while it printed nothing: under load, containerd 1.6 can
+    /// lose an exec's output ("error copying stdout" in its log) and
+    /// still report success.
+    pub fn exec_printing(&self, id: &str, cmd: &[&str]) -> Result<String, String> {
+        let mut out = self.exec(id, cmd)?;
+        for _ in 0..2 {
+            if !out.trim().is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            out = self.exec(id, cmd)?;
+        }
+        Ok(out)
+    }
+
     /// Runs a command inside a running container (`ctr tasks exec`).
     pub fn exec(&self, id: &str, cmd: &[&str]) -> Result<String, String> {
         static EXEC: AtomicU64 = AtomicU64::new(0);
