@@ -143,7 +143,7 @@ fn static_pods_run_are_replaced_on_edit_and_removed_on_delete() {
         "hostNetwork pod is not in the host netns"
     );
     let in_web = ctd
-        .exec(&app, &["readlink", "/proc/self/ns/net"])
+        .exec_printing(&app, &["readlink", "/proc/self/ns/net"])
         .unwrap_or_else(|e| panic!("readlink in web pod: {e}"));
     assert_ne!(in_web.trim(), host_ns, "CNI pod runs in the host netns");
 
@@ -463,7 +463,7 @@ fn cri_client_runs_a_cni_sandbox_on_the_private_containerd() {
         .unwrap_or_else(|e| panic!("CRI StartContainer: {e}"));
     assert!(ctd.pod_running(pod_name, &["probe"]));
     let addr = ctd
-        .exec(&running, &["ip", "-4", "-o", "addr", "show", "eth0"])
+        .exec_printing(&running, &["ip", "-4", "-o", "addr", "show", "eth0"])
         .unwrap_or_else(|e| panic!("ip addr in the probe pod: {e}"));
     assert!(addr.contains(&format!("inet {ip}/")), "eth0: {addr}");
     let object = ctd.object(&running).expect("probe container vanished");

@@ -55,7 +55,7 @@ fn a_container_sees_env_from_config_maps_secrets_and_services() {
         let Some((_, id)) = only_ids(&ctd, "envpod") else {
             return false;
         };
-        match ctd.exec(&id, &["cat", "/tmp/env"]) {
+        match ctd.exec_printing(&id, &["cat", "/tmp/env"]) {
             Ok(text) if text.contains("MODE=") => {
                 env = text;
                 true

@@ -49,7 +49,10 @@ fn edited_objects_and_labels_reach_the_container_and_sub_path_keeps_the_old() {
             .is_some_and(|(_, c)| ctd.task_status(c) == "RUNNING")
     });
     let (_, container) = ids.unwrap();
-    let read = |path: &str| ctd.exec(&container, &["cat", path]).unwrap_or_default();
+    let read = |path: &str| {
+        ctd.exec_printing(&container, &["cat", path])
+            .unwrap_or_default()
+    };
     wait_until(SETTLE, "the first contents inside the container", || {
         read("/cfg/mode") == "one"
             && read("/pinned/mode") == "one"

@@ -174,7 +174,8 @@ spec:
             ctd.pod_running(&name, &["app", "side"])
         });
         let ids = ctd.container_ids_named(&name, "app");
-        ctd.exec(&ids[0], &["ps", "-o", "args"]).unwrap_or_default()
+        ctd.exec_printing(&ids[0], &["ps", "-o", "args"])
+            .unwrap_or_default()
     };
     let shared = ps_in_app("shared");
     assert!(shared.contains("sleep 4242"), "ps in app:\n{shared}");
@@ -238,7 +239,7 @@ fn e2e_an_ephemeral_container_added_to_a_running_pod_runs_once() {
     // the start may fail on a loaded machine: tried again until it answers.)
     let mut ps = String::new();
     wait_until(SETTLE, "the debugger sees its target's processes", || {
-        ps = match ctd.exec(&debugger[0], &["ps", "-o", "args"]) {
+        ps = match ctd.exec_printing(&debugger[0], &["ps", "-o", "args"]) {
             Ok(out) => out,
             Err(e) => format!("exec failed: {e}"),
         };

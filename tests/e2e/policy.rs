@@ -106,14 +106,14 @@ fn unsafe_sysctls_are_refused_unless_allowed() {
     });
     let id = &ctd.container_ids(&allowed)[0];
     assert_eq!(
-        ctd.exec(id, &["cat", "/proc/sys/kernel/msgmax"])
+        ctd.exec_printing(id, &["cat", "/proc/sys/kernel/msgmax"])
             .unwrap()
             .trim(),
         "12345"
     );
     let id = &ctd.container_ids(&safe)[0];
     assert_eq!(
-        ctd.exec(
+        ctd.exec_printing(
             id,
             &["cat", "/proc/sys/net/ipv4/ip_unprivileged_port_start"]
         )
@@ -179,7 +179,7 @@ fn the_pod_process_limit_and_the_default_seccomp_profile_hold() {
     // The seccomp check goes first: once the fork bomb has filled the pod's
     // pids cgroup, a later exec can fail in runc's own clones, depending on
     // when runc moves its init process into the cgroup.
-    let status = ctd.exec(&id, &["grep", "^Seccomp:", "/proc/1/status"]);
+    let status = ctd.exec_printing(&id, &["grep", "^Seccomp:", "/proc/1/status"]);
     assert!(
         matches!(&status, Ok(out) if out.split_whitespace().nth(1) == Some("2")),
         "the container runs without a seccomp filter: {status:?}"

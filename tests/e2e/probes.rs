@@ -241,7 +241,7 @@ fn hanging_probes_of_one_pod_leave_another_pods_liveness_probe_on_time() {
         names
             .iter()
             .flat_map(|n| ctd.container_ids_named(&hog, n))
-            .filter_map(|id| ctd.exec(&id, &["ps", "-o", "args"]).ok())
+            .filter_map(|id| ctd.exec_printing(&id, &["ps", "-o", "args"]).ok())
             .map(|ps| ps.lines().filter(|l| l.trim() == "sleep 3600").count())
             .sum::<usize>()
     };

@@ -114,7 +114,8 @@ fn static_pod_lifecycle_on_a_read_only_root() {
         .unwrap_or_else(|e| panic!("{}/etc-hosts: {e}", pod_dir.display()));
     assert!(hosts.contains("web"), "etc-hosts: {hosts}");
     assert_eq!(
-        ctd.exec(&app, &["cat", "/scratch/version"]).as_deref(),
+        ctd.exec_printing(&app, &["cat", "/scratch/version"])
+            .as_deref(),
         Ok("v1\n")
     );
     let log_dir = kubelet
@@ -137,7 +138,8 @@ fn static_pod_lifecycle_on_a_read_only_root() {
     let sandbox = ctd.sandbox_ids(&web)[0].clone();
     let app = ctd.container_ids_named(&web, "app")[0].clone();
     assert_eq!(
-        ctd.exec(&app, &["cat", "/scratch/version"]).as_deref(),
+        ctd.exec_printing(&app, &["cat", "/scratch/version"])
+            .as_deref(),
         Ok("v2\n")
     );
     wait_until(SETTLE, "the old pod's directory is removed", || {

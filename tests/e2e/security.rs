@@ -194,7 +194,7 @@ fn sub_paths_stay_inside_their_volume() {
     });
     let app = ctd.container_ids_named("downward", "app")[0].clone();
     let labels = ctd
-        .exec(&app, &["cat", "/etc/podlabels"])
+        .exec_printing(&app, &["cat", "/etc/podlabels"])
         .unwrap_or_else(|e| panic!("cat /etc/podlabels: {e}"));
     assert_eq!(labels.trim(), "app=\"downward\"");
 

@@ -168,7 +168,7 @@ spec:
     );
 
     let env = ctd
-        .exec(&app, &["env"])
+        .exec_printing(&app, &["env"])
         .unwrap_or_else(|e| panic!("env in web: {e}"));
     for want in [
         "GREETING=hello world $(WHO) $(NOPE)".to_string(),
@@ -185,11 +185,11 @@ spec:
         );
     }
     let id = ctd
-        .exec(&app, &["id"])
+        .exec_printing(&app, &["id"])
         .unwrap_or_else(|e| panic!("id in web: {e}"));
     assert!(id.starts_with("uid=1000 gid=3000"), "id: {id}");
     let hosts = ctd
-        .exec(&app, &["cat", "/etc/hosts"])
+        .exec_printing(&app, &["cat", "/etc/hosts"])
         .unwrap_or_else(|e| panic!("cat /etc/hosts in web: {e}"));
     assert!(
         hosts
@@ -202,7 +202,7 @@ spec:
     let mut hostname = String::new();
     for _ in 0..5 {
         hostname = ctd
-            .exec(&app, &["hostname"])
+            .exec_printing(&app, &["hostname"])
             .unwrap_or_else(|e| panic!("hostname in web: {e}"));
         if !hostname.trim().is_empty() {
             break;
@@ -211,7 +211,7 @@ spec:
     }
     assert_eq!(hostname.trim(), "www");
     let resolv = ctd
-        .exec(&app, &["cat", "/etc/resolv.conf"])
+        .exec_printing(&app, &["cat", "/etc/resolv.conf"])
         .unwrap_or_else(|e| panic!("cat /etc/resolv.conf in web: {e}"));
     assert!(resolv.contains("nameserver 10.96.0.10"), "{resolv}");
     assert!(
@@ -227,7 +227,7 @@ spec:
         .map(|o| o.label(POD_UID_LABEL).to_string())
         .unwrap_or_default();
     let cgroups = ctd
-        .exec(&app, &["cat", "/proc/self/cgroup"])
+        .exec_printing(&app, &["cat", "/proc/self/cgroup"])
         .unwrap_or_else(|e| panic!("cat /proc/self/cgroup in web: {e}"));
     let pod_cgroup = format!("/kubepods/burstable/pod{uid}/");
     assert!(
@@ -245,7 +245,7 @@ spec:
         * 1024;
     let want_oom = (1000 - 1000 * (64i64 << 20) / mem_total).clamp(3, 999);
     let oom = ctd
-        .exec(&app, &["cat", "/proc/self/oom_score_adj"])
+        .exec_printing(&app, &["cat", "/proc/self/oom_score_adj"])
         .unwrap_or_else(|e| panic!("cat /proc/self/oom_score_adj in web: {e}"));
     assert_eq!(oom.trim(), want_oom.to_string());
 
