@@ -214,8 +214,20 @@ fn tls_client_certificates_and_the_self_signed_pair() {
         certs.path().join("other-client.crt"),
         certs.path().join("other-client.key"),
     );
-    let (status, body) =
-        tls_get(port, "/healthz", Some((&good.0, &good.1))).expect("the CA's client is served");
+    // The port listens before the first relist: until then /healthz says
+    // "pleg has yet to be successful" (500), as upstream's does.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (status, body) = loop {
+        let (status, body) =
+            tls_get(port, "/healthz", Some((&good.0, &good.1))).expect("the CA's client is served");
+        if status != 500
+            || !body.contains("pleg has yet to be successful")
+            || std::time::Instant::now() > deadline
+        {
+            break (status, body);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
     assert_eq!((status, body.as_str()), (200, "ok"));
     let (status, body) = tls_get(port, "/healthz", None).expect("a client without a certificate");
     assert_eq!((status, body.as_str()), (401, "Unauthorized"));
