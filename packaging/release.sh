@@ -86,8 +86,9 @@ arm_built=$(tail -n1 "$arm_out")
 arm="$dist/tinylet-$version-aarch64-linux"
 cp "$arm_built" "$arm"
 check "$arm" "AArch64"
-qemu-aarch64-static "$arm" --version | grep -q "aarch64-unknown-linux-gnu, static)" \
-    || die "$arm --version under qemu does not name its target"
+arm_version=$(qemu-aarch64-static "$arm" --version) || die "$arm --version under qemu failed"
+grep -q "aarch64-unknown-linux-gnu, static)" <<<"$arm_version" ||
+    die "$arm --version under qemu does not name its target: $arm_version"
 
 bash packaging/build-deb.sh amd64 "$x86" "$version" "$dist" >/dev/null
 bash packaging/build-deb.sh arm64 "$arm" "$version" "$dist" >/dev/null

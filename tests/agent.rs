@@ -77,6 +77,26 @@ fn flags_help_version_and_errors() {
     assert!(err.contains("/dev/null"), "{err}");
 }
 
+/// `tinylet --version | grep -q ...` and `--help | head -1`: a reader that
+/// is gone before the output is written ends the command quietly, with
+/// success, not with a panic about a broken pipe.
+#[test]
+fn help_and_version_into_a_closed_pipe_exit_quietly() {
+    for arg in ["--version", "--help"] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = Command::new(BIN)
+            .arg(arg)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run tinylet");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{arg}: {err}");
+        assert!(err.is_empty(), "{arg} wrote to stderr: {err}");
+    }
+}
+
 /// kubeadm's preflight runs `kubelet --version` and matches the whole output
 /// against `Kubernetes vX.Y.Z`; the version is the operator's, from the
 /// environment or the defaults file, and the same one the Node reports.
