@@ -38,23 +38,6 @@ use tinylet::volume::{
     objects, ApiObjects, ApiWatcher, ObjectManager, ObjectSource, VolumeManager,
 };
 
-/// Writes `text` to stdout for `--help` and `--version`. A reader that went
-/// away (`tinylet --version | grep -q ...`, `| head -1`) ends it quietly,
-/// with success, where `println!` would panic on the broken pipe; another
-/// write error is reported.
-fn print_stdout(text: &str) -> ExitCode {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tinylet: writing to stdout: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// Whether this process was started through a file named `kubelet` (the
 /// package's link to tinylet, run by kubeadm and the `kubelet` unit).
 fn invoked_as_kubelet() -> bool {
@@ -79,8 +62,10 @@ fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
         Ok(Command::Run(o)) => *o,
         Ok(Command::Status(o)) => return tinylet::status_cmd::main(&o),
-        Ok(Command::StatusHelp) => return print_stdout(tinylet::options::STATUS_USAGE),
-        Ok(Command::Help) => return print_stdout(USAGE),
+        Ok(Command::StatusHelp) => {
+            return tinylet::version::print_stdout(tinylet::options::STATUS_USAGE)
+        }
+        Ok(Command::Help) => return tinylet::version::print_stdout(USAGE),
         Ok(Command::Version) => {
             // Run as `kubelet` (the package's link, which kubeadm runs), the
             // one line kubeadm parses; as `tinylet`, the build, then that.
@@ -90,7 +75,7 @@ fn main() -> ExitCode {
             }
             text.push_str(&tinylet::version::kubernetes_line());
             text.push('\n');
-            return print_stdout(&text);
+            return tinylet::version::print_stdout(&text);
         }
         Err(e) => {
             eprintln!("tinylet: {e}\nRun 'tinylet --help' for the flags.");

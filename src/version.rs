@@ -149,6 +149,23 @@ fn format(version: &str, commit: &str, target: &str, is_static: bool) -> String 
     format!("tinylet {version} (commit {commit}, {target}, {linkage})")
 }
 
+/// Writes `text` to stdout for `--help` and `--version`. A reader that went
+/// away (`tinylet --version | grep -q ...`, `| head -1`) ends it quietly,
+/// with success, where `println!` would panic on the broken pipe; another
+/// write error is reported.
+pub fn print_stdout(text: &str) -> std::process::ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tinylet: writing to stdout: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
