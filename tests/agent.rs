@@ -786,3 +786,97 @@ fn the_open_files_limit_is_raised_to_max_open_files_capped_at_the_hard_limit() {
 fn log_has(log: &std::path::Path, needle: &str) -> bool {
     fs::read_to_string(log).is_ok_and(|text| text.contains(needle))
 }
+
+/// CPU seconds (user and system) the process `pid` has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    // The fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').expect("stat has a command") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // utime and stime are the 14th and 15th fields, in USER_HZ (100) ticks.
+    let ticks: u64 =
+        fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    ticks as f64 / 100.0
+}
+
+/// Sandboxes the runtime keeps listing, not ready and without containers
+/// (their containers removed under CRI's feet, as `ctr containers rm`
+/// does), whose removal the runtime answers but does not do: tinylet
+/// removes each once, tries again a minute later, and logs each once (and
+/// the one retry once), instead of stopping and "removing" them at every
+/// housekeeping; over a minute it uses under 1% of a core.
+#[test]
+fn leftover_sandboxes_that_stay_are_tried_again_with_back_off_not_every_housekeeping() {
+    const PODS: usize = 20;
+    let fake = FakeCri::start();
+    let mut agent = Agent::start(&fake.endpoint(), &[]);
+    for i in 0..PODS {
+        write_manifest(
+            &agent.manifests(),
+            &format!("p{i}.yaml"),
+            &web(&format!("p{i}"), "sleep 1000"),
+        );
+    }
+    agent.wait("every pod runs", || {
+        (0..PODS).all(|i| running_containers(&fake, &format!("p{i}-edge-1")) == 1)
+    });
+    // Stopped (the pods keep running), their manifests removed, and the
+    // runtime left holding what the issue saw.
+    assert!(agent.terminate().success());
+    for i in 0..PODS {
+        fs::remove_file(agent.manifests().join(format!("p{i}.yaml"))).expect("remove manifest");
+    }
+    for sb in fake.sandboxes() {
+        fake.strand_sandbox(&sb.id);
+    }
+    fake.keep_removed_sandboxes(true);
+    assert!(fake.containers().is_empty());
+    fake.clear_calls();
+    let log_before = agent.log().len();
+
+    agent.spawn();
+    let pid = agent.pid().expect("running");
+    agent.wait("every leftover is removed once", || {
+        fake.count("RemovePodSandbox") >= PODS
+    });
+    let started = Instant::now();
+    let cpu_start = cpu_seconds(pid);
+    std::thread::sleep(Duration::from_secs(62));
+    let cpu = cpu_seconds(pid) - cpu_start;
+    let window = started.elapsed().as_secs_f64();
+    assert!(agent.running(), "tinylet exited\n{}", agent.log());
+
+    let removals = fake.count("RemovePodSandbox");
+    let stops = fake.count("StopPodSandbox");
+    let log = agent.log()[log_before..].to_string();
+    let found = log.matches("is left in the runtime").count();
+    let stayed = log.matches("is still in the runtime").count();
+    let old_line = log.matches("runs but no source has it").count();
+    assert_eq!(
+        fake.sandboxes().len(),
+        PODS,
+        "the runtime still lists them all"
+    );
+    // Once at start-up, and at most once more a minute later: not every 2 s
+    // (which would be 30 tries each).
+    assert!(
+        (PODS..=2 * PODS).contains(&removals) && stops <= 2 * PODS,
+        "{removals} removals and {stops} stops of {PODS} leftover sandboxes in {window:.0} s\n{log}"
+    );
+    assert_eq!(
+        found, PODS,
+        "each leftover is logged once when found\n{log}"
+    );
+    assert!(
+        stayed <= PODS,
+        "the retry is logged once a pod: {stayed} lines\n{log}"
+    );
+    assert_eq!(
+        old_line, 0,
+        "a sandbox that is not ready is not a running pod\n{log}"
+    );
+    assert!(
+        cpu < 0.01 * window,
+        "tinylet used {cpu:.2} s of CPU in {window:.0} s beside {PODS} leftovers (over 1% of a core)"
+    );
+}

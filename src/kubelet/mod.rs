@@ -13,6 +13,7 @@
 //! waited for its worker (see `pod_workers`).
 
 mod admit;
+mod leftovers;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -190,6 +191,9 @@ pub struct Kubelet {
     /// deleted pods waiting for their API object to go. Nothing starts or
     /// kills them again; their REMOVE forgets them.
     terminated: HashSet<String>,
+    /// Pods the runtime holds that no source has, handed to workers to stop
+    /// and remove, and when to try again those that stay.
+    leftovers: leftovers::Leftovers,
     inputs: Inputs,
     sync_tick: Receiver<Instant>,
     housekeeping: Receiver<Instant>,
@@ -266,6 +270,7 @@ impl Kubelet {
             sources_ready,
             finished: HashMap::new(),
             terminated: HashSet::new(),
+            leftovers: leftovers::Leftovers::default(),
             inputs,
             sync_tick: tick(SYNC_TICK),
             housekeeping: tick(HOUSEKEEPING_PERIOD),
@@ -673,8 +678,9 @@ impl Kubelet {
     }
 
     /// Stops pods that run in the runtime but no source wants (for example a
-    /// manifest deleted while tinylet was down), once every source has been
-    /// heard from.
+    /// manifest deleted while tinylet was down), and removes what such pods
+    /// left that runs nothing, once every source has been heard from; one
+    /// that stays is tried again with back-off (`leftovers`).
     fn housekeeping(&mut self) {
         if self.pods.len() < self.pods_at_housekeeping {
             self.trims_due = TRIMS_AFTER_WORK;
@@ -711,17 +717,48 @@ impl Kubelet {
         self.finished.retain(|_, t| *t > relisted);
         crate::malloc::shrink_map(&mut self.finished);
         crate::malloc::shrink_map(&mut self.pods);
+        for (uid, tries) in self.leftovers.forget_gone(&runtime_pods) {
+            info!("housekeeping: pod {uid} is gone from the runtime after {tries} tries");
+        }
+        let now = Instant::now();
         for rp in runtime_pods.iter() {
-            if self.pods.contains_key(&rp.uid)
-                || self.workers.is_known(&rp.uid)
-                || self.finished.contains_key(&rp.uid)
-            {
+            if self.pods.contains_key(&rp.uid) {
+                self.leftovers.forget(&rp.uid);
                 continue;
             }
-            info!(
-                "housekeeping: pod {}/{} ({}) runs but no source has it; stopping it",
-                rp.namespace, rp.name, rp.uid
-            );
+            if self.workers.is_known(&rp.uid) || self.finished.contains_key(&rp.uid) {
+                continue;
+            }
+            let who = format!("{}/{} ({})", rp.namespace, rp.name, rp.uid);
+            match self.leftovers.judge(rp, now) {
+                leftovers::Verdict::Wait => continue,
+                leftovers::Verdict::Stop => {
+                    info!("housekeeping: pod {who} runs but no source has it; stopping it")
+                }
+                leftovers::Verdict::Remove => info!(
+                    "housekeeping: pod {who} is left in the runtime (no ready sandbox, \
+                     no running container) and no source has it; removing it"
+                ),
+                leftovers::Verdict::Retry {
+                    running,
+                    n: 2,
+                    next,
+                } => warn!(
+                    "housekeeping: pod {who} is still in the runtime ({}) after its removal; \
+                     trying again now, then after {}s, up to every {}s",
+                    if running {
+                        "running"
+                    } else {
+                        "nothing running"
+                    },
+                    next.as_secs(),
+                    leftovers::MAX_RETRY.as_secs()
+                ),
+                leftovers::Verdict::Retry { n, next, .. } => debug!(
+                    "housekeeping: pod {who} still in the runtime; try {n}, next in {}s",
+                    next.as_secs()
+                ),
+            }
             crate::fault::point(
                 "housekeeping-orphan",
                 format_args!("{}/{}", rp.namespace, rp.name),

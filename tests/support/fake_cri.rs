@@ -302,6 +302,25 @@ impl FakeCri {
         c.exit(code, now_ns());
     }
 
+    /// Leaves the sandbox `id` as containerd does once its containers were
+    /// removed under CRI's feet (`ctr containers rm`): not ready, and with
+    /// none of its containers listed. Panics if there is no such sandbox.
+    pub fn strand_sandbox(&self, id: &str) {
+        let mut st = self.state.lock();
+        let sb = st
+            .sandboxes
+            .get_mut(id)
+            .unwrap_or_else(|| panic!("fake CRI: strand_sandbox: no sandbox {id}"));
+        sb.status.state = EnumOrUnknown::new(api::PodSandboxState::SANDBOX_NOTREADY);
+        st.containers.retain(|_, c| c.pod_sandbox_id != id);
+    }
+
+    /// While `keep` holds, RemovePodSandbox answers success and removes
+    /// nothing (a runtime that lists a sandbox it says it removed).
+    pub fn keep_removed_sandboxes(&self, keep: bool) {
+        self.state.lock().keep_removed_sandboxes = keep;
+    }
+
     /// Polls until `cond` holds or `timeout` passes; returns whether it held.
     pub fn wait_until(&self, timeout: Duration, mut cond: impl FnMut(&FakeCri) -> bool) -> bool {
         let deadline = Instant::now() + timeout;
@@ -415,6 +434,8 @@ struct State {
     sandbox_image: Option<String>,
     /// The mount point ImageFsInfo reports (default: the fake's own dir).
     image_fs: String,
+    /// RemovePodSandbox succeeds without removing (`keep_removed_sandboxes`).
+    keep_removed_sandboxes: bool,
 }
 
 impl Default for State {
@@ -435,6 +456,7 @@ impl Default for State {
             failures: HashMap::new(),
             sandbox_image: None,
             image_fs: String::new(),
+            keep_removed_sandboxes: false,
         }
     }
 }
@@ -690,6 +712,9 @@ impl State {
         &mut self,
         req: api::RemovePodSandboxRequest,
     ) -> Reply<api::RemovePodSandboxResponse> {
+        if self.keep_removed_sandboxes {
+            return Ok(api::RemovePodSandboxResponse::new());
+        }
         // Idempotent: removing what is gone succeeds.
         if let Some(id) = Self::resolve(&self.sandboxes, &req.pod_sandbox_id).map(str::to_string) {
             self.containers.retain(|_, c| c.pod_sandbox_id != id);
