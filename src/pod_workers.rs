@@ -685,10 +685,19 @@ fn worker_turn(
         return Turn::Next;
     }
     crate::fault::point("volumes-set-up", full_name);
+    // When the status acted on was read (for a sync that changes nothing,
+    // the next may act on the same one).
+    let acted_on = shared.cache.modified(uid);
     let synced = shared
         .runtime
         .sync_pod(&work.pod, &status, &mut state.restart_backoff);
     let synced_at = Instant::now();
+    // The status read after the sync's changes goes into the cache, so
+    // that the next sync need not wait for a relist and the relist need
+    // not read it again (a relist newer than it still wins).
+    if let (Some(st), Some(at)) = (&synced.status, synced.status_read_at) {
+        shared.cache.set(uid, st.clone(), None, at);
+    }
     synced.update_reasons(&mut state.reasons);
     // The status after this sync (the one it started from when it changed
     // nothing), with the reasons it found: what the sync did reaches the
@@ -716,6 +725,14 @@ fn worker_turn(
         shared.resync_interval,
         time_left(shared, &work.pod),
     );
+    // The next sync waits for a status newer than this sync's view of the
+    // runtime: the one read after its changes, or, when it changed
+    // nothing, the one it acted on.
+    state.last_sync = match (synced.status_read_at, acted_on) {
+        (Some(at), _) => Some(at),
+        (None, Some(at)) if !synced.changed => Some(at),
+        _ => Some(synced_at),
+    };
     if let Some(took) = next.started {
         crate::metrics::pod_started(took);
     }
@@ -1298,6 +1315,9 @@ mod tests {
     fn a_worker_records_how_long_its_update_waited() {
         let mut r = rig();
         assert_eq!(r.workers.longest_wait(), None);
+        // The status read after the first sync fails, so the next sync
+        // waits for a relist.
+        r.fake.fail_next("ListPodSandbox", 1);
         let p = pod("u5", "web");
         r.workers.update_pod(PodWork {
             pod: p.clone(),
@@ -1324,6 +1344,51 @@ mod tests {
         r.workers.shutdown(Duration::from_secs(2));
     }
 
+    /// The status a sync read after its changes is in the cache for the
+    /// next sync: an update right after a start needs no relist, and the
+    /// relist thread has nothing to read again.
+    #[test]
+    fn the_status_read_after_a_sync_serves_the_next_sync_without_a_relist() {
+        let mut r = rig();
+        let spec = |cmd: &str| {
+            let mut p = test_pod("u7", "web");
+            if let Some(s) = p.spec.as_mut() {
+                s.containers[0].command = Some(vec![cmd.to_string()]);
+            }
+            Arc::new(p)
+        };
+        let before = Instant::now();
+        r.workers.update_pod(PodWork {
+            pod: spec("a"),
+            update_type: UpdateType::Create,
+            grace_period: None,
+        });
+        wait_for("container start", || r.fake.count("StartContainer") == 1);
+        wait_for("the status read after the start is cached", || {
+            r.cache.modified("u7").is_some_and(|t| t > before)
+                && r.cache.get("u7").0.container_statuses.len() == 1
+        });
+        let cached = r.cache.get("u7").0;
+        assert_eq!(
+            cached.container_statuses[0].state,
+            crate::runtime::ContainerState::Running
+        );
+        // No relist happens here (no update_time): the spec change is
+        // acted on at once, from the cached status.
+        r.workers.update_pod(PodWork {
+            pod: spec("b"),
+            update_type: UpdateType::Update,
+            grace_period: None,
+        });
+        wait_for("container replaced", || r.fake.count("StartContainer") == 2);
+        // An older status (a relist that started before the worker's read)
+        // does not replace the worker's.
+        let stale = Instant::now() - Duration::from_secs(5);
+        r.cache.set("u7", PodStatus::default(), None, stale);
+        assert_eq!(r.cache.get("u7").0.uid, "u7");
+        r.workers.shutdown(Duration::from_secs(2));
+    }
+
     #[test]
     fn an_update_that_comes_during_the_status_wait_is_the_one_synced() {
         use crate::runtime::labels::{container_hash, CONTAINER_HASH};
@@ -1335,13 +1400,15 @@ mod tests {
             }
             Arc::new(p)
         };
+        // The status read after the first sync fails...
+        r.fake.fail_next("ListPodSandbox", 1);
         r.workers.update_pod(PodWork {
             pod: spec("a"),
             update_type: UpdateType::Create,
             grace_period: None,
         });
         wait_for("container start", || r.fake.count("StartContainer") == 1);
-        // The worker waits for a relist newer than its first sync...
+        // ... so the worker waits for a relist newer than its first sync...
         r.workers.update_pod(PodWork {
             pod: spec("b"),
             update_type: UpdateType::Update,

@@ -10,6 +10,7 @@
 pub mod api;
 mod endpoint;
 mod error;
+pub mod events;
 pub mod grpc;
 mod remote;
 
@@ -36,6 +37,17 @@ pub trait RuntimeService: Send + Sync {
     /// Runtimes that offer none answer an empty map.
     fn status_info(&self) -> Result<std::collections::HashMap<String, String>, CriError> {
         Ok(std::collections::HashMap::new())
+    }
+    /// Subscribes to the runtime's own events for the CRI namespace's tasks
+    /// and containers (containerd's event service on the same socket).
+    /// Runtimes without one (CRI-O) answer `Unimplemented`; the default.
+    fn subscribe_changes(&self) -> Result<Box<dyn events::ChangeStream>, CriError> {
+        Err(CriError::Status {
+            method: "Subscribe",
+            endpoint: String::new(),
+            code: Code::Unimplemented,
+            message: "this runtime has no event stream".to_string(),
+        })
     }
     /// Creates and starts a sandbox; returns its ID.
     fn run_pod_sandbox(

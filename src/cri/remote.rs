@@ -100,16 +100,7 @@ impl RemoteRuntime {
     /// Turns a grpcio failure into a `CriError`, probing the socket and the
     /// channel state to say why.
     fn failed(&self, method: &'static str, timeout: Duration, err: grpcio::Error) -> CriError {
-        let socket = SocketState::probe(self.endpoint.path());
-        let connected =
-            self.channel.check_connectivity_state(false) == ConnectivityState::GRPC_CHANNEL_READY;
-        let ctx = CallContext {
-            method,
-            endpoint: self.endpoint.target(),
-            path: self.endpoint.path(),
-            timeout,
-        };
-        classify(&ctx, err, socket, connected)
+        failed(&self.endpoint, &self.channel, method, timeout, err)
     }
 
     fn call<T>(
@@ -178,7 +169,46 @@ fn version_request() -> api::VersionRequest {
     req
 }
 
+/// Turns a grpcio failure of `method` on `channel` into a `CriError`,
+/// probing the socket and the channel state to say why.
+fn failed(
+    endpoint: &Endpoint,
+    channel: &Channel,
+    method: &'static str,
+    timeout: Duration,
+    err: grpcio::Error,
+) -> CriError {
+    let socket = SocketState::probe(endpoint.path());
+    let connected =
+        channel.check_connectivity_state(false) == ConnectivityState::GRPC_CHANNEL_READY;
+    let ctx = CallContext {
+        method,
+        endpoint: endpoint.target(),
+        path: endpoint.path(),
+        timeout,
+    };
+    classify(&ctx, err, socket, connected)
+}
+
 impl RuntimeService for RemoteRuntime {
+    fn subscribe_changes(&self) -> Result<Box<dyn super::events::ChangeStream>, CriError> {
+        use super::events::{change_filters, GrpcChangeStream, SubscribeRequest, METHOD_SUBSCRIBE};
+        let req = SubscribeRequest {
+            filters: change_filters(),
+        };
+        // No deadline: the stream lasts until the runtime or the reader
+        // ends it. Each failure is told apart as any call's is.
+        let rx = grpcio::Client::new(self.channel.clone())
+            .server_streaming(&METHOD_SUBSCRIBE, &req, CallOption::default())
+            .map_err(|e| self.failed("Subscribe", Duration::ZERO, e))?;
+        let endpoint = self.endpoint.clone();
+        let channel = self.channel.clone();
+        Ok(Box::new(GrpcChangeStream::new(
+            rx,
+            Box::new(move |e| failed(&endpoint, &channel, "Subscribe", Duration::ZERO, e)),
+        )))
+    }
+
     fn version(&self) -> Result<api::VersionResponse, CriError> {
         let req = version_request();
         self.call("Version", |o| self.runtime.version_opt(&req, o))

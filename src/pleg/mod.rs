@@ -1,10 +1,13 @@
 //! The pod lifecycle event generator (upstream `pleg/generic.go`) and the pod
 //! status cache the pod workers read from.
 //!
-//! A relist thread lists all sandboxes and containers every second, diffs
-//! each container's state against the previous relist, and for every pod
-//! that changed re-inspects it into the cache and sends lifecycle events to
-//! the sync loop.
+//! A relist thread lists all sandboxes and containers, diffs each
+//! container's state against the previous relist, and for every pod that
+//! changed re-inspects it into the cache (unless the cache already agrees:
+//! a pod worker puts the status it read after its own changes there) and
+//! sends lifecycle events to the sync loop. It relists every second, or,
+//! while the runtime's event stream is up, after each event and every 30 s
+//! (`watch`).
 //!
 //! Assumption, as upstream: a container is not created, exited and removed
 //! all within one relist period; if it is, that change is missed here and the
@@ -17,6 +20,7 @@
 //! wait for it instead of failing their syncs one by one.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,8 +29,13 @@ use log::{debug, info, warn};
 use parking_lot::{Condvar, Mutex};
 
 use crate::cri::CriError;
+
+mod watch;
+
 use crate::runtime::{ContainerState, PodStatus, RuntimeManager, RuntimePod};
 use crate::thread::{spawn_named, JoinOnDrop};
+pub use watch::EVENTED_RELIST_PERIOD;
+use watch::{EventWatch, Schedule, Signals};
 
 /// How often the runtime is listed (upstream: 1 s).
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -137,6 +146,8 @@ struct CacheInner {
     /// The pods found by the last relist, for housekeeping.
     runtime_pods: Arc<Vec<RuntimePod>>,
     closed: bool,
+    /// Asks the relist thread for a relist (bounded(1)); set by the PLEG.
+    wanted: Option<Sender<()>>,
 }
 
 /// The pod status cache (upstream `kubecontainer.Cache`). Written by the
@@ -215,6 +226,10 @@ impl PodCache {
             if abort() {
                 return Wait::Aborted;
             }
+            // Relists may be 30 s apart: this one is asked for.
+            if let Some(w) = &inner.wanted {
+                let _ = w.try_send(());
+            }
             self.changed.wait(&mut inner);
         }
     }
@@ -225,8 +240,13 @@ impl PodCache {
         self.changed.notify_all();
     }
 
+    /// Stores `status` as read at `at`, unless the entry holds a newer one
+    /// (the relist thread and the pod's worker both write here).
     pub(crate) fn set(&self, uid: &str, status: PodStatus, error: Option<String>, at: Instant) {
         let mut inner = self.inner.lock();
+        if inner.pods.get(uid).is_some_and(|e| e.modified > at) {
+            return;
+        }
         inner.pods.insert(
             uid.to_string(),
             CacheEntry {
@@ -235,6 +255,34 @@ impl PodCache {
                 modified: at,
             },
         );
+        drop(inner);
+        self.changed.notify_all();
+    }
+
+    /// When the entry of `uid` was read from the runtime, if there is one.
+    pub(crate) fn modified(&self, uid: &str) -> Option<Instant> {
+        self.inner.lock().pods.get(uid).map(|e| e.modified)
+    }
+
+    /// The entry of `uid`, if it is a status without an error.
+    fn status_of(&self, uid: &str) -> Option<Arc<PodStatus>> {
+        let inner = self.inner.lock();
+        inner
+            .pods
+            .get(uid)
+            .filter(|e| e.error.is_none())
+            .map(|e| e.status.clone())
+    }
+
+    /// Marks the entry of `uid` as current at `at` (a relist that started
+    /// then found it unchanged).
+    fn touch(&self, uid: &str, at: Instant) {
+        let mut inner = self.inner.lock();
+        if let Some(e) = inner.pods.get_mut(uid) {
+            if e.modified < at {
+                e.modified = at;
+            }
+        }
         drop(inner);
         self.changed.notify_all();
     }
@@ -260,6 +308,16 @@ impl PodCache {
         (inner.timestamp, inner.runtime_pods.clone())
     }
 
+    /// The IDs of the containers the last relist found running.
+    pub fn running_container_ids(&self) -> Vec<String> {
+        let pods = self.inner.lock().runtime_pods.clone();
+        pods.iter()
+            .flat_map(|p| &p.containers)
+            .filter(|c| c.state == ContainerState::Running)
+            .map(|c| c.id.clone())
+            .collect()
+    }
+
     /// Wakes every waiter for good (shutdown).
     pub(crate) fn close(&self) {
         self.inner.lock().closed = true;
@@ -267,24 +325,19 @@ impl PodCache {
     }
 }
 
-/// Handle of the relist thread; dropping it stops the thread.
+/// Handle of the relist thread (and of the `runtime-events` thread that
+/// follows the runtime's events); dropping it stops both.
 pub struct Pleg {
     stop: Option<Sender<()>>,
     _thread: JoinOnDrop<()>,
+    _events: Option<EventWatch>,
 }
 
 impl Pleg {
-    pub fn start(
-        runtime: Arc<RuntimeManager>,
-        cache: Arc<PodCache>,
-        period: Duration,
-        events: Sender<PodLifecycleEvent>,
-    ) -> std::io::Result<Pleg> {
-        Self::start_with(runtime, cache, period, events, None, None)
-    }
-
-    /// Like `start`, also stamping `health` after each successful relist
-    /// and publishing the runtime's pods to `running` when they change.
+    /// Starts the relist thread, and the thread that follows the runtime's
+    /// events (with which relists are 30 s apart while it is up); stamps
+    /// `health` after each successful relist and publishes the runtime's
+    /// pods to `running` when they change.
     pub fn start_with(
         runtime: Arc<RuntimeManager>,
         cache: Arc<PodCache>,
@@ -294,6 +347,16 @@ impl Pleg {
         running: Option<Arc<RunningPods>>,
     ) -> std::io::Result<Pleg> {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
+        let (changed_tx, changed_rx) = crossbeam_channel::bounded(1);
+        let (wanted_tx, wanted_rx) = crossbeam_channel::bounded(1);
+        let live = Arc::new(AtomicBool::new(false));
+        cache.inner.lock().wanted = Some(wanted_tx);
+        let watch = EventWatch::start(runtime.runtime().clone(), changed_tx, live.clone(), period)?;
+        let signals = Signals {
+            changed: changed_rx,
+            wanted: wanted_rx,
+            live,
+        };
         let actor = Relister {
             runtime,
             cache,
@@ -303,10 +366,11 @@ impl Pleg {
             health,
             running,
         };
-        let thread = spawn_named("pleg", move || actor.run(period, stop_rx))?;
+        let thread = spawn_named("pleg", move || actor.run(period, stop_rx, signals))?;
         Ok(Pleg {
             stop: Some(stop_tx),
             _thread: thread,
+            _events: Some(watch),
         })
     }
 }
@@ -327,6 +391,37 @@ struct Relister {
     reinspect: HashSet<String>,
     health: Option<Arc<crate::health::Health>>,
     running: Option<Arc<RunningPods>>,
+}
+
+impl Relister {
+    /// Whether the cached status of `uid` has exactly the sandboxes and
+    /// containers `listed` has, in the same states.
+    fn cache_agrees(&self, uid: &str, listed: &RuntimePod) -> bool {
+        self.cache
+            .status_of(uid)
+            .is_some_and(|st| status_agrees(&st, listed))
+    }
+}
+
+/// Whether `status` shows what the list shows of the pod: the same sandbox
+/// and container IDs, each in the same state.
+pub(crate) fn status_agrees(status: &PodStatus, listed: &RuntimePod) -> bool {
+    use crate::cri::api::PodSandboxState;
+    let sandboxes = status.sandbox_statuses.len() == listed.sandboxes.len()
+        && listed.sandboxes.iter().all(|l| {
+            status.sandbox_statuses.iter().any(|s| {
+                let ready = s.state.enum_value() == Ok(PodSandboxState::SANDBOX_READY);
+                s.id == l.id && ready == (l.state == ContainerState::Running)
+            })
+        });
+    let containers = status.container_statuses.len() == listed.containers.len()
+        && listed.containers.iter().all(|l| {
+            status
+                .container_statuses
+                .iter()
+                .any(|c| c.id == l.id && c.state == l.state)
+        });
+    sandboxes && containers
 }
 
 /// The pods the runtime ran at the last relist, for the node API's
@@ -435,21 +530,43 @@ impl RuntimeHealth {
 }
 
 impl Relister {
-    fn run(mut self, period: Duration, stop: Receiver<()>) {
+    fn run(mut self, period: Duration, stop: Receiver<()>, signals: Signals) {
         let mut health = RuntimeHealth::default();
         let mut last_relist: Option<Instant> = None;
+        let mut schedule = Schedule::new(Instant::now(), period, EVENTED_RELIST_PERIOD);
+        // A signal whose sender has gone (the event thread ends for good on
+        // a runtime without events) is never ready again, not always.
+        let (mut changed, mut wanted) = (signals.changed, signals.wanted);
         loop {
+            select! {
+                recv(stop) -> _ => return,
+                recv(changed) -> m => {
+                    match m {
+                        Ok(()) => schedule.changed(Instant::now()),
+                        Err(_) => changed = crossbeam_channel::never(),
+                    }
+                    continue;
+                }
+                recv(wanted) -> m => {
+                    match m {
+                        Ok(()) => schedule.wanted(Instant::now()),
+                        Err(_) => wanted = crossbeam_channel::never(),
+                    }
+                    continue;
+                }
+                recv(at(schedule.next())) -> _ => {}
+            }
             let started = Instant::now();
             let result = self.relist();
             let interval = last_relist.map(|l| started.saturating_duration_since(l));
             crate::metrics::pleg_relist(started.elapsed(), interval);
-            let delay = match result {
+            match result {
                 Ok(()) => {
                     last_relist = Some(started);
                     if let Some(note) = health.succeeded(Instant::now()) {
                         info!("{note}");
                     }
-                    period
+                    schedule.relisted(started, signals.live.load(Ordering::SeqCst));
                 }
                 Err(e) => {
                     let (note, delay) = health.failed(started, &e.to_string(), period);
@@ -457,12 +574,8 @@ impl Relister {
                         Some(note) => warn!("{note}"),
                         None => debug!("relist: {e}"),
                     }
-                    delay
+                    schedule.failed(started, delay);
                 }
-            };
-            select! {
-                recv(stop) -> _ => return,
-                recv(at(started + delay)) -> _ => {}
             }
         }
     }
@@ -500,6 +613,10 @@ impl Relister {
                 // Gone from the runtime: an absent entry reads as an empty status.
                 self.reinspect.remove(uid);
                 self.cache.delete(uid);
+            } else if changed && new.is_some_and(|p| self.cache_agrees(uid, p)) {
+                // Read already (by the worker that made the change) and
+                // still as listed: no second read of the same status.
+                self.cache.touch(uid, started);
             } else if changed {
                 inspected += 1;
                 let (name, namespace) = new
@@ -724,6 +841,122 @@ mod tests {
         let (note, delay) = h.failed(t0 + Duration::from_secs(80), "refused", period);
         assert_eq!(note, Some(HealthNote::Down("refused".into())));
         assert_eq!(delay, Duration::from_secs(2));
+    }
+
+    fn relister(
+        rm: Arc<RuntimeManager>,
+        cache: Arc<PodCache>,
+    ) -> (Relister, Receiver<PodLifecycleEvent>) {
+        let (tx, rx) = crossbeam_channel::bounded(100);
+        let r = Relister {
+            runtime: rm,
+            cache,
+            events: tx,
+            records: HashMap::new(),
+            reinspect: HashSet::new(),
+            health: None,
+            running: None,
+        };
+        (r, rx)
+    }
+
+    /// A status a worker read after starting the pod is what the next
+    /// relist would read: it is not read again; a pod the list shows
+    /// otherwise (its container exited) is.
+    #[test]
+    fn a_relist_reads_again_only_pods_whose_cached_status_it_contradicts() {
+        let (fake, rm) = crate::runtime::fake::test_manager("pleg-agree");
+        let cache = PodCache::new();
+        let (mut r, events) = relister(rm.clone(), cache.clone());
+        let pod = crate::runtime::fake::test_pod("u1", "web");
+        let mut backoff = crate::runtime::backoff::Backoff::default();
+        let empty = PodStatus {
+            uid: "u1".into(),
+            ..Default::default()
+        };
+        let synced = rm.sync_pod(&pod, &empty, &mut backoff);
+        let (st, at) = (synced.status.unwrap(), synced.status_read_at.unwrap());
+        assert_eq!(st.container_statuses.len(), 1);
+        cache.set("u1", st, None, at);
+
+        fake.clear_calls();
+        r.relist().unwrap();
+        assert_eq!(fake.count("PodSandboxStatus"), 0, "{:?}", fake.calls());
+        assert_eq!(fake.count("ContainerStatus"), 0, "{:?}", fake.calls());
+        assert!(
+            cache.modified("u1").unwrap() > at,
+            "the entry is current as of the relist"
+        );
+        // The events still reach the sync loop.
+        let kinds: Vec<_> = events.try_iter().map(|e| e.kind).collect();
+        assert!(kinds.contains(&ContainerStarted), "{kinds:?}");
+
+        let id = fake.container_id("app").unwrap();
+        fake.exit_container(&id, 1);
+        fake.clear_calls();
+        r.relist().unwrap();
+        assert_eq!(fake.count("ContainerStatus"), 1, "{:?}", fake.calls());
+        assert_eq!(
+            cache.get("u1").0.container_statuses[0].state,
+            ContainerState::Exited
+        );
+        let kinds: Vec<_> = events.try_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, vec![ContainerDied]);
+    }
+
+    #[test]
+    fn a_status_agrees_with_a_list_only_with_the_same_ids_in_the_same_states() {
+        use crate::cri::api::{PodSandboxState, PodSandboxStatus};
+        use crate::runtime::{ContainerStatus, RuntimeContainer};
+        use ContainerState::*;
+        let sandbox = |id: &str, ready: bool| {
+            let mut s = PodSandboxStatus::new();
+            s.id = id.into();
+            s.state = protobuf::EnumOrUnknown::new(if ready {
+                PodSandboxState::SANDBOX_READY
+            } else {
+                PodSandboxState::SANDBOX_NOTREADY
+            });
+            s
+        };
+        let container = |id: &str, state| ContainerStatus {
+            id: id.into(),
+            state,
+            ..Default::default()
+        };
+        let listed = |sb: ContainerState, cs: &[(&str, ContainerState)]| RuntimePod {
+            sandboxes: vec![RuntimeContainer {
+                id: "s".into(),
+                name: String::new(),
+                state: sb,
+            }],
+            ..pod(cs)
+        };
+        let status = PodStatus {
+            sandbox_statuses: vec![sandbox("s", true)],
+            container_statuses: vec![container("c1", Running), container("c2", Exited)],
+            ..Default::default()
+        };
+        assert!(status_agrees(
+            &status,
+            &listed(Running, &[("c2", Exited), ("c1", Running)])
+        ));
+        assert!(!status_agrees(
+            &status,
+            &listed(Exited, &[("c1", Running), ("c2", Exited)])
+        ));
+        assert!(!status_agrees(
+            &status,
+            &listed(Running, &[("c1", Exited), ("c2", Exited)])
+        ));
+        assert!(!status_agrees(
+            &status,
+            &listed(Running, &[("c1", Running)])
+        ));
+        assert!(!status_agrees(
+            &status,
+            &listed(Running, &[("c1", Running), ("c2", Exited), ("c3", Created)])
+        ));
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub(crate) mod fake;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use log::{debug, info, warn};
@@ -145,6 +145,10 @@ pub(crate) struct SyncResult {
     /// sync changed nothing in the runtime (the status it was given still
     /// stands) or when that read failed.
     pub(crate) status: Option<PodStatus>,
+    /// When that read began: the status is current as of then.
+    pub(crate) status_read_at: Option<Instant>,
+    /// Whether the sync changed anything in the runtime.
+    pub(crate) changed: bool,
 }
 
 impl SyncResult {
@@ -373,6 +377,7 @@ impl RuntimeManager {
             backoff,
         };
         let result = self.sync_steps(pod, status, &mut found);
+        let read_at = Instant::now();
         let status = if found.changed {
             self.get_pod_status(pod_uid(pod), pod_name(pod), pod_namespace(pod))
                 .map_err(|e| {
@@ -388,7 +393,9 @@ impl RuntimeManager {
         SyncResult {
             result,
             reasons: found.reasons,
+            status_read_at: status.as_ref().map(|_| read_at),
             status,
+            changed: found.changed,
         }
     }
 
