@@ -584,10 +584,14 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         None
     };
     let pressure = Arc::new(tinylet::eviction::State::default());
+    // Which containers run, the log manager learns from the PLEG's relists.
+    let cache = PodCache::new();
+    let seen = cache.clone();
     let _log_rotation = tinylet::logs::rotate::start(
         remote.clone(),
         opts.container_log_max_size,
         opts.container_log_max_files,
+        Box::new(move || seen.running_container_ids()),
     )
     .context("starting the container log manager thread")?;
     let allocatable = NodeAllocatable::from_map(&node_state.read().allocatable);
@@ -661,7 +665,6 @@ fn run(opts: Options) -> anyhow::Result<bool> {
         None => (None, None),
     };
 
-    let cache = PodCache::new();
     let health = Arc::new(tinylet::health::Health::new(opts.sync_frequency));
     let pod_view = Arc::new(PodView::default());
     // The eviction manager hands its evictions to the sync loop, one at a

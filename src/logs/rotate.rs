@@ -1,6 +1,8 @@
 //! Container log rotation (upstream's container log manager): the
 //! `container-log-manager` thread looks at every running container's log
-//! every 10 s; one over `--container-log-max-size` is renamed to
+//! every 10 s (the containers as the PLEG's last relist found them, each
+//! one's log path asked of the runtime once: a pass costs the runtime
+//! nothing, where upstream lists and inspects every container); one over `--container-log-max-size` is renamed to
 //! `<log>.<UTC time YYYYmmdd-HHMMSS>` and the runtime is told to reopen the
 //! log (CRI `ReopenContainerLog`; if that fails the file is renamed back,
 //! to be tried again next time). Before that, older rotated files are
@@ -9,6 +11,7 @@
 //! per container, the live one included. Rotated files of removed
 //! containers go with the container's log directory, as upstream.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -17,6 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::jiff::Timestamp;
 use log::{debug, warn};
+use parking_lot::Mutex;
 
 use crate::cri::{api, RuntimeService};
 
@@ -30,11 +34,20 @@ pub(crate) const DEFAULT_MAX_FILES: usize = 5;
 const COMPRESS_SUFFIX: &str = ".gz";
 const TMP_SUFFIX: &str = ".tmp";
 
+/// The IDs of the running containers, as another part of tinylet last
+/// saw them (the PLEG's relist), so that a pass asks the runtime nothing.
+pub type RunningContainers = Box<dyn Fn() -> Vec<String> + Send + Sync>;
+
 /// The rotation policy over a runtime.
 pub(crate) struct LogRotation {
     runtime: Arc<dyn RuntimeService>,
     max_size: u64,
     max_files: usize,
+    /// Where the running containers come from; `None`: ListContainers.
+    running: Option<RunningContainers>,
+    /// Each running container's log path (ContainerStatus once per
+    /// container: it never changes), forgotten when the container stops.
+    paths: Mutex<HashMap<String, PathBuf>>,
 }
 
 impl LogRotation {
@@ -44,36 +57,63 @@ impl LogRotation {
             runtime,
             max_size,
             max_files: max_files.max(2),
+            running: None,
+            paths: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Takes the running containers from `running` instead of listing them.
+    pub(crate) fn with_running(mut self, running: RunningContainers) -> Self {
+        self.running = Some(running);
+        self
     }
 
     /// One pass over the running containers; `now` names rotated files.
     /// A container that fails is logged and the others go on.
     pub(crate) fn rotate_logs(&self, now: SystemTime) -> Result<(), String> {
-        let containers = self
-            .runtime
-            .list_containers(None)
-            .map_err(|e| format!("listing containers: {e}"))?;
-        for c in containers {
-            if c.state.enum_value_or_default() != api::ContainerState::CONTAINER_RUNNING {
-                continue;
-            }
-            if let Err(e) = self.rotate_container(&c.id, now) {
-                warn!("container log rotation of {}: {e}", c.id);
+        let ids = match &self.running {
+            Some(running) => running(),
+            None => self
+                .runtime
+                .list_containers(None)
+                .map_err(|e| format!("listing containers: {e}"))?
+                .into_iter()
+                .filter(|c| {
+                    c.state.enum_value_or_default() == api::ContainerState::CONTAINER_RUNNING
+                })
+                .map(|c| c.id)
+                .collect(),
+        };
+        for id in &ids {
+            if let Err(e) = self.rotate_container(id, now) {
+                warn!("container log rotation of {id}: {e}");
             }
         }
+        let mut paths = self.paths.lock();
+        paths.retain(|id, _| ids.contains(id));
+        crate::malloc::shrink_map(&mut paths);
         Ok(())
     }
 
-    fn rotate_container(&self, id: &str, now: SystemTime) -> Result<(), String> {
+    /// The log path of container `id` (empty: it has none).
+    fn log_path(&self, id: &str) -> Result<PathBuf, String> {
+        if let Some(p) = self.paths.lock().get(id) {
+            return Ok(p.clone());
+        }
         let status = self
             .runtime
             .container_status(id)
             .map_err(|e| e.to_string())?;
-        if status.log_path.is_empty() {
+        let path = PathBuf::from(&status.log_path);
+        self.paths.lock().insert(id.to_string(), path.clone());
+        Ok(path)
+    }
+
+    fn rotate_container(&self, id: &str, now: SystemTime) -> Result<(), String> {
+        let log = self.log_path(id)?;
+        if log.as_os_str().is_empty() {
             return Ok(());
         }
-        let log = PathBuf::from(&status.log_path);
         let size = match std::fs::metadata(&log) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -273,8 +313,9 @@ pub fn start(
     runtime: Arc<dyn RuntimeService>,
     max_size: u64,
     max_files: usize,
+    running: RunningContainers,
 ) -> io::Result<LogRotationThread> {
-    let rotation = LogRotation::new(runtime, max_size, max_files);
+    let rotation = LogRotation::new(runtime, max_size, max_files).with_running(running);
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     let thread = crate::thread::spawn_named("container-log-manager", move || loop {
         // A stop (or the handle dropped) ends the wait early.
@@ -341,6 +382,34 @@ mod tests {
             .read_to_string(&mut s)
             .unwrap();
         s
+    }
+
+    /// Given the running containers, a pass asks the runtime nothing but
+    /// each new container's log path, once.
+    #[test]
+    fn passes_over_the_relisted_containers_read_each_log_path_once() {
+        let (fake, id, log) = setup("paths");
+        let ids = Arc::new(Mutex::new(vec![id.clone()]));
+        let seen = ids.clone();
+        let rot = LogRotation::new(fake.clone(), 100, 5)
+            .with_running(Box::new(move || seen.lock().clone()));
+        std::fs::write(&log, "small").unwrap();
+        fake.clear_calls();
+        for _ in 0..3 {
+            rot.rotate_logs(at("2021-01-02T03:04:05Z")).unwrap();
+        }
+        assert_eq!(fake.count("ListContainers"), 0, "{:?}", fake.calls());
+        assert_eq!(fake.count("ContainerStatus"), 1, "{:?}", fake.calls());
+        std::fs::write(&log, "x".repeat(100)).unwrap();
+        rot.rotate_logs(at("2021-01-02T03:04:05Z")).unwrap();
+        assert_eq!(names(&log), ["0.log", "0.log.20210102-030405"]);
+        // Gone from the relist: forgotten, and read again if it comes back.
+        ids.lock().clear();
+        rot.rotate_logs(at("2021-01-02T03:05:05Z")).unwrap();
+        assert!(rot.paths.lock().is_empty());
+        ids.lock().push(id);
+        rot.rotate_logs(at("2021-01-02T03:05:05Z")).unwrap();
+        assert_eq!(fake.count("ContainerStatus"), 2, "{:?}", fake.calls());
     }
 
     #[test]
