@@ -80,6 +80,8 @@ mod cluster;
 mod fake_apiserver;
 #[path = "pod_start/probes.rs"]
 mod probes;
+#[path = "pod_start/runtime_cost.rs"]
+mod runtime_cost;
 
 use tinylet::cri::{api, ImageService, RemoteRuntime, RuntimeService};
 use tinylet::runtime::config::{
@@ -224,6 +226,9 @@ struct Plan {
     host_cases: Vec<(usize, usize)>,
     settle: Duration,
     cpu_window: Duration,
+    /// The runtime cost's windows (each state) and their turns.
+    cost_window: Duration,
+    cost_rounds: u32,
 }
 
 impl Plan {
@@ -248,6 +253,8 @@ impl Plan {
             host_cases,
             settle: Duration::from_secs(settle),
             cpu_window: Duration::from_secs(cpu_window),
+            cost_window: Duration::from_secs(if o.quick { 5 } else { 30 }),
+            cost_rounds: if o.quick { 1 } else { 2 },
         }
     }
 }
@@ -1442,7 +1449,9 @@ fn footprint(
     dir: &Path,
     plan: &Plan,
     max_pods: usize,
-) -> Result<(Vec<Point>, Option<f64>)> {
+    ctd_pid: Option<u32>,
+) -> Result<(Vec<Point>, Option<f64>, Vec<runtime_cost::Cost>)> {
+    let mut costs = Vec::new();
     let mut t = Tinylet::start(bin, endpoint, dir)?;
     let mut points = vec![measure(&mut t, 0, plan.settle, Some(plan.cpu_window))?];
     let mut steps = vec![10, 50];
@@ -1471,6 +1480,16 @@ fn footprint(
         );
         let window = (pods <= 50).then_some(plan.cpu_window);
         points.push(measure(&mut t, pods, plan.settle, window)?);
+        // What containerd spends because of tinylet, idle at 10 and 50 pods.
+        if let (Some(ctd), true) = (ctd_pid, pods <= 50) {
+            costs.push(runtime_cost::measure(
+                t.pid(),
+                ctd,
+                pods,
+                plan.cost_window,
+                plan.cost_rounds,
+            )?);
+        }
     }
     let t1 = Instant::now();
     for name in &names {
@@ -1514,7 +1533,7 @@ fn footprint(
     let mut hostile = measure(&mut t, 0, RETURN_WINDOW, None)?;
     hostile.after = "hostile";
     points.push(hostile);
-    Ok((points, Some(ms(gone))))
+    Ok((points, Some(ms(gone)), costs))
 }
 
 /// How long after work ends RSS must be back near its idle figure.
@@ -1874,7 +1893,7 @@ fn run(o: &Options) -> Result<()> {
     eprintln!("pod_start: tinylet {run_pid} stopped");
 
     // 3. Footprint, with a fresh process.
-    let (points, removed_all) = if o.footprint {
+    let (points, removed_all, costs) = if o.footprint {
         eprintln!(
             "pod_start: footprint: a fresh tinylet, {} s settling and {} s CPU windows",
             plan.settle.as_secs(),
@@ -1887,9 +1906,23 @@ fn run(o: &Options) -> Result<()> {
             &work.join("footprint"),
             &plan,
             o.max_pods,
+            ctd_pid,
         )?
     } else {
-        (Vec::new(), None)
+        (Vec::new(), None, Vec::new())
+    };
+
+    // How soon a crashed container is replaced, with a fresh process.
+    let restarts = if o.footprint {
+        runtime_cost::crash_to_restart(
+            &rt,
+            &bin,
+            &endpoint,
+            &work.join("crash"),
+            if o.quick { 3 } else { 10 },
+        )?
+    } else {
+        Vec::new()
     };
 
     // 4. Probes on every pod, with a fresh process; its failure is
@@ -1941,6 +1974,8 @@ fn run(o: &Options) -> Result<()> {
     };
     let log = read_log(&tinylet_log);
     print_report(&env, &cases, &points, removed_all, &log);
+    runtime_cost::print_report(&costs);
+    runtime_cost::print_restarts(&restarts);
     if let Some(Ok(r)) = &probed {
         let plain = points.iter().find(|p| p.pods == r.pods).map(|p| &p.mem);
         probes::print_report(r, plain);
