@@ -565,7 +565,8 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
             )
         }));
         match turn {
-            Ok(Turn::Next) => {}
+            // Idle until the next wake-up: the sync's stack pages go back.
+            Ok(Turn::Next) => crate::thread::release_idle_stack(),
             Ok(Turn::Stop) => break,
             Ok(Turn::Finished) => return,
             Err(payload) => {
