@@ -89,10 +89,13 @@ impl Policy {
 }
 
 /// What the manager remembers of an image it has seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Record {
     first_seen: SystemTime,
     last_used: SystemTime,
+    /// Why its last removal failed: the same failure again is not warned
+    /// about at every pass.
+    removal_error: Option<String>,
 }
 
 /// An image as GC sees it.
@@ -259,6 +262,7 @@ impl ImageGc {
             let r = self.records.entry(img.id.clone()).or_insert(Record {
                 first_seen: seen_at,
                 last_used: SystemTime::UNIX_EPOCH,
+                removal_error: None,
             });
             if in_use.contains(&img.id) {
                 r.last_used = now;
@@ -315,7 +319,24 @@ impl ImageGc {
                     pass.freed = pass.freed.saturating_add(c.size);
                     pass.removed.push(c.id);
                 }
-                Err(e) => warn!("image GC: remove image {}: {e}", c.id),
+                Err(e) => {
+                    let e = e.to_string();
+                    let again = self
+                        .records
+                        .get(&c.id)
+                        .is_some_and(|r| r.removal_error.as_deref() == Some(e.as_str()));
+                    if again {
+                        debug!("image GC: remove image {}: {e} (again)", c.id);
+                    } else {
+                        warn!(
+                            "image GC: remove image {}: {e}; tried again at each pass",
+                            c.id
+                        );
+                    }
+                    if let Some(r) = self.records.get_mut(&c.id) {
+                        r.removal_error = Some(e);
+                    }
+                }
             }
         }
         if pass.freed < wanted && wanted != u64::MAX {
