@@ -136,7 +136,12 @@ impl Stopper {
         }
     }
 
-    fn is_stopped(&self) -> bool {
+    /// Makes the calling thread the one `stop` wakes.
+    pub(crate) fn read_here(&self) {
+        *self.0.reader.lock() = Some(std::thread::current());
+    }
+
+    pub(crate) fn is_stopped(&self) -> bool {
         self.0.stopped.load(Ordering::SeqCst)
     }
 }
@@ -181,9 +186,8 @@ impl GrpcChangeStream {
 
 impl ChangeStream for GrpcChangeStream {
     fn next(&mut self) -> Option<Result<Envelope, CriError>> {
-        let me = std::thread::current();
-        *self.stopper.0.reader.lock() = Some(me.clone());
-        let waker = Waker::from(Arc::new(Unparker(me)));
+        self.stopper.read_here();
+        let waker = Waker::from(Arc::new(Unparker(std::thread::current())));
         let mut cx = Context::from_waker(&waker);
         loop {
             if self.stopper.is_stopped() {

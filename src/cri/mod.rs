@@ -42,12 +42,12 @@ pub trait RuntimeService: Send + Sync {
     /// and containers (containerd's event service on the same socket).
     /// Runtimes without one (CRI-O) answer `Unimplemented`; the default.
     fn subscribe_changes(&self) -> Result<Box<dyn events::ChangeStream>, CriError> {
-        Err(CriError::Status {
-            method: "Subscribe",
-            endpoint: String::new(),
-            code: Code::Unimplemented,
-            message: "this runtime has no event stream".to_string(),
-        })
+        Err(CriError::status(
+            "Subscribe",
+            "",
+            Code::Unimplemented,
+            "this runtime has no event stream",
+        ))
     }
     /// Creates and starts a sandbox; returns its ID.
     fn run_pod_sandbox(

@@ -259,6 +259,104 @@ fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cri::events::{ChangeStream, Envelope};
+    use crate::cri::CriError;
+    use crate::runtime::fake::FakeRuntime;
+
+    /// Gives its events, then ends with `end` (an error), or, without one,
+    /// waits until stopped.
+    struct Scripted {
+        events: Vec<Envelope>,
+        end: Option<CriError>,
+        stopper: Stopper,
+    }
+
+    impl ChangeStream for Scripted {
+        fn next(&mut self) -> Option<Result<Envelope, CriError>> {
+            if !self.events.is_empty() {
+                return Some(Ok(self.events.remove(0)));
+            }
+            if let Some(e) = self.end.take() {
+                return Some(Err(e));
+            }
+            self.stopper.read_here();
+            while !self.stopper.is_stopped() {
+                std::thread::park();
+            }
+            None
+        }
+
+        fn stopper(&self) -> Stopper {
+            self.stopper.clone()
+        }
+    }
+
+    fn env(ns: &str) -> Envelope {
+        Envelope {
+            namespace: ns.into(),
+            topic: "/tasks/exit".into(),
+        }
+    }
+
+    /// Events of the CRI namespace signal a change; a broken stream is
+    /// made again and the relists go back to polling meanwhile; dropping
+    /// the watch ends a stream that waits.
+    #[test]
+    fn the_watch_signals_events_resubscribes_after_a_break_and_stops_on_drop() {
+        let fake = Arc::new(FakeRuntime::default());
+        fake.push_change_stream(Box::new(Scripted {
+            events: vec![env("k8s.io"), env("moby")],
+            end: Some(CriError::status(
+                "Subscribe",
+                "fake",
+                Code::Unavailable,
+                "gone",
+            )),
+            stopper: Stopper::default(),
+        }));
+        fake.push_change_stream(Box::new(Scripted {
+            events: vec![],
+            end: None,
+            stopper: Stopper::default(),
+        }));
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let live = Arc::new(AtomicBool::new(false));
+        let watch =
+            EventWatch::start(fake.clone(), tx, live.clone(), Duration::from_secs(1)).unwrap();
+        // The first stream: up, an event, down.
+        assert!(rx.recv_timeout(Duration::from_secs(2)).is_ok());
+        // The second, a second later: up and waiting.
+        let t0 = Instant::now();
+        while !(live.load(Ordering::SeqCst) && t0.elapsed() > Duration::from_millis(900)) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "not subscribed again"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let t1 = Instant::now();
+        drop(watch);
+        assert!(
+            t1.elapsed() < Duration::from_secs(1),
+            "the drop waited for the stream"
+        );
+        assert!(!live.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_runtime_without_events_ends_the_watch_for_good() {
+        let fake = Arc::new(FakeRuntime::default());
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let live = Arc::new(AtomicBool::new(false));
+        let _watch = EventWatch::start(fake, tx, live.clone(), Duration::from_secs(1)).unwrap();
+        // The thread ends, and with it the sender: the relist thread sees
+        // a disconnected channel (and stops selecting on it).
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(2)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        );
+        assert!(!live.load(Ordering::SeqCst));
+    }
 
     const P: Duration = Duration::from_secs(1);
 

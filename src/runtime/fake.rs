@@ -119,6 +119,9 @@ pub(crate) struct ExecGate {
 #[derive(Default)]
 pub(crate) struct FakeRuntime {
     state: Mutex<State>,
+    /// What `subscribe_changes` hands out next, in order; when none is
+    /// left it answers Unimplemented, as a runtime without events does.
+    change_streams: Mutex<std::collections::VecDeque<Box<dyn crate::cri::events::ChangeStream>>>,
 }
 
 fn not_found(method: &'static str, what: &str) -> CriError {
@@ -134,6 +137,11 @@ impl FakeRuntime {
         let f = FakeRuntime::default();
         f.state.lock().images = images.iter().map(|s| s.to_string()).collect();
         f
+    }
+
+    /// Queues a stream for the next `subscribe_changes`.
+    pub(crate) fn push_change_stream(&self, s: Box<dyn crate::cri::events::ChangeStream>) {
+        self.change_streams.lock().push_back(s);
     }
 
     pub(crate) fn calls(&self) -> Vec<String> {
@@ -298,6 +306,12 @@ impl FakeRuntime {
 }
 
 impl RuntimeService for FakeRuntime {
+    fn subscribe_changes(&self) -> Result<Box<dyn crate::cri::events::ChangeStream>, CriError> {
+        self.change_streams.lock().pop_front().ok_or_else(|| {
+            CriError::status("Subscribe", "fake", Code::Unimplemented, "no event stream")
+        })
+    }
+
     fn version(&self) -> Result<api::VersionResponse, CriError> {
         drop(self.begin("Version")?);
         let mut v = api::VersionResponse::new();
