@@ -1345,19 +1345,22 @@ mod tests {
         r.workers.shutdown(Duration::from_secs(2));
     }
 
+    /// Pod `uid` named web whose container runs `cmd`.
+    fn web_running(uid: &str, cmd: &str) -> Arc<Pod> {
+        let mut p = test_pod(uid, "web");
+        if let Some(s) = p.spec.as_mut() {
+            s.containers[0].command = Some(vec![cmd.to_string()]);
+        }
+        Arc::new(p)
+    }
+
     /// The status a sync read after its changes is in the cache for the
     /// next sync: an update right after a start needs no relist, and the
     /// relist thread has nothing to read again.
     #[test]
     fn the_status_read_after_a_sync_serves_the_next_sync_without_a_relist() {
         let mut r = rig();
-        let spec = |cmd: &str| {
-            let mut p = test_pod("u7", "web");
-            if let Some(s) = p.spec.as_mut() {
-                s.containers[0].command = Some(vec![cmd.to_string()]);
-            }
-            Arc::new(p)
-        };
+        let spec = |cmd: &str| web_running("u7", cmd);
         let before = Instant::now();
         r.workers.update_pod(PodWork {
             pod: spec("a"),
@@ -1394,13 +1397,7 @@ mod tests {
     fn an_update_that_comes_during_the_status_wait_is_the_one_synced() {
         use crate::runtime::labels::{container_hash, CONTAINER_HASH};
         let mut r = rig();
-        let spec = |cmd: &str| {
-            let mut p = test_pod("u6", "web");
-            if let Some(s) = p.spec.as_mut() {
-                s.containers[0].command = Some(vec![cmd.to_string()]);
-            }
-            Arc::new(p)
-        };
+        let spec = |cmd: &str| web_running("u6", cmd);
         // The status read after the first sync fails...
         r.fake.fail_next("ListPodSandbox", 1);
         r.workers.update_pod(PodWork {
