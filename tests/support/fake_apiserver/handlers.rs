@@ -464,6 +464,7 @@ pub(super) fn create(
                     ));
                 }
             }
+            validate_lease(&obj)?;
         }
         Res::Events => default_event(&mut obj),
         Res::Secrets | Res::ConfigMaps | Res::ServiceAccounts => {}
@@ -494,6 +495,21 @@ pub(super) fn update(st: &mut State, ctx: &Ctx, t: &Target, body: Value) -> Resu
     }
     let old = get(st, t)?;
     let sent_rv = sv(&body, &["metadata", "resourceVersion"]).to_string();
+    if sent_rv.is_empty() && t.res == Res::Leases {
+        // The Lease strategy allows no unconditional update; the store
+        // names the resource as the kind. (A PATCH is conditional on the
+        // version it was applied to, so it needs none.)
+        return Err(invalid_kind(
+            t.res.resource(),
+            t.res.group(),
+            &name,
+            vec![(
+                "FieldValueInvalid".into(),
+                "Invalid value: 0x0: must be specified for an update".into(),
+                "metadata.resourceVersion".into(),
+            )],
+        ));
+    }
     if !sent_rv.is_empty() && sent_rv != sv(&old, &["metadata", "resourceVersion"]) {
         return Err(conflict_modified(t.res, &name));
     }
@@ -566,6 +582,9 @@ fn finish_update(
             vec![cause]
         };
         return Err(invalid(t.res, &name, causes));
+    }
+    if t.res == Res::Leases {
+        validate_lease(&new)?;
     }
     // NodeRestriction.
     if let Some(node) = ctx.user.node_name() {
