@@ -366,7 +366,7 @@ fn a_server_that_refuses_lease_patches_gets_puts_said_once() {
         LEASE_PATH,
         415,
         "UnsupportedMediaType",
-        "the body of the request was in an unknown format",
+        "415: Unsupported Media Type",
         1000,
     );
     let mut c = Cluster::start_with(api, KubeconfigAuth::token(), &[]);

@@ -832,9 +832,13 @@ fn node_lease_merge_patches_follow_the_real_api() {
     );
     assert_eq!(resp.json()["details"]["kind"], "leases");
 
-    // Not a patch type.
+    // Not a patch type: go-restful's refusal, as a v1.20.2 server sent it.
     let resp = node.patch(LEASE, "application/json", &renew);
     assert_eq!(resp.code, 415);
+    assert_eq!(
+        resp.text(),
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"415: Unsupported Media Type\",\"reason\":\"UnsupportedMediaType\",\"details\":{},\"code\":415}\n"
+    );
 
     // Another node's lease: the Node authorizer refuses, as for a GET.
     let resp = node.patch(
