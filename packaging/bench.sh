@@ -13,10 +13,13 @@
 # RSS, threads, apiserver connections and idle bytes a day of 20 pods each
 # mounting a ConfigMap and a Secret, beside 20 pods without; and one pod
 # referencing 1,100 ConfigMaps: the agent's threads, open files and RSS,
-# and another pod's start time before and after it. Needs root.
+# and another pod's start time before and after it; then the idle
+# control-plane bytes (benches/idle_bytes.rs, about 12 minutes): bytes a day
+# through a counting relay in front of the fake apiserver, TLS included,
+# with 10 pods, for the default and the low-data profiles. Needs root.
 #
-#   bash packaging/bench.sh                  # the full run, about 9-11 minutes
-#   bash packaging/bench.sh --quick          # a smoke run, about 3 minutes
+#   bash packaging/bench.sh                  # the full run, about 21-23 minutes
+#   bash packaging/bench.sh --quick          # a smoke run, about 5 minutes
 #   bash packaging/bench.sh --host-network   # also the host-network cases
 #   bash packaging/bench.sh --max-pods 0     # skip the RSS points at 110 pods
 #   bash packaging/bench.sh --no-cluster     # skip the cluster part
@@ -24,6 +27,8 @@
 #   bash packaging/bench.sh --no-node-api    # skip the node API part
 #   bash packaging/bench.sh --no-objects     # skip the watched objects part
 #   bash packaging/bench.sh --objects-only   # only the watched objects part
+#   bash packaging/bench.sh --no-idle-bytes  # skip the idle bytes part
+#   bash packaging/bench.sh --idle-bytes-only  # only the idle bytes part
 #   bash packaging/bench.sh --referenced-only  # only its 1,100 referenced
 #                                            # objects (about a minute)
 #   bash packaging/bench.sh --slow-clients-only  # only the node API's slow-client
@@ -80,6 +85,9 @@ pod_start=1
 objects=1
 objects_only=0
 objects_args=()
+idle_bytes=1
+idle_bytes_only=0
+idle_bytes_args=()
 baseline=
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
@@ -89,16 +97,26 @@ for ((i = 0; i < ${#args[@]}; i++)); do
         --baseline=*) baseline=${a#--baseline=}; continue ;;
         --no-node-api) node_api=0; continue ;;
         --no-objects) objects=0; continue ;;
+        --no-idle-bytes) idle_bytes=0; continue ;;
+        --idle-bytes-only) idle_bytes_only=1; continue ;;
         --objects-only) objects_only=1; continue ;;
         --referenced-only) objects_only=1; objects_args+=("$a"); continue ;;
-        --slow-clients-only) pod_start=0; objects=0; node_api_args+=(--slow-only); continue ;;
-        --quick | --no-cluster) node_api_args+=("$a") ;;
+        --slow-clients-only) pod_start=0; objects=0; idle_bytes=0; node_api_args+=(--slow-only); continue ;;
+        --quick) node_api_args+=("$a"); idle_bytes_args+=("$a") ;;
+        --no-cluster) node_api_args+=("$a"); idle_bytes=0 ;;
     esac
     pod_start_args+=("$a")
 done
 
+if [ "$idle_bytes_only" = 1 ]; then
+    pod_start=0
+    node_api=0
+    objects=0
+    idle_bytes=1
+fi
 if [ "$objects_only" = 1 ]; then
     node_api=0
+    idle_bytes=0
 elif [ "$pod_start" = 1 ]; then
     if [ -n "$baseline" ]; then
         [ -x "$baseline" ] || die "--baseline: no binary at $baseline"
@@ -119,4 +137,9 @@ fi
 if [ "$objects" = 1 ]; then
     echo "bench.sh: the watched objects part; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     TINYLET_E2E_BIN="$TINYLET_BIN" cargo bench --bench objects -- ${objects_args[@]+"${objects_args[@]}"}
+fi
+
+if [ "$idle_bytes" = 1 ]; then
+    echo "bench.sh: the idle control-plane bytes part; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    cargo bench --bench idle_bytes -- ${idle_bytes_args[@]+"${idle_bytes_args[@]}"}
 fi

@@ -386,7 +386,7 @@ fn the_client_certificate_is_renewed_before_it_ends_without_losing_a_watch_or_a_
     let renewals = |api: &FakeApiServer| {
         api.requests()
             .iter()
-            .filter(|r| r.verb == "PUT" && r.path.ends_with("/leases/edge-1") && r.status == 200)
+            .filter(|r| r.verb == "PATCH" && r.path.ends_with("/leases/edge-1") && r.status == 200)
             .count()
     };
     let before = renewals(&j.api);
@@ -480,7 +480,7 @@ fn a_certificate_that_expires_before_its_renewal_is_replaced_through_the_bootstr
     let renewed = |api: &FakeApiServer| {
         api.requests()
             .iter()
-            .filter(|r| r.verb == "PUT" && r.path.ends_with("/leases/edge-1") && r.status == 200)
+            .filter(|r| r.verb == "PATCH" && r.path.ends_with("/leases/edge-1") && r.status == 200)
             .count()
     };
     let before = renewed(&j.api);

@@ -311,6 +311,96 @@ fn node_lease_is_owned_by_the_node_and_renewed() {
     );
 }
 
+const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1";
+
+/// The node's requests on its lease so far.
+fn lease_requests(api: &FakeApiServer) -> Vec<RecordedRequest> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.path == LEASE_PATH)
+        .collect()
+}
+
+#[test]
+fn lease_renewals_are_merge_patches_of_the_renew_time_alone() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    let api = &c.api;
+    c.agent.wait("the lease has its owner", || {
+        api.lease(NODE)
+            .is_some_and(|l| l["metadata"]["ownerReferences"].is_array())
+    });
+    let owned_at = lease_requests(api).len();
+    c.agent.wait("three more renewals", || {
+        lease_requests(api).len() >= owned_at + 3
+    });
+    let renewals = &lease_requests(&c.api)[owned_at..];
+    for r in renewals {
+        assert_eq!(
+            (r.verb.as_str(), r.content_type.as_str(), r.status),
+            ("PATCH", "application/merge-patch+json", 200),
+            "{r:?}"
+        );
+        let patch: Value = serde_json::from_str(&r.body).unwrap();
+        let spec = patch["spec"].as_object().expect("a spec");
+        assert_eq!(
+            (patch.as_object().unwrap().len(), spec.len()),
+            (1, 1),
+            "only spec.renewTime: {patch}"
+        );
+        parse_time(&spec["renewTime"]);
+    }
+    assert_eq!(
+        c.api.count("PUT", LEASE_PATH),
+        0,
+        "no full PUT of the lease"
+    );
+}
+
+#[test]
+fn a_server_that_refuses_lease_patches_gets_puts_said_once() {
+    let api = FakeApiServer::start();
+    // As a server (or a proxy before it) that does not take this patch type.
+    api.fail_next(
+        "PATCH",
+        LEASE_PATH,
+        415,
+        "UnsupportedMediaType",
+        "415: Unsupported Media Type",
+        1000,
+    );
+    let mut c = Cluster::start_with(api, KubeconfigAuth::token(), &[]);
+    c.wait_node_ready();
+    let api = &c.api;
+    c.agent.wait("three renewals by PUT", || {
+        api.count("PUT", LEASE_PATH) >= 3
+    });
+    let verbs: Vec<(String, u16)> = lease_requests(&c.api)
+        .into_iter()
+        .map(|r| (r.verb, r.status))
+        .collect();
+    // The read that found no lease (then created in the collection), the
+    // one refused patch, and PUTs only from then on.
+    let pair = |v: &str, s: u16| (v.to_string(), s);
+    assert_eq!(
+        verbs[..2],
+        [pair("GET", 404), pair("PATCH", 415)],
+        "{verbs:?}"
+    );
+    assert!(
+        verbs[2..].iter().all(|r| *r == pair("PUT", 200)),
+        "{verbs:?}"
+    );
+    let renewed = c.api.lease(NODE).unwrap();
+    assert_eq!(renewed["spec"]["holderIdentity"], NODE);
+    let log = c.agent.log();
+    assert_eq!(
+        log.matches("renewing it by PUT from now on").count(),
+        1,
+        "said once: {log}"
+    );
+}
+
 #[test]
 fn api_pod_runs_and_reports_its_status_and_crash_loop() {
     let mut c = Cluster::start(&[]);

@@ -748,6 +748,143 @@ fn node_lease_matches_the_fixtures() {
     assert_eq!(resp.header("x-content-type-options"), Some("nosniff"));
 }
 
+/// No lease PATCH was recorded; these follow the v1.20 source: the Node
+/// authorizer's `authorizeLease` (patch allowed on the node's own lease in
+/// kube-node-lease only), the patch handler (a merge patch applied to the
+/// stored object, conditional on its version unless the patch names one,
+/// 415 for other types), the Lease strategy (`ValidateLeaseSpec`; no
+/// unconditional PUT) and the store (a patch that changes nothing writes
+/// nothing).
+#[test]
+fn node_lease_merge_patches_follow_the_real_api() {
+    const MERGE: &str = "application/merge-patch+json";
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1";
+    let f = fake();
+    let mut uids = Uids::default();
+    with_nodes(&f, &mut uids);
+    let mut node = Client::node(&f);
+    let fx = Fixture::load("03b-lease-create-201");
+    let created = check_object(&fx, &node.replay(&fx, &uids));
+
+    // renewTime alone: the version moves, nothing else changes.
+    let renew = json!({"spec": {"renewTime": "2026-11-22T00:45:26.000001Z"}});
+    let resp = node.patch(LEASE, MERGE, &renew);
+    assert_eq!(resp.code, 200, "{}", resp.text());
+    let patched = resp.json();
+    assert_eq!(rv(&patched), rv(&created) + 1);
+    assert_eq!(patched["spec"]["renewTime"], "2026-11-22T00:45:26.000001Z");
+    for field in [
+        &["metadata", "uid"][..],
+        &["metadata", "ownerReferences"],
+        &["metadata", "creationTimestamp"],
+        &["spec", "holderIdentity"],
+        &["spec", "leaseDurationSeconds"],
+    ] {
+        let at = |v: &Value| field.iter().fold(v.clone(), |v, k| v[k].clone());
+        assert_eq!(at(&patched), at(&created), "{field:?}");
+    }
+    assert_eq!(f.lease("edge-1").unwrap(), patched);
+
+    // The same patch again changes nothing and writes nothing.
+    let resp = node.patch(LEASE, MERGE, &renew);
+    assert_eq!(resp.code, 200);
+    assert_eq!(rv(&resp.json()), rv(&patched));
+
+    // A version in the patch is a precondition.
+    let stale = json!({"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]},
+                       "spec": {"renewTime": "2026-11-22T00:45:36.000001Z"}});
+    let resp = node.patch(LEASE, MERGE, &stale);
+    assert_eq!(resp.code, 409);
+    assert_eq!(resp.json()["reason"], "Conflict");
+
+    // Validation of the result.
+    let resp = node.patch(LEASE, MERGE, &json!({"spec": {"leaseDurationSeconds": 0}}));
+    assert_eq!(resp.code, 422, "{}", resp.text());
+    assert_eq!(
+        resp.json()["message"],
+        "Lease.coordination.k8s.io \"edge-1\" is invalid: spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0"
+    );
+    assert_eq!(
+        resp.json()["details"],
+        json!({"name": "edge-1", "group": "coordination.k8s.io", "kind": "Lease",
+               "causes": [{"reason": "FieldValueInvalid",
+                           "message": "Invalid value: 0: must be greater than 0",
+                           "field": "spec.leaseDurationSeconds"}]})
+    );
+
+    // A PUT must carry the version (the strategy allows no unconditional
+    // update); a patch need not.
+    let mut put = patched.clone();
+    put["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let resp = node.send(
+        "PUT",
+        LEASE,
+        Some("application/json"),
+        put.to_string().as_bytes(),
+    );
+    assert_eq!(resp.code, 422, "{}", resp.text());
+    assert_eq!(
+        resp.json()["message"],
+        "leases.coordination.k8s.io \"edge-1\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+    assert_eq!(resp.json()["details"]["kind"], "leases");
+
+    // Not a patch type: go-restful's refusal, as a v1.20.2 server sent it.
+    let resp = node.patch(LEASE, "application/json", &renew);
+    assert_eq!(resp.code, 415);
+    assert_eq!(
+        resp.text(),
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"415: Unsupported Media Type\",\"reason\":\"UnsupportedMediaType\",\"details\":{},\"code\":415}\n"
+    );
+
+    // Another node's lease: the Node authorizer refuses, as for a GET.
+    let resp = node.patch(
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-2",
+        MERGE,
+        &renew,
+    );
+    assert_eq!(resp.code, 403);
+    assert_eq!(
+        resp.json()["message"],
+        "leases.coordination.k8s.io \"edge-2\" is forbidden: User \"system:node:edge-1\" cannot patch resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"kube-node-lease\": can only access node lease with the same name as the requesting node"
+    );
+    assert_eq!(
+        resp.json()["details"],
+        json!({"name": "edge-2", "group": "coordination.k8s.io", "kind": "leases"})
+    );
+    assert_eq!(resp.header("x-content-type-options"), Some("nosniff"));
+    // And a lease outside kube-node-lease.
+    let resp = node.patch(
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases/edge-1",
+        MERGE,
+        &renew,
+    );
+    assert_eq!(resp.code, 403);
+    assert_eq!(
+        resp.json()["message"],
+        "leases.coordination.k8s.io \"edge-1\" is forbidden: User \"system:node:edge-1\" cannot patch resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"default\": can only access leases in the \"kube-node-lease\" system namespace"
+    );
+    assert_eq!(
+        f.lease("edge-1").unwrap(),
+        patched,
+        "nothing refused was written"
+    );
+
+    // A patch of a lease that is gone is 404, as the GET of 03a.
+    let resp = node.delete(LEASE, &json!({}));
+    assert_eq!(resp.code, 200, "{}", resp.text());
+    let resp = node.patch(LEASE, MERGE, &renew);
+    assert_eq!(resp.code, 404);
+    assert_eq!(
+        resp.json(),
+        Fixture::load("03a-lease-get-404").json(),
+        "the recorded NotFound"
+    );
+}
+
 #[test]
 fn pods_list_watch_and_graceful_delete_match_the_fixtures() {
     let f = fake();

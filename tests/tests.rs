@@ -18,6 +18,7 @@ mod http_source;
 mod layers;
 mod node_auth;
 mod object_volumes;
+mod relay;
 mod runonce;
 mod server;
 mod status_cmd;

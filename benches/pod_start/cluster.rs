@@ -117,8 +117,8 @@ fn kind(r: &RecordedRequest) -> String {
         .any(|kv| kv == "watch=true" || kv == "watch=1");
     if watch {
         format!("watch {}", r.path)
-    } else if r.verb == "PUT" && r.path.starts_with(LEASE_PATH) {
-        "lease PUT".into()
+    } else if matches!(r.verb.as_str(), "PATCH" | "PUT") && r.path.starts_with(LEASE_PATH) {
+        "lease renewal".into()
     } else if r.verb == "PATCH" && r.path == format!("/api/v1/nodes/{NODE}/status") {
         "node status PATCH".into()
     } else if r.verb == "PATCH" && r.path.starts_with("/api/v1/namespaces/") {
@@ -599,7 +599,7 @@ pub(super) fn print_report(r: &ClusterResult) {
         .filter(|(k, _)| k.starts_with("other: "))
         .map(|(_, t)| t.count)
         .sum();
-    let lease = get("lease PUT");
+    let lease = get("lease renewal");
     let node = get("node status PATCH");
     // Not polling: lease renewals at their period, no reads, and node status
     // only when it changed (at most one report in a window).
@@ -608,7 +608,7 @@ pub(super) fn print_report(r: &ClusterResult) {
     frow([
         &format!("API requests/min idle ({} s window)", r.window.as_secs()),
         &format!(
-            "{:.1} (lease PUT {:.1}, node status PATCH {:.1}, watch {:.1}, other {:.1})",
+            "{:.1} (lease renewal {:.1}, node status PATCH {:.1}, watch {:.1}, other {:.1})",
             per_min(total),
             per_min(lease.count),
             per_min(node.count),

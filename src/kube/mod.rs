@@ -23,7 +23,9 @@ mod reflector;
 mod watch;
 
 #[cfg(test)]
-mod testserver;
+pub(crate) mod testserver;
+#[cfg(test)]
+pub(crate) use client::tests::client_for;
 
 pub use client::Client;
 pub use kubeconfig::load_kubeconfig;

@@ -258,7 +258,7 @@ fn outage(cut: Cut) {
         secs(notice_bound)
     );
     if cut == Cut::BlackHole {
-        // The lease PUT hung until the heartbeat timeout ended it.
+        // The lease renewal hung until the heartbeat timeout ended it.
         assert!(
             notice_line.to_lowercase().contains("timeout")
                 || notice_line.to_lowercase().contains("timed out"),
@@ -310,7 +310,7 @@ fn outage(cut: Cut) {
         );
         let reqs = fake.requests();
         lease_back = lease_back.or(first_ok(&reqs, back, |r| {
-            r.verb == "PUT" && r.path == LEASE_PATH
+            matches!(r.verb.as_str(), "PATCH" | "PUT") && r.path == LEASE_PATH
         }));
         if ready_back.is_none() && node_ready(&fake).as_deref() == Some("True") {
             ready_back = first_ok(&reqs, back, |r| {
@@ -476,7 +476,7 @@ fn apiserver_refusing_connections_for_longer_than_the_lease() {
     outage(Cut::Refused);
 }
 
-/// A black hole for longer than the lease: hung lease PUTs, status patches
+/// A black hole for longer than the lease: hung lease renewals, status patches
 /// and watches are cut by the client's own timeouts, and the node catches
 /// up within a bound derived from them once the link is back.
 #[test]

@@ -6,4 +6,5 @@ pub mod containerd;
 pub mod fake_apiserver;
 pub mod fake_cri;
 pub mod registry;
+pub mod relay;
 pub mod streams;

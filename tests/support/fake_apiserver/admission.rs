@@ -588,3 +588,30 @@ pub(super) fn apply_strategy(res: Res, sub: Option<&str>, old: &Value, new: &mut
     }
     meta.remove("selfLink");
 }
+
+/// The Lease registry's validation (`ValidateLeaseSpec`): a duration, when
+/// set, above 0, and transitions, when set, not negative (the message is
+/// the real one, grammar and all).
+pub(super) fn validate_lease(obj: &Value) -> Result<(), Status> {
+    let spec = &obj["spec"];
+    let mut causes = Vec::new();
+    if let Some(d) = spec["leaseDurationSeconds"].as_i64().filter(|d| *d <= 0) {
+        causes.push((
+            "FieldValueInvalid".to_string(),
+            format!("Invalid value: {d}: must be greater than 0"),
+            "spec.leaseDurationSeconds".to_string(),
+        ));
+    }
+    if let Some(n) = spec["leaseTransitions"].as_i64().filter(|n| *n < 0) {
+        causes.push((
+            "FieldValueInvalid".to_string(),
+            format!("Invalid value: {n}: must to greater or equal than 0"),
+            "spec.leaseTransitions".to_string(),
+        ));
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(invalid(Res::Leases, &st_name(obj), causes))
+    }
+}

@@ -162,7 +162,19 @@ pub(super) fn bad_request(message: impl Into<String>) -> Status {
 }
 
 /// 422 Invalid with details.kind the Kind, as the apiserver writes it.
+/// 422 Invalid for `res`'s kind (`Pod`, `Lease.coordination.k8s.io`).
 pub(super) fn invalid(res: Res, name: &str, causes: Vec<(String, String, String)>) -> Status {
+    invalid_kind(res.kind(), res.group(), name, causes)
+}
+
+/// 422 Invalid as `apierrors.NewInvalid` writes it for the GroupKind
+/// `kind`.`group` (the store's own refusals name the resource as the kind).
+pub(super) fn invalid_kind(
+    kind: &str,
+    group: &str,
+    name: &str,
+    causes: Vec<(String, String, String)>,
+) -> Status {
     let mut msgs: Vec<String> = Vec::new();
     for (_, m, f) in &causes {
         let full = format!("{f}: {m}");
@@ -175,15 +187,20 @@ pub(super) fn invalid(res: Res, name: &str, causes: Vec<(String, String, String)
     } else {
         format!("[{}]", msgs.join(", "))
     };
+    let group_kind = if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    };
     Status::new(
         422,
         "Invalid",
-        format!("{} {} is invalid: {summary}", res.kind(), q(name)),
+        format!("{group_kind} {} is invalid: {summary}", q(name)),
     )
     .with_details(Details {
         name: name.to_string(),
-        group: res.group().to_string(),
-        kind: res.kind().to_string(),
+        group: group.to_string(),
+        kind: kind.to_string(),
         causes,
         ..Details::default()
     })

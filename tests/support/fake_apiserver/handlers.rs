@@ -40,13 +40,7 @@ pub(super) fn ephemeral_containers(
                     smp(&old, &patch).map_err(bad_request)?
                 }
                 Some("application/merge-patch+json") => merge_patch(&old, &patch),
-                _ => {
-                    return Err(Status::new(
-                        415,
-                        "UnsupportedMediaType",
-                        "unsupported patch type",
-                    ))
-                }
+                _ => return Err(unsupported_patch_type()),
             }
         }
         _ => {
@@ -464,6 +458,7 @@ pub(super) fn create(
                     ));
                 }
             }
+            validate_lease(&obj)?;
         }
         Res::Events => default_event(&mut obj),
         Res::Secrets | Res::ConfigMaps | Res::ServiceAccounts => {}
@@ -494,6 +489,21 @@ pub(super) fn update(st: &mut State, ctx: &Ctx, t: &Target, body: Value) -> Resu
     }
     let old = get(st, t)?;
     let sent_rv = sv(&body, &["metadata", "resourceVersion"]).to_string();
+    if sent_rv.is_empty() && t.res == Res::Leases {
+        // The Lease strategy allows no unconditional update; the store
+        // names the resource as the kind. (A PATCH is conditional on the
+        // version it was applied to, so it needs none.)
+        return Err(invalid_kind(
+            t.res.resource(),
+            t.res.group(),
+            &name,
+            vec![(
+                "FieldValueInvalid".into(),
+                "Invalid value: 0x0: must be specified for an update".into(),
+                "metadata.resourceVersion".into(),
+            )],
+        ));
+    }
     if !sent_rv.is_empty() && sent_rv != sv(&old, &["metadata", "resourceVersion"]) {
         return Err(conflict_modified(t.res, &name));
     }
@@ -502,6 +512,15 @@ pub(super) fn update(st: &mut State, ctx: &Ctx, t: &Target, body: Value) -> Resu
         obj_mut(&mut new, "metadata").insert("uid".into(), old["metadata"]["uid"].clone());
     }
     finish_update(st, ctx, t, old, new, &body)
+}
+
+/// A PATCH of a type the route does not consume: go-restful refuses it
+/// before the handler sees it (v1.20, recorded with curl), so the message
+/// is its own and names no accepted types. JSON patch is served by the
+/// real server but not by this fake.
+fn unsupported_patch_type() -> Status {
+    Status::new(415, "UnsupportedMediaType", "415: Unsupported Media Type")
+        .with_details(Details::default())
 }
 
 pub(super) fn patch(st: &mut State, ctx: &Ctx, t: &Target, req: &Request) -> Result<Value, Status> {
@@ -520,13 +539,7 @@ pub(super) fn patch(st: &mut State, ctx: &Ctx, t: &Target, req: &Request) -> Res
     let patched = match ctype.as_str() {
         "application/strategic-merge-patch+json" => smp(&old, &patch).map_err(bad_request)?,
         "application/merge-patch+json" => merge_patch(&old, &patch),
-        _ => {
-            return Err(Status::new(
-                415,
-                "UnsupportedMediaType",
-                format!("the body of the request was in an unknown format - accepted media types include: application/strategic-merge-patch+json, application/merge-patch+json (got {ctype:?})"),
-            ))
-        }
+        _ => return Err(unsupported_patch_type()),
     };
     let sent_rv = sv(&patch, &["metadata", "resourceVersion"]).to_string();
     if !sent_rv.is_empty() && sent_rv != sv(&old, &["metadata", "resourceVersion"]) {
@@ -566,6 +579,9 @@ fn finish_update(
             vec![cause]
         };
         return Err(invalid(t.res, &name, causes));
+    }
+    if t.res == Res::Leases {
+        validate_lease(&new)?;
     }
     // NodeRestriction.
     if let Some(node) = ctx.user.node_name() {

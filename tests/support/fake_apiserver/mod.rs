@@ -13,7 +13,10 @@
 //! ADDED for RV 0 or none, 410 ERROR events for compacted RVs, bookmarks only
 //! with `allowWatchBookmarks` on cache-served watches, DELETED for objects
 //! that stop matching a field selector; graceful pod deletion (deletionTimestamp
-//! then MODIFIED-then-DELETED on grace 0); strategic-merge and merge patches;
+//! then MODIFIED-then-DELETED on grace 0); strategic-merge and merge patches
+//! (conditional on the stored version, and a write only when something
+//! changed); leases validated as the Lease strategy does, with no PUT
+//! without a resourceVersion;
 //! admission defaults for pods (service account token volume, tolerations,
 //! QoS class, volume file modes), services (ports, clusterIPs) and nodes
 //! (not-ready taint); bearer tokens, TLS client
@@ -194,6 +197,8 @@ pub struct RecordedRequest {
     pub user: String,
     /// The status code sent (200 for a watch), 0 when none was sent.
     pub status: u16,
+    /// The request's Content-Type ("" without one).
+    pub content_type: String,
     pub body: String,
     /// When it was recorded: after the server acted on it (a write is in the
     /// store and its watch event queued), before the answer was sent.

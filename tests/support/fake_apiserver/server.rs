@@ -1118,6 +1118,7 @@ pub(super) fn record(st: &mut State, req: &Request, user: &str, status: u16) {
         query: req.raw_query.clone(),
         user: user.to_string(),
         status,
+        content_type: req.header("content-type").unwrap_or("").to_string(),
         body: String::from_utf8_lossy(&req.body).into_owned(),
         at: Instant::now(),
     });
