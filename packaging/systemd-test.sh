@@ -88,7 +88,10 @@ cat >"$root/usr/local/sbin/tinylet-readme-test" <<'EOF'
 # under systemd as init, then the checks that they changed no service.
 set -u
 out=/results
-say() { echo "systemd-test.sh: $*" | tee -a $out/summary >&2; }
+# Everything it runs is traced here; the summary says what matters.
+exec 3>&2 >$out/unit.log 2>&1
+set -x
+say() { echo "systemd-test.sh: $*" | tee -a $out/summary >&3; }
 fail=0
 bad() { say "FAIL: $*"; fail=1; }
 src=$(cat /results/src)
@@ -117,7 +120,7 @@ bash packaging/test.sh >$out/test-sh.log 2>&1
 rc=$?
 say "bash packaging/test.sh exited $rc after $((SECONDS - start)) s"
 grep -E '^test result|^(deb-test|fuzz|release|qemu-e2e|real-apiserver|kubeadm-join|deps)(\.sh)?: (ok|skipped|SKIPPED|FAIL|isolated|installing|systemd|passed|dependencies)|[0-9]+ passed, [0-9]+ failed' \
-    $out/test-sh.log | tail -40 | sed 's/^/    /' | tee -a $out/summary >&2
+    $out/test-sh.log | tail -40 | sed 's/^/    /' | tee -a $out/summary >&3
 [ $rc = 0 ] || bad "bash packaging/test.sh (its log: $out/test-sh.log)"
 
 start=$SECONDS
