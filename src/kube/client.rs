@@ -362,6 +362,7 @@ impl Client {
     ) -> Result<Value, ApiError> {
         self.json_call("PATCH", path, Some(patch_payload(kind, body)))
     }
+
     /// PATCH `path` and decode the answer into `T`: only the fields `T`
     /// names are built, the rest of the object (its managedFields, say) is
     /// parsed past and not kept.
@@ -379,6 +380,7 @@ impl Client {
             kind: ErrorKind::Decode(format!("invalid answer: {e}")),
         })
     }
+
     /// DELETE `path` with a `DeleteOptions` body (`Value::Null` for none).
     pub(crate) fn delete(&self, path: &str, options: &Value) -> Result<Value, ApiError> {
         let payload = match options {
