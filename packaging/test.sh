@@ -14,6 +14,16 @@ fi
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/tinylet/target}
 mkdir -p "$CARGO_TARGET_DIR"
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
+# A login shell or a service on a machine whose init is systemd has a soft
+# limit of 1024 open files (the hard one is higher); the tests run servers
+# with hundreds of clients and many agents at once, and fail with EMFILE
+# under it. The soft limit goes up to the hard one, at most 65536.
+nofile_hard=$(ulimit -Hn)
+nofile=65536
+if [ "$nofile_hard" != unlimited ] && [ "$nofile_hard" -lt "$nofile" ]; then nofile=$nofile_hard; fi
+if [ "$(ulimit -Sn)" != unlimited ] && [ "$(ulimit -Sn)" -lt "$nofile" ]; then
+    ulimit -Sn "$nofile" && echo "test.sh: open files limit raised to $nofile (soft)" >&2
+fi
 
 cargo --version
 # Benches are left out: they are programs that measure, run by bench.sh.
