@@ -58,10 +58,18 @@ if [ ${#missing[@]} -gt 0 ]; then
         apt-get update -qq
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
-    # The registry is for the tests, which run their own: it is not left
-    # to listen on :5000 at the next boot.
-    if [[ " ${missing[*]} " == *" docker-registry "* ]] && [ -d /run/systemd/system ]; then
-        systemctl disable --quiet docker-registry.service 2>/dev/null || true
+    # The tests run their own registry and containerd: the machine's, when
+    # this install brought them, are not left enabled for the next boot
+    # (Debian enables a package's service as it installs it; policy-rc.d
+    # only keeps it from starting now). Run on containerd.service with
+    # `systemctl enable --now containerd`.
+    if [ -d /run/systemd/system ]; then
+        for unit in docker-registry containerd; do
+            if [[ " ${missing[*]} " == *" $unit "* ]]; then
+                systemctl disable --quiet "$unit.service" 2>/dev/null || true
+                echo "deps.sh: $unit.service installed and left disabled" >&2
+            fi
+        done
     fi
     if [ -f /usr/sbin/policy-rc.d ] && grep -q '^# deps.sh (tinylet)' /usr/sbin/policy-rc.d; then
         rm -f /usr/sbin/policy-rc.d

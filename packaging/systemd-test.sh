@@ -160,9 +160,11 @@ for unit in containerd.service docker-registry.service; do
     state=$(systemctl is-active $unit 2>/dev/null)
     [ "$state" != active ] || bad "$unit is running"
 done
-installed=$(dpkg-query -W -f='${Status}' containerd docker-registry 2>/dev/null | grep -c 'install ok installed')
-[ "$(systemctl is-enabled docker-registry.service 2>/dev/null)" != enabled ] || bad "docker-registry.service is enabled"
-say "ok: containerd.service $(systemctl is-active containerd.service), docker-registry.service $(systemctl is-active docker-registry.service) and $(systemctl is-enabled docker-registry.service 2>&1) ($installed of the two packages installed by deps.sh)"
+installed=$(dpkg-query -W -f='${Status}\n' containerd docker-registry 2>/dev/null | grep -c 'install ok installed')
+for unit in containerd.service docker-registry.service; do
+    [ "$(systemctl is-enabled $unit 2>/dev/null)" != enabled ] || bad "$unit is enabled"
+done
+say "ok: containerd.service $(systemctl is-active containerd.service) and $(systemctl is-enabled containerd.service 2>&1), docker-registry.service $(systemctl is-active docker-registry.service) and $(systemctl is-enabled docker-registry.service 2>&1) (both installed by deps.sh: $installed of 2)"
 [ ! -e /usr/sbin/policy-rc.d ] || bad "/usr/sbin/policy-rc.d was left behind"
 if ss -Htln 'sport = :5000' | grep -q .; then bad "something listens on :5000: $(ss -Htlnp 'sport = :5000')"; fi
 dpkg-query -W tinylet >/dev/null 2>&1 && bad "the tinylet package is installed on the machine"
