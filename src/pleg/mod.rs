@@ -348,12 +348,20 @@ impl Pleg {
     ) -> std::io::Result<Pleg> {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
         let (changed_tx, changed_rx) = crossbeam_channel::bounded(1);
+        let (exited_tx, exited_rx) = crossbeam_channel::bounded(1);
         let (wanted_tx, wanted_rx) = crossbeam_channel::bounded(1);
         let live = Arc::new(AtomicBool::new(false));
         cache.inner.lock().wanted = Some(wanted_tx);
-        let watch = EventWatch::start(runtime.runtime().clone(), changed_tx, live.clone(), period)?;
+        let watch = EventWatch::start(
+            runtime.runtime().clone(),
+            changed_tx,
+            exited_tx,
+            live.clone(),
+            period,
+        )?;
         let signals = Signals {
             changed: changed_rx,
+            exited: exited_rx,
             wanted: wanted_rx,
             live,
         };
@@ -536,7 +544,8 @@ impl Relister {
         let mut schedule = Schedule::new(Instant::now(), period, EVENTED_RELIST_PERIOD);
         // A signal whose sender has gone (the event thread ends for good on
         // a runtime without events) is never ready again, not always.
-        let (mut changed, mut wanted) = (signals.changed, signals.wanted);
+        let (mut changed, mut exited, mut wanted) =
+            (signals.changed, signals.exited, signals.wanted);
         loop {
             select! {
                 recv(stop) -> _ => return,
@@ -544,6 +553,13 @@ impl Relister {
                     match m {
                         Ok(()) => schedule.changed(Instant::now()),
                         Err(_) => changed = crossbeam_channel::never(),
+                    }
+                    continue;
+                }
+                recv(exited) -> m => {
+                    match m {
+                        Ok(()) => schedule.exited(Instant::now()),
+                        Err(_) => exited = crossbeam_channel::never(),
                     }
                     continue;
                 }

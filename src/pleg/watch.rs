@@ -33,6 +33,17 @@ pub(crate) const SETTLE: Duration = Duration::from_secs(3);
 /// The shortest wait between an event and the relist it causes, so that
 /// the events of one change (a task's exit, then its delete) make one.
 pub(crate) const COALESCE: Duration = Duration::from_millis(20);
+/// After a task's exit (what a restart waits for), a second look this
+/// long after the event, in case the runtime's CRI view had not caught up
+/// at the first.
+pub(crate) const RECHECK: Duration = Duration::from_millis(250);
+/// The shortest time between relists that exits ask for.
+pub(crate) const EXIT_GAP: Duration = Duration::from_millis(100);
+/// The topics of a task's exit: the exit itself, and its delete, which
+/// containerd's CRI plugin does on that exit just before its own view of
+/// the container says Exited (measured: a relist 20 ms after the exit
+/// does not see it yet, one 250 ms after does).
+pub(crate) const EXIT_TOPICS: [&str; 2] = ["/tasks/exit", "/tasks/delete"];
 /// Longest wait before subscribing again after the stream broke.
 const MAX_RESUBSCRIBE: Duration = Duration::from_secs(30);
 
@@ -47,6 +58,8 @@ pub(crate) struct Schedule {
     next: Instant,
     /// Relists keep to `period` until then (set by events).
     settle_until: Option<Instant>,
+    /// Relists due soon after exits (never more than a few).
+    exits: Vec<Instant>,
 }
 
 impl Schedule {
@@ -58,6 +71,7 @@ impl Schedule {
             last: None,
             next: now,
             settle_until: None,
+            exits: Vec::new(),
         }
     }
 
@@ -77,6 +91,19 @@ impl Schedule {
         self.next = self.next.min(due);
     }
 
+    /// A task exited at `now`: its container is restarted after the
+    /// relist that sees it, so that relist is not held to the period (only
+    /// to [`EXIT_GAP`]), and a second one follows [`RECHECK`] later.
+    pub(crate) fn exited(&mut self, now: Instant) {
+        self.settle_until = Some(now + SETTLE);
+        if self.exits.len() < 8 {
+            self.exits.extend([now + COALESCE, now + RECHECK]);
+            self.exits.sort();
+        }
+        let due = self.last.map_or(now, |l| l + EXIT_GAP).max(now + COALESCE);
+        self.next = self.next.min(due);
+    }
+
     /// A pod worker waits at `now` for a status newer than the cache has.
     pub(crate) fn wanted(&mut self, now: Instant) {
         let due = self.earliest(now);
@@ -88,10 +115,15 @@ impl Schedule {
     pub(crate) fn relisted(&mut self, started: Instant, events_live: bool) {
         self.last = Some(started);
         let settling = self.settle_until.is_some_and(|t| started < t);
-        self.next = if events_live && !settling {
+        let regular = if events_live && !settling {
             started + self.evented_period
         } else {
             started + self.period
+        };
+        self.exits.retain(|t| *t > started);
+        self.next = match self.exits.first() {
+            Some(t) => regular.min((*t).max(started + EXIT_GAP)),
+            None => regular,
         };
     }
 
@@ -105,6 +137,8 @@ impl Schedule {
 pub(crate) struct Signals {
     /// An event of the runtime's (bounded(1): one pending stands for all).
     pub(crate) changed: Receiver<()>,
+    /// A task's exit, likewise.
+    pub(crate) exited: Receiver<()>,
     /// A worker waits for a newer status (bounded(1), likewise).
     pub(crate) wanted: Receiver<()>,
     /// Whether the event stream is up now.
@@ -125,14 +159,16 @@ impl EventWatch {
     pub(crate) fn start(
         runtime: Arc<dyn RuntimeService>,
         changed: Sender<()>,
+        exited: Sender<()>,
         live: Arc<AtomicBool>,
         period: Duration,
     ) -> std::io::Result<EventWatch> {
         let (stop_tx, stop_rx) = crossbeam_channel::bounded(0);
         let current = Arc::new(Mutex::new(None));
         let c = current.clone();
+        let signals = Senders { changed, exited };
         let thread = spawn_named("runtime-events", move || {
-            follow(&*runtime, &changed, &live, &stop_rx, &c, period)
+            follow(&*runtime, &signals, &live, &stop_rx, &c, period)
         })?;
         Ok(EventWatch {
             stop: Some(stop_tx),
@@ -153,13 +189,19 @@ impl Drop for EventWatch {
     }
 }
 
+/// Where the `runtime-events` thread signals.
+struct Senders {
+    changed: Sender<()>,
+    exited: Sender<()>,
+}
+
 fn stopped(stop: &Receiver<()>) -> bool {
     matches!(stop.try_recv(), Err(TryRecvError::Disconnected) | Ok(()))
 }
 
 fn follow(
     runtime: &dyn RuntimeService,
-    changed: &Sender<()>,
+    signals: &Senders,
     live: &AtomicBool,
     stop: &Receiver<()>,
     current: &Mutex<Option<Stopper>>,
@@ -182,7 +224,7 @@ fn follow(
                 // Up (until the first read says otherwise): one relist for
                 // what changed meanwhile, then the long period.
                 if !live.swap(true, Ordering::SeqCst) {
-                    let _ = changed.try_send(());
+                    let _ = signals.changed.try_send(());
                 }
                 let error = loop {
                     match stream.next() {
@@ -201,7 +243,11 @@ fn follow(
                             down_logged = false;
                             if env.namespace == CRI_NAMESPACE {
                                 debug!("runtime event {}", env.topic);
-                                let _ = changed.try_send(());
+                                let _ = if EXIT_TOPICS.contains(&env.topic.as_str()) {
+                                    signals.exited.try_send(())
+                                } else {
+                                    signals.changed.try_send(())
+                                };
                             }
                         }
                         Some(Err(e)) => break Some(e),
@@ -211,7 +257,7 @@ fn follow(
                 *current.lock() = None;
                 // Down: relists every period again, the first at once.
                 if live.swap(false, Ordering::SeqCst) {
-                    let _ = changed.try_send(());
+                    let _ = signals.changed.try_send(());
                 }
                 if stopped(stop) {
                     return;
@@ -294,7 +340,14 @@ mod tests {
     fn env(ns: &str) -> Envelope {
         Envelope {
             namespace: ns.into(),
-            topic: "/tasks/exit".into(),
+            topic: EXIT_TOPICS[0].into(),
+        }
+    }
+
+    fn start(ns: &str) -> Envelope {
+        Envelope {
+            namespace: ns.into(),
+            topic: "/tasks/start".into(),
         }
     }
 
@@ -305,7 +358,7 @@ mod tests {
     fn the_watch_signals_events_resubscribes_after_a_break_and_stops_on_drop() {
         let fake = Arc::new(FakeRuntime::default());
         fake.push_change_stream(Box::new(Scripted {
-            events: vec![env("k8s.io"), env("moby")],
+            events: vec![env("k8s.io"), env("moby"), start("k8s.io")],
             end: Some(CriError::status(
                 "Subscribe",
                 "fake",
@@ -320,10 +373,19 @@ mod tests {
             stopper: Stopper::default(),
         }));
         let (tx, rx) = crossbeam_channel::bounded(1);
+        let (exit_tx, exit_rx) = crossbeam_channel::bounded(1);
         let live = Arc::new(AtomicBool::new(false));
-        let watch =
-            EventWatch::start(fake.clone(), tx, live.clone(), Duration::from_secs(1)).unwrap();
-        // The first stream: up, an event, down.
+        let watch = EventWatch::start(
+            fake.clone(),
+            tx,
+            exit_tx,
+            live.clone(),
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        // The first stream: up, an exit and a start, down; the exit in the
+        // CRI namespace is told apart from other changes.
+        assert!(exit_rx.recv_timeout(Duration::from_secs(2)).is_ok());
         assert!(rx.recv_timeout(Duration::from_secs(2)).is_ok());
         // The second, a second later: up and waiting.
         let t0 = Instant::now();
@@ -347,8 +409,10 @@ mod tests {
     fn a_runtime_without_events_ends_the_watch_for_good() {
         let fake = Arc::new(FakeRuntime::default());
         let (tx, rx) = crossbeam_channel::bounded(1);
+        let (exit_tx, _exit_rx) = crossbeam_channel::bounded(1);
         let live = Arc::new(AtomicBool::new(false));
-        let _watch = EventWatch::start(fake, tx, live.clone(), Duration::from_secs(1)).unwrap();
+        let _watch =
+            EventWatch::start(fake, tx, exit_tx, live.clone(), Duration::from_secs(1)).unwrap();
         // The thread ends, and with it the sender: the relist thread sees
         // a disconnected channel (and stops selecting on it).
         assert_eq!(
@@ -400,6 +464,26 @@ mod tests {
             s.changed(t0 + Duration::from_millis(ms));
             assert_eq!(s.next(), t0 + P, "at {ms} ms");
         }
+    }
+
+    #[test]
+    fn an_exit_is_looked_at_at_once_and_again_not_held_to_the_period() {
+        let t0 = Instant::now();
+        let mut s = Schedule::new(t0, P, EVENTED_RELIST_PERIOD);
+        s.relisted(t0, true);
+        // 300 ms after a relist (a start's, say): not held until t0 + 1 s.
+        let e = t0 + Duration::from_millis(300);
+        s.exited(e);
+        assert_eq!(s.next(), e + COALESCE);
+        s.relisted(e + COALESCE, true);
+        assert_eq!(s.next(), e + RECHECK, "a second look");
+        s.relisted(e + RECHECK, true);
+        assert_eq!(s.next(), e + RECHECK + P, "then the settling period");
+        // Right after a relist: EXIT_GAP after it.
+        let mut s = Schedule::new(t0, P, EVENTED_RELIST_PERIOD);
+        s.relisted(t0, true);
+        s.exited(t0 + Duration::from_millis(10));
+        assert_eq!(s.next(), t0 + EXIT_GAP);
     }
 
     #[test]
