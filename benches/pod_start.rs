@@ -58,6 +58,7 @@
 //!   --probe-pods N        pods of the probe part (default 110, 0: skip it)
 //!   --no-cluster          skip the cluster part (5. above)
 //!   --cluster-only        run only the cluster part
+//!   --restarts-only       run only the crash-to-restart part
 //!   --keep                leave the work dir and containerd dir in place
 
 use std::collections::{BTreeMap, HashSet};
@@ -140,6 +141,7 @@ struct Options {
     probe_pods: usize,
     cluster: bool,
     cluster_only: bool,
+    restarts_only: bool,
 }
 
 fn parse_options(args: &[String]) -> Result<Options> {
@@ -181,6 +183,7 @@ fn parse_options(args: &[String]) -> Result<Options> {
             "--no-footprint" => o.footprint = false,
             "--no-cluster" => o.cluster = false,
             "--cluster-only" => o.cluster_only = true,
+            "--restarts-only" => o.restarts_only = true,
             "--cases" => {
                 let v = value()?;
                 o.cases = Some(parse_cases(&v)?);
@@ -1775,6 +1778,20 @@ fn run(o: &Options) -> Result<()> {
         image.id.clone()
     };
 
+    if o.restarts_only {
+        let pods = if o.quick { 3 } else { 10 };
+        let r = runtime_cost::crash_to_restart(&rt, &bin, &endpoint, &work.join("crash"), pods);
+        if let Ok(l) = &r {
+            println!(
+                "binary {}, load average {load_before} before the run",
+                bin.display()
+            );
+            runtime_cost::print_restarts(l);
+        }
+        drop(containerd);
+        remove_work(o, &work);
+        return r.map(|_| ());
+    }
     let cluster_plan = cluster::ClusterPlan::new(o.quick, o.max_pods);
     if o.cluster_only {
         let r = cluster::run(&rt, &bin, &endpoint, &work.join("cluster"), &cluster_plan);
