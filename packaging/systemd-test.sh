@@ -74,6 +74,9 @@ fi
 # anew, with systemd running, every time.
 base=$root
 root=$base.run
+if pgrep -f "systemd-nspawn .*-D $root " >/dev/null; then
+    die "a run is still booted on $root (its container must end first)"
+fi
 rm -rf "$root"
 cp -a "$base" "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
