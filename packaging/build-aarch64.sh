@@ -65,15 +65,9 @@ if [ ${#missing[@]} -gt 0 ]; then
         dpkg --add-architecture "$arch"
     fi
     say "installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    # Two apt runs at once can delete each other's downloads: retry once.
-    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
-        say "apt-get install failed; updating and retrying once"
-        sleep 5
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
+    # shellcheck source=packaging/apt-install.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
+    apt_install build-aarch64.sh "${missing[@]}"
 fi
 
 cargo=/usr/bin/cargo

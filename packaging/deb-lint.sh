@@ -31,9 +31,9 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || die "missing ${missing[*]}; run as root to install them"
     echo "deb-lint.sh: installing ${missing[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # shellcheck source=packaging/apt-install.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
+    apt_install deb-lint.sh "${missing[@]}"
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tinylet-deb-lint.XXXXXX")

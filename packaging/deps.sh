@@ -38,43 +38,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" = 0 ] || die "missing packages ${missing[*]}; run this script as root to install them"
     command -v apt-get >/dev/null || die "missing packages ${missing[*]} and no apt-get: install them by hand"
     echo "deps.sh: installing ${missing[*]}" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    # With systemd as init, Debian starts a package's service as it
-    # installs it (containerd.service, docker-registry.service): the tests
-    # run their own private instances, so a policy-rc.d keeps the machine's
-    # services as they were for the length of the install.
-    if [ -d /run/systemd/system ] && [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\n# deps.sh (tinylet): no service starts while it installs\nexit 101\n' \
-            >/usr/sbin/policy-rc.d
-        chmod 0755 /usr/sbin/policy-rc.d
-        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-        echo "deps.sh: systemd is the init: the installed packages' services are not started" >&2
-    fi
-    apt-get update -qq
-    # Two apt runs at once can delete each other's downloads: retry once.
-    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
-        echo "deps.sh: apt-get install failed; updating and retrying once" >&2
-        sleep 5
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
-    # The tests run their own registry and containerd: the machine's, when
-    # this install brought them, are not left enabled for the next boot
-    # (Debian enables a package's service as it installs it; policy-rc.d
-    # only keeps it from starting now). Run on containerd.service with
-    # `systemctl enable --now containerd`.
-    if [ -d /run/systemd/system ]; then
-        for unit in docker-registry containerd; do
-            if [[ " ${missing[*]} " == *" $unit "* ]]; then
-                systemctl disable --quiet "$unit.service" 2>/dev/null || true
-                echo "deps.sh: $unit.service installed and left disabled" >&2
-            fi
-        done
-    fi
-    if [ -f /usr/sbin/policy-rc.d ] && grep -q '^# deps.sh (tinylet)' /usr/sbin/policy-rc.d; then
-        rm -f /usr/sbin/policy-rc.d
-        trap - EXIT
-    fi
+    # shellcheck source=packaging/apt-install.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh"
+    apt_install deps.sh "${missing[@]}"
 fi
 
 # rustup installs into ~/.cargo/bin, which a non-login shell may not have.

@@ -58,6 +58,10 @@ if [ ! -x "$root/usr/bin/apt-get" ]; then
         die "debootstrap failed: $(tail -3 "$root.debootstrap.log")"
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The package sources of a machine Debian's installer set up.
+# shellcheck source=packaging/apt-install.sh
+. packaging/apt-install.sh
+debian_sources "$root" "$suite"
 
 # Mounts, undone in reverse order on the way out.
 mounted=()

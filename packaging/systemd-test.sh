@@ -80,24 +80,10 @@ fi
 rm -rf "$root"
 cp -a "$base" "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
-# The package sources of a machine Debian's installer set up: the release,
-# its updates and its security updates (debootstrap writes only the first;
-# Debian 12's Rust for other architectures, rustc-web, is current only in
-# bookworm-security).
-rm -f "$root/etc/apt/sources.list"
-cat >"$root/etc/apt/sources.list.d/debian.sources" <<SOURCES
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: $suite $suite-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb
-URIs: http://deb.debian.org/debian-security
-Suites: $suite-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SOURCES
+# The package sources of a machine Debian's installer set up.
+# shellcheck source=packaging/apt-install.sh
+. packaging/apt-install.sh
+debian_sources "$root" "$suite"
 rm -rf "$results"
 mkdir -p "$results"
 
