@@ -341,6 +341,11 @@ fn lease_renewals_are_merge_patches_of_the_renew_time_alone() {
             ("PATCH", "application/merge-patch+json", 200),
             "{r:?}"
         );
+        // The answer in protobuf, a third of the JSON one's bytes.
+        assert_eq!(
+            r.accept, "application/vnd.kubernetes.protobuf, application/json",
+            "{r:?}"
+        );
         let patch: Value = serde_json::from_str(&r.body).unwrap();
         let spec = patch["spec"].as_object().expect("a spec");
         assert_eq!(
@@ -355,6 +360,53 @@ fn lease_renewals_are_merge_patches_of_the_renew_time_alone() {
         0,
         "no full PUT of the lease"
     );
+}
+
+/// A renewal's answer comes in protobuf; what it says of the holder and
+/// the duration is read from it: a lease another writer took is patched
+/// back whole at the next renewal, and then by renewTime alone again.
+#[test]
+fn a_lease_changed_by_another_writer_is_set_right_from_the_protobuf_answer() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    let api = &c.api;
+    c.agent.wait("the lease has its owner", || {
+        api.lease(NODE)
+            .is_some_and(|l| l["metadata"]["ownerReferences"].is_array())
+    });
+    assert!(api.update_lease(NODE, |l| {
+        l["spec"]["holderIdentity"] = json!("someone-else");
+        l["spec"]["leaseDurationSeconds"] = json!(99);
+    }));
+    let changed_at = lease_requests(api).len();
+    c.agent.wait("the lease held by the node again", || {
+        api.lease(NODE).is_some_and(|l| {
+            l["spec"]["holderIdentity"] == NODE && l["spec"]["leaseDurationSeconds"] == 4
+        })
+    });
+    c.agent.wait("two more renewals", || {
+        lease_requests(api).len() >= changed_at + 4
+    });
+    let patches: Vec<Value> = lease_requests(api)[changed_at..]
+        .iter()
+        .filter(|r| r.verb == "PATCH")
+        .map(|r| serde_json::from_str(&r.body).unwrap())
+        .collect();
+    let fixing = patches
+        .iter()
+        .position(|p| p["spec"]["holderIdentity"] == NODE)
+        .unwrap_or_else(|| panic!("no patch set the holder: {patches:?}"));
+    assert_eq!(
+        patches[fixing]["spec"]["leaseDurationSeconds"], 4,
+        "{patches:?}"
+    );
+    // The first renewal after the change learnt of it from its answer; the
+    // one that fixed it is the last to carry more than renewTime.
+    assert!(fixing <= 1, "{patches:?}");
+    for p in &patches[fixing + 1..] {
+        assert_eq!(p["spec"].as_object().unwrap().len(), 1, "{patches:?}");
+    }
+    assert_eq!(c.api.count("PUT", LEASE_PATH), 0, "no PUT of the lease");
 }
 
 #[test]

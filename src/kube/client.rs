@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use ureq::http;
 use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
@@ -363,22 +362,22 @@ impl Client {
         self.json_call("PATCH", path, Some(patch_payload(kind, body)))
     }
 
-    /// PATCH `path` and decode the answer into `T`: only the fields `T`
-    /// names are built, the rest of the object (its managedFields, say) is
-    /// parsed past and not kept.
-    pub(crate) fn patch_as<T: DeserializeOwned>(
+    /// PATCH `path` asking for the answer in protobuf (JSON from a server
+    /// that has none), and hand back its body undecoded: a
+    /// [`super::protobuf`] envelope or a JSON document. Errors are decoded
+    /// from either kind of `Status`.
+    pub(crate) fn patch_compact(
         &self,
         path: &str,
         kind: PatchKind,
         body: &Value,
-    ) -> Result<T, ApiError> {
-        let verb = "PATCH";
-        let bytes = self.call(verb, path, Some(patch_payload(kind, body)))?;
-        serde_json::from_slice(&bytes).map_err(|e| ApiError {
-            verb,
-            path: path.to_string(),
-            kind: ErrorKind::Decode(format!("invalid answer: {e}")),
-        })
+    ) -> Result<Vec<u8>, ApiError> {
+        self.call(
+            "PATCH",
+            path,
+            Some(patch_payload(kind, body)),
+            Some(super::protobuf::ACCEPT),
+        )
     }
 
     /// DELETE `path` with a `DeleteOptions` body (`Value::Null` for none).
@@ -402,7 +401,7 @@ impl Client {
         max_object: usize,
         each: &mut dyn FnMut(ListItem),
     ) -> Result<ListMeta, ApiError> {
-        let response = self.send("GET", path, None, Some(self.timeout))?;
+        let response = self.send("GET", path, None, Some(self.timeout), None)?;
         if !response.status().is_success() {
             return Err(self.status_error("GET", path, response));
         }
@@ -427,7 +426,7 @@ impl Client {
     /// than `idle` fails with a transport error, so a dead connection is
     /// noticed.
     pub fn watch(&self, path: &str, idle: Duration) -> Result<WatchStream, ApiError> {
-        let response = self.send("GET", path, None, Some(idle))?;
+        let response = self.send("GET", path, None, Some(idle), None)?;
         if !response.status().is_success() {
             return Err(self.status_error("GET", path, response));
         }
@@ -447,7 +446,7 @@ impl Client {
         path: &str,
         payload: Option<Payload>,
     ) -> Result<Value, ApiError> {
-        let bytes = self.call(verb, path, payload)?;
+        let bytes = self.call(verb, path, payload, None)?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Value::Null);
         }
@@ -458,14 +457,16 @@ impl Client {
         })
     }
 
-    /// One request whose answer's body is read whole.
+    /// One request whose answer's body is read whole; `accept` is what it
+    /// asks for when not JSON.
     fn call(
         &self,
         verb: &'static str,
         path: &str,
         payload: Option<Payload>,
+        accept: Option<&'static str>,
     ) -> Result<Vec<u8>, ApiError> {
-        let response = self.send(verb, path, payload.as_ref(), None)?;
+        let response = self.send(verb, path, payload.as_ref(), None, accept)?;
         if !response.status().is_success() {
             return Err(self.status_error(verb, path, response));
         }
@@ -482,6 +483,7 @@ impl Client {
         path: &str,
         payload: Option<&Payload>,
         watch_idle: Option<Duration>,
+        accept: Option<&'static str>,
     ) -> Result<http::Response<ureq::Body>, ApiError> {
         let mut retried = false;
         loop {
@@ -489,7 +491,8 @@ impl Client {
                 self.limiter.acquire();
             }
             let token = self.inner.token.lock().clone();
-            let response = self.send_once(verb, path, payload, watch_idle, token.as_deref())?;
+            let response =
+                self.send_once(verb, path, payload, watch_idle, accept, token.as_deref())?;
             if response.status() == http::StatusCode::UNAUTHORIZED && !retried {
                 if let Some(file) = &self.inner.token_file {
                     match super::kubeconfig::read_token_file(file) {
@@ -517,10 +520,14 @@ impl Client {
         path: &str,
         payload: Option<&Payload>,
         watch_idle: Option<Duration>,
+        accept: Option<&'static str>,
         token: Option<&str>,
     ) -> Result<http::Response<ureq::Body>, ApiError> {
         let url = format!("{}{}", self.inner.server, path);
         let mut builder = http::Request::builder().method(verb).uri(&url);
+        if let Some(accept) = accept {
+            builder = builder.header("Accept", accept);
+        }
         if let Some(token) = token {
             builder = builder.header("Authorization", format!("Bearer {token}"));
         }
@@ -649,6 +656,9 @@ pub(crate) fn status_kind(
     header_retry: Option<u64>,
     body: &[u8],
 ) -> ErrorKind {
+    if let Some(kind) = protobuf_status(code, header_retry, body) {
+        return kind;
+    }
     let status: Option<Value> = serde_json::from_slice(body).ok();
     if let Some(s) = status.filter(|s| s.get("kind").and_then(Value::as_str) == Some("Status")) {
         return super::status_from_value(&s, code, header_retry);
@@ -671,6 +681,31 @@ pub(crate) fn status_kind(
         message,
         retry_after: header_retry,
     }
+}
+
+/// A protobuf `Status` body's fields, as [`super::status_from_value`] reads
+/// a JSON one; none when the body is not one.
+fn protobuf_status(code: u16, header_retry: Option<u64>, body: &[u8]) -> Option<ErrorKind> {
+    use super::protobuf;
+    if !protobuf::is_protobuf(body) {
+        return None;
+    }
+    let status = protobuf::unwrap(body)
+        .ok()
+        .filter(|o| o.kind == "Status")
+        .and_then(|o| protobuf::status(&o.raw).ok())?;
+    Some(ErrorKind::Status {
+        code: u16::try_from(status.code)
+            .ok()
+            .filter(|c| *c != 0)
+            .unwrap_or(code),
+        reason: status.reason,
+        message: status.message,
+        retry_after: status
+            .retry_after_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .or(header_retry),
+    })
 }
 
 fn patch_payload(kind: PatchKind, body: &Value) -> Payload {

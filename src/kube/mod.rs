@@ -18,6 +18,7 @@ mod kubeconfig;
 mod list;
 mod mux;
 mod nbhttp;
+pub(crate) mod protobuf;
 mod ratelimit;
 mod reflector;
 mod watch;

@@ -185,6 +185,21 @@ impl Resp {
         r.retry_after = s.retry_after;
         r
     }
+    /// The same answer in protobuf when the request asks for protobuf
+    /// first and the body is of a kind [`super::protobuf`] encodes.
+    pub(super) fn negotiated(mut self, accept: Option<&str>) -> Resp {
+        if self.content_type != "application/json" || !super::protobuf::asked(accept) {
+            return self;
+        }
+        let Ok(object) = serde_json::from_slice::<Value>(&self.body) else {
+            return self;
+        };
+        if let Some(body) = super::protobuf::encode(&object) {
+            self.body = body;
+            self.content_type = super::protobuf::MEDIA_TYPE;
+        }
+        self
+    }
     pub(super) fn text(body: &str) -> Resp {
         Resp {
             code: 200,

@@ -27,7 +27,9 @@
 //! create them); `pods/<name>/ephemeralcontainers` only with the
 //! EphemeralContainers gate, off by default as in v1.20 (404 without it);
 //! Status bodies in the recorded key
-//! order; recorded headers (APF, nosniff, chunking above 2048 bytes).
+//! order; recorded headers (APF, nosniff, chunking above 2048 bytes);
+//! protobuf answers for Leases and Statuses to a client that asks for
+//! protobuf first (other kinds stay JSON).
 //!
 //! What tests control: tokens and kubeconfigs, what SubjectAccessReviews
 //! allow (`allow_access`), objects through handles that act
@@ -80,6 +82,7 @@ mod errors;
 mod handlers;
 mod http;
 mod patch;
+mod protobuf;
 mod reviews;
 mod server;
 mod store;
@@ -199,6 +202,8 @@ pub struct RecordedRequest {
     pub status: u16,
     /// The request's Content-Type ("" without one).
     pub content_type: String,
+    /// The request's Accept ("" without one).
+    pub accept: String,
     pub body: String,
     /// When it was recorded: after the server acted on it (a write is in the
     /// store and its watch event queued), before the answer was sent.

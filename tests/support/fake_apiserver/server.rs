@@ -632,8 +632,18 @@ impl FakeApiServer {
     /// Changes a pod as the admin would with a PUT (a MODIFIED event); false if
     /// it does not exist.
     pub fn update_pod(&self, ns: &str, name: &str, f: impl FnOnce(&mut Value)) -> bool {
+        self.update_object(Res::Pods, ns, name, f)
+    }
+
+    /// Changes the node lease `kube-node-lease/<name>` as another writer
+    /// would with a PUT; false if it does not exist.
+    pub fn update_lease(&self, name: &str, f: impl FnOnce(&mut Value)) -> bool {
+        self.update_object(Res::Leases, NODE_LEASE_NAMESPACE, name, f)
+    }
+
+    fn update_object(&self, res: Res, ns: &str, name: &str, f: impl FnOnce(&mut Value)) -> bool {
         self.locked(|st| {
-            let key = (Res::Pods, ns.to_string(), name.to_string());
+            let key = (res, ns.to_string(), name.to_string());
             let Some(old) = st.objects.get(&key).cloned() else {
                 return false;
             };
@@ -1119,6 +1129,7 @@ pub(super) fn record(st: &mut State, req: &Request, user: &str, status: u16) {
         user: user.to_string(),
         status,
         content_type: req.header("content-type").unwrap_or("").to_string(),
+        accept: req.header("accept").unwrap_or("").to_string(),
         body: String::from_utf8_lossy(&req.body).into_owned(),
         at: Instant::now(),
     });
@@ -1138,7 +1149,8 @@ fn handle(shared: &Arc<Shared>, reader: &mut BufReader<Conn>, req: Request) -> b
     drop(st);
     shared.changed.notify_all();
     match outcome {
-        Outcome::Reply(mut resp) => {
+        Outcome::Reply(resp) => {
+            let mut resp = resp.negotiated(req.header("accept"));
             if let Some(u) = &user {
                 resp.flow = Some(u.flow());
             }
