@@ -701,9 +701,11 @@ fn protobuf_status(code: u16, header_retry: Option<u64>, body: &[u8]) -> Option<
             .unwrap_or(code),
         reason: status.reason,
         message: status.message,
+        // Protobuf always carries the field; 0 is JSON's omitted one.
         retry_after: status
             .retry_after_seconds
             .and_then(|s| u64::try_from(s).ok())
+            .filter(|s| *s > 0)
             .or(header_retry),
     })
 }
@@ -773,6 +775,30 @@ pub(crate) mod tests {
             ..KubeConfig::default()
         };
         Client::new(&config, options()).unwrap()
+    }
+
+    #[test]
+    fn protobuf_status_bodies_are_decoded_like_json_ones() {
+        let body = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/protobuf/lease-patch-404.pb"
+        ))
+        .unwrap();
+        match status_kind(404, "Not Found", None, &body) {
+            ErrorKind::Status {
+                code,
+                reason,
+                message,
+                retry_after,
+            } => {
+                assert_eq!((code, reason.as_str()), (404, "NotFound"));
+                assert_eq!(message, r#"leases.coordination.k8s.io "edge-1" not found"#);
+                // details.retryAfterSeconds 0 is "none", as in JSON's
+                // omitted field; the header's value stands.
+                assert_eq!(retry_after, None);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -256,6 +256,43 @@ mod tests {
         );
     }
 
+    fn recorded(name: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/tests/fixtures/protobuf/{name}.pb",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// Answers recorded from the real v1.20.2 server.
+    #[test]
+    fn the_real_servers_answers_decode() {
+        let object = unwrap(&recorded("lease-patch-200")).unwrap();
+        assert_eq!(object.kind, "Lease");
+        assert_eq!(
+            lease(&object.raw).unwrap(),
+            LeaseFields {
+                holder_identity: Some("edge-1".into()),
+                lease_duration_seconds: Some(40),
+                has_owner: false,
+            }
+        );
+        let object = unwrap(&recorded("lease-patch-404")).unwrap();
+        assert_eq!(object.kind, "Status");
+        let s = status(&object.raw).unwrap();
+        assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+        assert_eq!(
+            s.message,
+            r#"leases.coordination.k8s.io "edge-1" not found"#
+        );
+        assert_eq!(s.retry_after_seconds, Some(0));
+        let s = status(&unwrap(&recorded("lease-patch-403")).unwrap().raw).unwrap();
+        assert_eq!((s.code, s.reason.as_str()), (403, "Forbidden"));
+        assert!(s
+            .message
+            .ends_with("can only access node lease with the same name as the requesting node"));
+    }
+
     #[test]
     fn broken_envelopes_are_errors_not_panics() {
         assert!(!is_protobuf(b"{\"kind\":\"Lease\"}"));

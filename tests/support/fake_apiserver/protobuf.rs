@@ -50,6 +50,13 @@ pub(super) fn encode(object: &Value) -> Option<Vec<u8>> {
     Some(out)
 }
 
+// Go's encoder (gogo-protobuf, proto2 with non-nullable fields) writes
+// every string, number and embedded message of a struct even when empty or
+// zero; only pointer fields (the LeaseSpec's, a Status's details) and maps
+// and lists are left out when unset. The recorded answers
+// (tests/fixtures/protobuf) show this layout, and the conformance tests
+// hold the fake to it.
+
 fn lease(object: &Value) -> Vec<u8> {
     let spec = &object["spec"];
     let spec = message(|s| {
@@ -75,45 +82,53 @@ fn lease(object: &Value) -> Vec<u8> {
 }
 
 fn object_meta(meta: &Value) -> Vec<u8> {
+    let text = |key: &str| meta[key].as_str().unwrap_or("");
     message(|s| {
         for (n, key) in [
             (1, "name"),
+            (2, "generateName"),
             (3, "namespace"),
+            (4, "selfLink"),
             (5, "uid"),
             (6, "resourceVersion"),
         ] {
-            if let Some(v) = meta[key].as_str() {
-                string(s, n, v);
-            }
+            string(s, n, text(key));
         }
-        if let Some(t) = meta["creationTimestamp"].as_str() {
-            bytes(s, 8, &time(t));
+        s.write_int64(7, meta["generation"].as_i64().unwrap_or(0))
+            .unwrap();
+        bytes(s, 8, &time(text("creationTimestamp")));
+        for (n, key) in [(11, "labels"), (12, "annotations")] {
+            for (k, v) in meta[key].as_object().into_iter().flatten() {
+                let entry = message(|s| {
+                    string(s, 1, k);
+                    string(s, 2, v.as_str().unwrap_or(""));
+                });
+                bytes(s, n, &entry);
+            }
         }
         for r in meta["ownerReferences"].as_array().into_iter().flatten() {
             let owner = message(|s| {
                 for (n, key) in [(1, "kind"), (3, "name"), (4, "uid"), (5, "apiVersion")] {
-                    if let Some(v) = r[key].as_str() {
-                        string(s, n, v);
+                    string(s, n, r[key].as_str().unwrap_or(""));
+                }
+                for (n, key) in [(6, "controller"), (7, "blockOwnerDeletion")] {
+                    if let Some(b) = r[key].as_bool() {
+                        s.write_bool(n, b).unwrap();
                     }
                 }
             });
             bytes(s, 13, &owner);
         }
+        string(s, 15, text("clusterName"));
         for m in meta["managedFields"].as_array().into_iter().flatten() {
             let entry = message(|s| {
-                for (n, key) in [
-                    (1, "manager"),
-                    (2, "operation"),
-                    (3, "apiVersion"),
-                    (6, "fieldsType"),
-                ] {
-                    if let Some(v) = m[key].as_str() {
-                        string(s, n, v);
-                    }
+                for (n, key) in [(1, "manager"), (2, "operation"), (3, "apiVersion")] {
+                    string(s, n, m[key].as_str().unwrap_or(""));
                 }
                 if let Some(t) = m["time"].as_str() {
                     bytes(s, 4, &time(t));
                 }
+                string(s, 6, m["fieldsType"].as_str().unwrap_or(""));
                 if m["fieldsV1"].is_object() {
                     let raw = m["fieldsV1"].to_string();
                     bytes(s, 7, &message(|s| bytes(s, 1, raw.as_bytes())));
@@ -125,53 +140,52 @@ fn object_meta(meta: &Value) -> Vec<u8> {
 }
 
 fn status(object: &Value) -> Vec<u8> {
+    let text = |v: &Value, key: &str| v[key].as_str().unwrap_or("").to_string();
     message(|s| {
-        bytes(s, 1, &[]);
-        for (n, key) in [(2, "status"), (3, "message"), (4, "reason")] {
-            if let Some(v) = object[key].as_str() {
-                string(s, n, v);
+        // ListMeta: selfLink, resourceVersion, continue.
+        let list_meta = message(|s| {
+            for n in 1..=3 {
+                string(s, n, "");
             }
+        });
+        bytes(s, 1, &list_meta);
+        for (n, key) in [(2, "status"), (3, "message"), (4, "reason")] {
+            string(s, n, &text(object, key));
         }
         let d = &object["details"];
         if d.is_object() {
             let details = message(|s| {
                 for (n, key) in [(1, "name"), (2, "group"), (3, "kind")] {
-                    if let Some(v) = d[key].as_str() {
-                        string(s, n, v);
-                    }
+                    string(s, n, &text(d, key));
                 }
                 for c in d["causes"].as_array().into_iter().flatten() {
                     let cause = message(|s| {
                         for (n, key) in [(1, "reason"), (2, "message"), (3, "field")] {
-                            if let Some(v) = c[key].as_str() {
-                                string(s, n, v);
-                            }
+                            string(s, n, &text(c, key));
                         }
                     });
                     bytes(s, 4, &cause);
                 }
-                if let Some(r) = d["retryAfterSeconds"].as_i64() {
-                    s.write_int32(5, r as i32).unwrap();
-                }
+                s.write_int32(5, d["retryAfterSeconds"].as_i64().unwrap_or(0) as i32)
+                    .unwrap();
+                string(s, 6, &text(d, "uid"));
             });
             bytes(s, 5, &details);
         }
-        if let Some(c) = object["code"].as_i64() {
-            s.write_int32(6, c as i32).unwrap();
-        }
+        s.write_int32(6, object["code"].as_i64().unwrap_or(0) as i32)
+            .unwrap();
     })
 }
 
 /// A `Time` or `MicroTime` message: seconds 1, nanos 2.
 fn time(text: &str) -> Vec<u8> {
+    // An unset (zero) time is an empty message, as metav1.Time marshals it.
     let Ok(t) = text.parse::<Timestamp>() else {
         return Vec::new();
     };
     message(|s| {
         s.write_int64(1, t.as_second()).unwrap();
-        if t.subsec_nanosecond() != 0 {
-            s.write_int32(2, t.subsec_nanosecond()).unwrap();
-        }
+        s.write_int32(2, t.subsec_nanosecond()).unwrap();
     })
 }
 
@@ -185,8 +199,6 @@ fn message(write: impl FnOnce(&mut CodedOutputStream<'_>)) -> Vec<u8> {
     out
 }
 
-// Go's encoder writes a message's string and bytes fields even when empty
-// (gogo-protobuf's non-nullable fields), as the recorded answers show.
 fn string(s: &mut CodedOutputStream<'_>, n: u32, v: &str) {
     s.write_string(n, v).unwrap();
 }
