@@ -36,6 +36,30 @@ pub fn now() -> String {
     rfc3339(SystemTime::now())
 }
 
+/// A duration as Go prints it: `1m0s`, `20s`, `1h0m0s`, `500ms`.
+pub(crate) fn go_duration(d: Duration) -> String {
+    let total = d.as_secs();
+    let ms = d.subsec_millis();
+    if total == 0 {
+        return if ms == 0 {
+            "0s".into()
+        } else {
+            format!("{ms}ms")
+        };
+    }
+    let (h, m, s) = (total / 3600, total / 60 % 60, total % 60);
+    let secs = if ms == 0 {
+        format!("{s}s")
+    } else {
+        format!("{s}.{}s", format!("{ms:03}").trim_end_matches('0'))
+    };
+    match (h, m) {
+        (0, 0) => secs,
+        (0, m) => format!("{m}m{secs}"),
+        (h, m) => format!("{h}h{m}m{secs}"),
+    }
+}
+
 /// Parses a Go-style duration: a sequence of number+unit (ns, us, ms, s, m, h).
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || format!("invalid duration {s:?} (want e.g. 20s, 1m30s, 500ms)");
@@ -75,6 +99,23 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn durations_print_as_go_does() {
+        for (d, text) in [
+            (Duration::from_secs(60), "1m0s"),
+            (Duration::from_secs(20), "20s"),
+            (Duration::from_secs(160), "2m40s"),
+            (Duration::from_secs(300), "5m0s"),
+            (Duration::from_secs(3600), "1h0m0s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_millis(500), "500ms"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(go_duration(d), text);
+            assert_eq!(parse_duration(text), Ok(d), "{text}");
+        }
+    }
 
     #[test]
     fn formats_match_the_api() {

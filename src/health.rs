@@ -48,11 +48,7 @@ impl Health {
         }
     }
 
-    /// The sync loop entered a turn.
-    pub fn sync_loop_turned(&self) {
-        self.sync_loop_turned_at(Instant::now());
-    }
-
+    /// The sync loop entered a turn at `at`.
     pub(crate) fn sync_loop_turned_at(&self, at: Instant) {
         self.sync_loop.store(self.stamp(at), Ordering::Relaxed);
     }

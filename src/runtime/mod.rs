@@ -729,16 +729,6 @@ fn is_init_container(pod: &Pod, name: &str) -> bool {
         .is_some_and(|v| v.iter().any(|i| i.name == name))
 }
 
-/// A duration the way Go prints it in upstream messages: `10s`, `2m40s`, `5m0s`.
-fn go_duration(d: Duration) -> String {
-    let secs = d.as_secs();
-    if secs >= 60 {
-        format!("{}m{}s", secs / 60, secs % 60)
-    } else {
-        format!("{secs}s")
-    }
-}
-
 pub use cri::DEFAULT_REQUEST_TIMEOUT;
 
 #[cfg(test)]

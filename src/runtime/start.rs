@@ -12,8 +12,8 @@ use super::kill::Kill;
 use super::status::{ContainerState, PodStatus};
 use super::{actions, config, hooks, security};
 use super::{
-    create_log_dir, go_duration, is_init_container, ns_to_time, Found, RuntimeManager, SandboxRef,
-    SyncError, POST_START_HTTP_TIMEOUT,
+    create_log_dir, is_init_container, ns_to_time, Found, RuntimeManager, SandboxRef, SyncError,
+    POST_START_HTTP_TIMEOUT,
 };
 use crate::cri::api;
 use crate::events::{EventType, ObjectRef};
@@ -41,7 +41,7 @@ impl RuntimeManager {
                 let total = found.backoff.current(key).unwrap_or(left);
                 let message = format!(
                     "back-off {} restarting failed container={} pod={}",
-                    go_duration(total),
+                    crate::apitime::go_duration(total),
                     c.name,
                     hooks::format_pod(pod)
                 );

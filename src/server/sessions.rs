@@ -177,7 +177,7 @@ impl<W: Write> Write for IdleWriter<W> {
                 io::ErrorKind::TimedOut,
                 format!(
                     "no traffic for {} (the streaming connection idle timeout)",
-                    super::go_duration(idle)
+                    crate::apitime::go_duration(idle)
                 ),
             )),
             _ => Ok(()),

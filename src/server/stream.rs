@@ -836,7 +836,7 @@ fn relay(
             if left.is_zero() {
                 log::debug!(
                     "server: session idle for {}; closing it",
-                    super::go_duration(idle)
+                    crate::apitime::go_duration(idle)
                 );
                 return Ok(());
             }

@@ -9,6 +9,3 @@
 pub(crate) mod generate;
 pub mod manager;
 pub(crate) mod patch;
-
-pub use generate::{generate_pod_status, pod_phase, StatusContext};
-pub use patch::{status_equal, status_patch};

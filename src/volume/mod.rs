@@ -253,17 +253,6 @@ impl VolumeManager {
         }
     }
 
-    /// A manager backed by the apiserver client `client`.
-    pub fn with_client(
-        root_dir: PathBuf,
-        client: crate::kube::Client,
-        allocatable: NodeAllocatable,
-        recorder: EventRecorder,
-    ) -> Self {
-        let source: Arc<dyn ObjectSource> = Arc::new(api::ApiObjects::new(client));
-        Self::new(root_dir, Some(source), allocatable, recorder)
-    }
-
     /// Makes every volume of `pod` ready (or refreshes what is due). The
     /// first volume that cannot be made ready for the first time is
     /// returned, with a FailedMount event; refresh failures are logged.
