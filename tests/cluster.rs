@@ -321,8 +321,8 @@ fn lease_requests(api: &FakeApiServer) -> Vec<RecordedRequest> {
         .collect()
 }
 
-#[test]
-fn lease_renewals_are_merge_patches_of_the_renew_time_alone() {
+/// A node Ready whose lease has the Node as its owner.
+fn cluster_with_owned_lease() -> Cluster {
     let mut c = Cluster::start(&[]);
     c.wait_node_ready();
     let api = &c.api;
@@ -330,6 +330,13 @@ fn lease_renewals_are_merge_patches_of_the_renew_time_alone() {
         api.lease(NODE)
             .is_some_and(|l| l["metadata"]["ownerReferences"].is_array())
     });
+    c
+}
+
+#[test]
+fn lease_renewals_are_merge_patches_of_the_renew_time_alone() {
+    let mut c = cluster_with_owned_lease();
+    let api = &c.api;
     let owned_at = lease_requests(api).len();
     c.agent.wait("three more renewals", || {
         lease_requests(api).len() >= owned_at + 3
@@ -367,13 +374,8 @@ fn lease_renewals_are_merge_patches_of_the_renew_time_alone() {
 /// back whole at the next renewal, and then by renewTime alone again.
 #[test]
 fn a_lease_changed_by_another_writer_is_set_right_from_the_protobuf_answer() {
-    let mut c = Cluster::start(&[]);
-    c.wait_node_ready();
+    let mut c = cluster_with_owned_lease();
     let api = &c.api;
-    c.agent.wait("the lease has its owner", || {
-        api.lease(NODE)
-            .is_some_and(|l| l["metadata"]["ownerReferences"].is_array())
-    });
     assert!(api.update_lease(NODE, |l| {
         l["spec"]["holderIdentity"] = json!("someone-else");
         l["spec"]["leaseDurationSeconds"] = json!(99);
