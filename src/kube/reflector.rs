@@ -609,23 +609,12 @@ fn identity_problem(obj: &Value) -> Option<String> {
             Some(other) => {
                 return Some(format!(
                     "metadata.{field}: expected a string, found {}",
-                    json_type(other)
+                    crate::document::kind_of(other)
                 ))
             }
         }
     }
     resource_version(obj).and_then(|rv| check_rv(rv).err())
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The first term of a field selector (`a.b=v,c!=w`) that `obj` does not
