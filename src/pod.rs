@@ -54,6 +54,12 @@ pub(crate) fn pod_full_name(pod: &Pod) -> String {
     format!("{}/{}", pod_namespace(pod), pod_name(pod))
 }
 
+/// The pod phases (`status.phase`).
+pub(crate) const PENDING: &str = "Pending";
+pub(crate) const RUNNING: &str = "Running";
+pub(crate) const SUCCEEDED: &str = "Succeeded";
+pub(crate) const FAILED: &str = "Failed";
+
 /// The source the merge recorded on the pod (`file`, `http`, `api`).
 pub(crate) fn config_source(pod: &Pod) -> Option<&str> {
     pod.metadata

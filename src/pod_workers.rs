@@ -786,7 +786,7 @@ fn ended_on_its_own(shared: &Shared, pod: &Pod) -> bool {
     status.is_some_and(|s| {
         matches!(
             s.phase.as_deref(),
-            Some(crate::status::generate::SUCCEEDED | crate::status::generate::FAILED)
+            Some(crate::pod::SUCCEEDED | crate::pod::FAILED)
         ) && s.reason.as_deref() != Some(crate::active_deadline::REASON)
     })
 }

@@ -243,7 +243,7 @@ impl Manager {
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .filter(|p| {
                 let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-                !matches!(phase, Some("Succeeded" | "Failed"))
+                !matches!(phase, Some(crate::pod::SUCCEEDED | crate::pod::FAILED))
             })
             .collect();
 

@@ -47,7 +47,7 @@ impl Kubelet {
             message.clone(),
         );
         let mut status = pod.status.clone().unwrap_or_default();
-        status.phase = Some("Failed".into());
+        status.phase = Some(crate::pod::FAILED.into());
         status.reason = Some(FAILED_VALIDATION.into());
         status.message = Some(message);
         self.reporter.set_status(pod, status);
@@ -202,7 +202,7 @@ impl Kubelet {
             r.message.clone(),
         );
         let mut status = pod.status.clone().unwrap_or_default();
-        status.phase = Some("Failed".into());
+        status.phase = Some(crate::pod::FAILED.into());
         status.reason = Some(r.reason);
         status.message = Some(format!("Pod was rejected: {}", r.message));
         self.reporter.set_status(pod, status);
@@ -231,7 +231,7 @@ impl Kubelet {
             .status(uid)
             .or_else(|| pod.status.clone())
             .unwrap_or_default();
-        status.phase = Some("Failed".into());
+        status.phase = Some(crate::pod::FAILED.into());
         status.reason = Some(crate::eviction::REASON.into());
         status.message = Some(e.message);
         self.reporter.set_status(&pod, status);

@@ -790,13 +790,9 @@ impl Kubelet {
     }
 }
 
+/// The source the merge recorded on the pod ("" for none).
 fn source_of(pod: &Pod) -> &str {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("kubernetes.io/config.source"))
-        .map(String::as_str)
-        .unwrap_or("")
+    crate::pod::config_source(pod).unwrap_or("")
 }
 
 #[cfg(test)]

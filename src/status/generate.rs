@@ -29,10 +29,7 @@ use crate::cri::api;
 use crate::runtime::actions::{is_restartable_init, restart_policy};
 use crate::runtime::{self, ContainerState};
 
-pub(crate) const PENDING: &str = "Pending";
-pub(crate) const RUNNING: &str = "Running";
-pub(crate) const SUCCEEDED: &str = "Succeeded";
-pub(crate) const FAILED: &str = "Failed";
+use crate::pod::{FAILED, PENDING, RUNNING, SUCCEEDED};
 
 /// Waiting reason of a container that has not been created yet.
 pub(crate) const CONTAINER_CREATING: &str = "ContainerCreating";

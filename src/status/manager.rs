@@ -97,7 +97,7 @@ impl StatusInputs {
         };
         let mut api = generate_pod_status(pod, &self.runtime, old, &ctx);
         if let Some((reason, message)) = &self.failed {
-            api.phase = Some(super::generate::FAILED.into());
+            api.phase = Some(crate::pod::FAILED.into());
             api.reason = Some(reason.clone());
             api.message = Some(message.clone());
         }
@@ -288,10 +288,7 @@ impl StatusReporter {
             keep_decided(e.status.as_ref(), &mut status);
         } else if !by_worker {
             let phase = status.phase.as_deref();
-            e.decided = matches!(
-                phase,
-                Some(super::generate::FAILED | super::generate::SUCCEEDED)
-            );
+            e.decided = matches!(phase, Some(crate::pod::FAILED | crate::pod::SUCCEEDED));
         }
         e.inputs = inputs.map(Box::new);
         if e.status.as_ref() == Some(&status) {
