@@ -162,7 +162,7 @@ const HTTP_METHODS: &[&str] = &[
 /// The path roots `kubelet_http_requests_total` names: upstream's buckets
 /// (each root its server registers), whether or not tinylet serves them
 /// all; any other root is `other`.
-const HTTP_PATH_ROOTS: &[&str] = &[
+pub(crate) const HTTP_PATH_ROOTS: &[&str] = &[
     "healthz",
     "pods",
     "stats",
@@ -184,7 +184,7 @@ const HTTP_PATH_ROOTS: &[&str] = &[
 ];
 
 /// The label value of whatever a caller sent that is not in `known`.
-const OTHER: &str = "other";
+pub(crate) const OTHER: &str = "other";
 
 /// One request to the node's API: `path` is the root of the request's
 /// path (its first element, and the second under `metrics/`), `server_type`

@@ -29,7 +29,8 @@ use base64::Engine as _;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use super::head::{percent_decode, RequestHead};
+use super::head::RequestHead;
+use super::route::Route;
 use crate::kube::Client;
 pub use crate::options::{AuthConfig, AuthorizationMode};
 use crate::x509::subject;
@@ -173,7 +174,17 @@ impl Auth {
 
     /// Whether `user` may make this request.
     pub fn authorize(&self, user: &User, head: &RequestHead) -> Result<Decision, AuthError> {
-        let (verb, subresource) = attributes(head);
+        self.authorize_route(user, &head.method, Route::of(head))
+    }
+
+    /// Whether `user` may make a `method` request on `route`.
+    pub(crate) fn authorize_route(
+        &self,
+        user: &User,
+        method: &str,
+        route: Route,
+    ) -> Result<Decision, AuthError> {
+        let (verb, subresource) = attributes(method, route);
         let mut decision = Decision {
             allowed: false,
             verb: verb.to_string(),
@@ -494,11 +505,8 @@ fn access_review_status(answer: &Value) -> Result<(bool, String), String> {
 /// The verb and the `nodes` subresource of a request, as upstream's
 /// kubelet maps them (v1.20). The verb comes from the method by
 /// upstream's table, which has no entry for HEAD or other methods (their
-/// verb is empty, so only a `*` rule allows them). The path is decoded as
-/// Go's URL.Path is. `/spec` is v1.20's (v1.21 dropped it with the
-/// endpoint); paths of later versions' fine-grained authorization
-/// (`/pods`, `/healthz`, `/configz`) stay `proxy`, which their fallback
-/// also asks.
+/// verb is empty, so only a `*` rule allows them); the subresource is the
+/// route's ([`Route::subresource`]).
 ///
 /// One deviation: `/exec`, `/attach`, `/portForward` and `/run` always ask
 /// `create`, whatever the method. Upstream's kubelet maps by method only,
@@ -512,13 +520,9 @@ fn access_review_status(answer: &Value) -> Result<(bool, String), String> {
 /// (`AuthorizePodWebsocketUpgradeCreatePermission`); the node does the
 /// same for its own paths. kubectl through the apiserver is unaffected:
 /// the apiserver's kubelet client holds `create` on `nodes/proxy`.
-pub(crate) fn attributes(head: &RequestHead) -> (&'static str, &'static str) {
-    let path = percent_decode(head.path(), false);
-    let starts_something = ["/exec", "/attach", "/portForward", "/run"]
-        .iter()
-        .any(|p| is_subpath(&path, p));
-    let verb = match head.method.as_str() {
-        _ if starts_something => "create",
+pub(crate) fn attributes(method: &str, route: Route) -> (&'static str, &'static str) {
+    let verb = match method {
+        _ if route.always_creates() => "create",
         "POST" => "create",
         "GET" => "get",
         "PUT" => "update",
@@ -526,27 +530,7 @@ pub(crate) fn attributes(head: &RequestHead) -> (&'static str, &'static str) {
         "DELETE" => "delete",
         _ => "",
     };
-    let subresource = if is_subpath(&path, "/stats/") {
-        "stats"
-    } else if is_subpath(&path, "/metrics") {
-        "metrics"
-    } else if is_subpath(&path, "/logs/") {
-        "log"
-    } else if is_subpath(&path, "/spec/") {
-        "spec"
-    } else {
-        "proxy"
-    };
-    (verb, subresource)
-}
-
-/// `path` is `prefix` (without its trailing slash) or below it.
-fn is_subpath(path: &str, prefix: &str) -> bool {
-    let prefix = prefix.trim_end_matches('/');
-    match path.strip_prefix(prefix) {
-        Some(rest) => rest.is_empty() || rest.starts_with('/'),
-        None => false,
-    }
+    (verb, route.subresource())
 }
 
 // ---------------------------------------------------------------------------
@@ -612,6 +596,10 @@ impl<K: Hash + Eq + Clone, V: Clone> TtlCache<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn attrs(h: &RequestHead) -> (&'static str, &'static str) {
+        attributes(&h.method, Route::of(h))
+    }
 
     fn head(method: &str, target: &str) -> RequestHead {
         RequestHead {
@@ -739,7 +727,7 @@ mod tests {
             ("/pods?x=/stats/", "proxy"),
             ("/metrics?x=1", "metrics"),
         ] {
-            assert_eq!(attributes(&head("GET", path)).1, want, "{path}");
+            assert_eq!(attrs(&head("GET", path)).1, want, "{path}");
         }
     }
 
@@ -756,9 +744,9 @@ mod tests {
             ("OPTIONS", ""),
             ("get", ""),
         ] {
-            assert_eq!(attributes(&head(method, "/pods")).0, want, "{method}");
+            assert_eq!(attrs(&head(method, "/pods")).0, want, "{method}");
             assert_eq!(
-                attributes(&head(method, "/containerLogs/a/b/c")).0,
+                attrs(&head(method, "/containerLogs/a/b/c")).0,
                 want,
                 "{method}"
             );
@@ -780,7 +768,7 @@ mod tests {
             // A WebSocket upgrade is a GET; SPDY's a POST.
             for method in ["GET", "POST", "HEAD", "OPTIONS", "PUT"] {
                 assert_eq!(
-                    attributes(&head(method, path)),
+                    attrs(&head(method, path)),
                     ("create", "proxy"),
                     "{method} {path}"
                 );
@@ -792,7 +780,7 @@ mod tests {
             ("/pods/exec", "get"),
             ("/stats/exec", "get"),
         ] {
-            assert_eq!(attributes(&head("GET", path)).0, want, "{path}");
+            assert_eq!(attrs(&head("GET", path)).0, want, "{path}");
         }
     }
 

@@ -18,6 +18,7 @@ pub mod conn;
 pub mod head;
 pub mod http;
 pub(crate) mod poll;
+pub(crate) mod route;
 pub mod routes;
 pub mod sessions;
 pub mod stream;

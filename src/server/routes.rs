@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use super::auth::{Auth, User};
 use super::head::{percent_decode, query_pairs, RequestHead};
 use super::http::{Client, Handler, Next, Port};
+use super::route::Route;
 use super::sessions::{IdleWriter, Sessions};
 use super::stream::{self, StreamKind};
 use crate::cri::{ImageService, RuntimeService};
@@ -47,54 +48,46 @@ pub struct State {
     pub sessions: Arc<Sessions>,
 }
 
-fn is_healthz(path: &str) -> bool {
-    matches!(path, "/healthz" | "/healthz/ping" | "/healthz/syncloop")
-}
-
 impl Handler for State {
     fn handle(&self, c: &mut Client, head: &RequestHead) -> Next {
-        let path = head.path().to_string();
+        let route = Route::of(head);
         if c.port != Port::Healthz {
             let server_type = if c.port == Port::Main {
                 "readwrite"
             } else {
                 "readonly"
             };
-            let root = root_path(&path);
-            // Upstream's table, whose lower-case "portforward" never
-            // matches the `/portForward/` path: kept, as the label's values
-            // are what dashboards read.
-            let long_running = matches!(root.as_str(), "exec" | "attach" | "portforward" | "debug");
-            crate::metrics::http_request(&head.method, &root, server_type, long_running);
+            crate::metrics::http_request(
+                &head.method,
+                route.label(),
+                server_type,
+                route.long_running(),
+            );
         }
-        let outcome = match c.port {
-            Port::Healthz if is_healthz(&path) => self.healthz(c, &path),
-            Port::Healthz => not_found(c),
-            Port::ReadOnly => match path.as_str() {
-                p if is_healthz(p) => self.healthz(c, p),
-                "/pods" | "/pods/" => self.pods(c, head),
-                "/runningpods" | "/runningpods/" => self.running_pods(c, head),
-                p if is_stats(p) => self.stats(c, head),
-                _ => not_found(c),
-            },
-            Port::Main => {
-                let Some(user) = self.allowed(c, head) else {
+        // The main port authenticates and authorizes every request first;
+        // the other two serve their few paths to anyone.
+        let outcome = match (c.port, route) {
+            (Port::Healthz, r) if r.is_healthz() => self.healthz(c, r),
+            (Port::Healthz, _) => not_found(c),
+            (Port::ReadOnly, r) if r.is_healthz() => self.healthz(c, r),
+            (Port::ReadOnly, Route::Pods) => self.pods(c, head),
+            (Port::ReadOnly, Route::RunningPods) => self.running_pods(c, head),
+            (Port::ReadOnly, r) if r.is_stats() => self.stats(c, head, r),
+            (Port::ReadOnly, _) => not_found(c),
+            (Port::Main, route) => {
+                let Some(user) = self.allowed(c, head, route) else {
                     return Next::Close;
                 };
-                match path.as_str() {
-                    p if is_healthz(p) => self.healthz(c, p),
-                    "/pods" | "/pods/" => self.pods(c, head),
-                    "/runningpods" | "/runningpods/" => self.running_pods(c, head),
-                    "/configz" => self.configz(c, head),
-                    p if is_stats(p) => self.stats(c, head),
-                    p if p.starts_with("/run/") => self.run(c, head),
-                    p if p.starts_with("/containerLogs/") => {
-                        return self.container_logs(c, head, &user.name)
-                    }
-                    p => match stream_kind(p) {
-                        Some(kind) => return self.session(c, head, kind, &user.name),
-                        None => not_found(c),
-                    },
+                match route {
+                    r if r.is_healthz() => self.healthz(c, r),
+                    Route::Pods => self.pods(c, head),
+                    Route::RunningPods => self.running_pods(c, head),
+                    Route::Configz => self.configz(c, head),
+                    r if r.is_stats() => self.stats(c, head, r),
+                    Route::Run => self.run(c, head),
+                    Route::ContainerLogs => return self.container_logs(c, head, &user.name),
+                    Route::Stream(kind) => return self.session(c, head, kind, &user.name),
+                    _ => not_found(c),
                 }
             }
         };
@@ -103,41 +96,12 @@ impl Handler for State {
             Err(e) => {
                 debug!(
                     "node API: {} {}: writing the answer: {e}",
-                    head.method, path
+                    head.method,
+                    head.path()
                 );
                 Next::Close
             }
         }
-    }
-}
-
-/// The path label of `kubelet_http_requests_total`, as upstream cuts it:
-/// the first element, and the second too under `/metrics/`.
-fn root_path(path: &str) -> String {
-    let mut parts = path.strip_prefix('/').unwrap_or(path).splitn(3, '/');
-    let first = parts.next().unwrap_or("");
-    match (first, parts.next()) {
-        ("metrics", Some(second)) => format!("{first}/{second}"),
-        _ => first.to_string(),
-    }
-}
-
-fn is_stats(path: &str) -> bool {
-    matches!(
-        path,
-        "/metrics" | "/metrics/probes" | "/metrics/resource" | "/stats/summary"
-    )
-}
-
-fn stream_kind(path: &str) -> Option<StreamKind> {
-    if path.starts_with("/exec/") {
-        Some(StreamKind::Exec)
-    } else if path.starts_with("/attach/") {
-        Some(StreamKind::Attach)
-    } else if path.starts_with("/portForward/") {
-        Some(StreamKind::PortForward)
-    } else {
-        None
     }
 }
 
@@ -148,22 +112,24 @@ fn not_found(c: &mut Client) -> std::io::Result<()> {
 impl State {
     /// `/metrics`, `/metrics/probes`, `/metrics/resource` and
     /// `/stats/summary`, rendered when asked.
-    fn stats(&self, c: &mut Client, head: &RequestHead) -> std::io::Result<()> {
+    fn stats(&self, c: &mut Client, head: &RequestHead, route: Route) -> std::io::Result<()> {
         if !get_only(c, head)? {
             return Ok(());
         }
         const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
         let mut out = String::new();
-        let made = match head.path() {
-            "/metrics" => {
+        let made = match route {
+            Route::Metrics => {
                 crate::metrics::render_metrics(&mut out);
                 Ok(())
             }
-            "/metrics/probes" => {
+            Route::ProbeMetrics => {
                 crate::metrics::render_probe_metrics(&mut out);
                 Ok(())
             }
-            "/metrics/resource" => crate::stats::render_resource_metrics(&*self.runtime, &mut out),
+            Route::ResourceMetrics => {
+                crate::stats::render_resource_metrics(&*self.runtime, &mut out)
+            }
             _ => {
                 let mut facts = NodeFacts::new(&self.node_name, &self.root_dir);
                 facts.images = Some(&*self.images);
@@ -172,7 +138,7 @@ impl State {
             }
         };
         match made {
-            Ok(()) if head.path() == "/stats/summary" => {
+            Ok(()) if route == Route::StatsSummary => {
                 c.respond(200, "application/json", out.as_bytes())
             }
             Ok(()) => c.respond(200, TEXT, out.as_bytes()),
@@ -355,7 +321,7 @@ impl State {
     /// may go on. A refusal is answered (401, 403, or 500 for an
     /// authorization error), logged, with no more detail than upstream
     /// gives.
-    fn allowed(&self, c: &mut Client, head: &RequestHead) -> Option<User> {
+    fn allowed(&self, c: &mut Client, head: &RequestHead, route: Route) -> Option<User> {
         let cert = c.peer_cert();
         let refuse = |c: &mut Client, status: u16, body: &str| {
             c.keep_alive = false;
@@ -379,7 +345,7 @@ impl State {
                 return refuse(c, 401, "Unauthorized");
             }
         };
-        match self.auth.authorize(&user, head) {
+        match self.auth.authorize_route(&user, &head.method, route) {
             Ok(d) if d.allowed => Some(user),
             Ok(d) => {
                 debug!(
@@ -398,7 +364,7 @@ impl State {
             // As upstream words it: who asked for what, not why it failed.
             Err(e) => {
                 error!("node API: authorizing {} {}: {e}", head.method, head.path());
-                let (verb, subresource) = super::auth::attributes(head);
+                let (verb, subresource) = super::auth::attributes(&head.method, route);
                 let msg = format!(
                     "Authorization error (user={}, verb={verb}, resource=nodes, subresource={subresource})",
                     user.name
@@ -410,11 +376,11 @@ impl State {
 
     /// `/healthz` (ping, log, syncloop and pleg checks), `/healthz/ping`
     /// and `/healthz/syncloop`, as upstream's healthz handlers answer.
-    fn healthz(&self, c: &mut Client, path: &str) -> std::io::Result<()> {
+    fn healthz(&self, c: &mut Client, route: Route) -> std::io::Result<()> {
         let now = Instant::now();
-        match path {
-            "/healthz/ping" => c.text(200, "ok"),
-            "/healthz/syncloop" => match self.health.check_sync_loop(now) {
+        match route {
+            Route::HealthzPing => c.text(200, "ok"),
+            Route::HealthzSyncLoop => match self.health.check_sync_loop(now) {
                 Ok(()) => c.text(200, "ok"),
                 Err(e) => c.text(500, &format!("internal server error: {e}\n")),
             },
@@ -602,6 +568,40 @@ mod tests {
         }
         assert!(ask(&state, Port::Healthz, "/pods").starts_with("HTTP/1.1 404 "));
         assert!(ask(&state, Port::Main, "/pods").starts_with("HTTP/1.1 401 "));
+    }
+
+    /// Each port serves its own paths, by their route (the path decoded as
+    /// Go's URL.Path is): the main port answers nothing, not even health,
+    /// before it has authenticated the caller.
+    #[test]
+    fn each_port_serves_its_routes_and_the_main_port_authenticates_all() {
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        let state = state(health.clone());
+        let now = Instant::now();
+        health.sync_loop_turned_at(now);
+        health.relisted_at(now);
+        let code = |port, path: &str| ask(&state, port, path)[9..12].to_string();
+        for path in ["/healthz", "/healthz/ping", "/%68ealthz"] {
+            assert_eq!(code(Port::Healthz, path), "200", "{path}");
+            assert_eq!(code(Port::ReadOnly, path), "200", "{path}");
+        }
+        for path in ["/pods", "/runningpods/", "/%70ods", "/metrics"] {
+            assert_eq!(code(Port::Healthz, path), "404", "{path}");
+            assert_eq!(code(Port::ReadOnly, path), "200", "{path}");
+        }
+        for path in ["/configz", "/exec/a/b/c", "/containerLogs/a/b/c", "/logs/"] {
+            assert_eq!(code(Port::ReadOnly, path), "404", "{path}");
+        }
+        for path in [
+            "/healthz",
+            "/pods",
+            "/configz",
+            "/metrics",
+            "/exec/a/b/c",
+            "/nothing",
+        ] {
+            assert_eq!(code(Port::Main, path), "401", "{path}");
+        }
     }
 
     /// Requests with made-up paths and methods, refused before anyone
