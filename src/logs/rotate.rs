@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::jiff::Timestamp;
-use log::{debug, warn};
+use log::{debug, info, warn};
 use parking_lot::Mutex;
 
 use crate::cri::{api, RuntimeService};
@@ -48,6 +48,29 @@ pub(crate) struct LogRotation {
     /// Each running container's log path (ContainerStatus once per
     /// container: it never changes), forgotten when the container stops.
     paths: Mutex<HashMap<String, PathBuf>>,
+    /// The last failure logged for each container, and whether the last
+    /// pass found the runtime down: a failure is logged when it is new,
+    /// not at every pass (10 s) while it lasts.
+    failed: Mutex<Failures>,
+}
+
+/// Why one container's pass failed.
+enum Failure {
+    /// The runtime does not answer: nothing else is tried this pass.
+    RuntimeDown(String),
+    Other(String),
+}
+
+impl From<String> for Failure {
+    fn from(e: String) -> Failure {
+        Failure::Other(e)
+    }
+}
+
+#[derive(Default)]
+struct Failures {
+    by_container: HashMap<String, String>,
+    runtime_down: bool,
 }
 
 impl LogRotation {
@@ -59,6 +82,7 @@ impl LogRotation {
             max_files: max_files.max(2),
             running: None,
             paths: Mutex::new(HashMap::new()),
+            failed: Mutex::new(Failures::default()),
         }
     }
 
@@ -84,11 +108,36 @@ impl LogRotation {
                 .map(|c| c.id)
                 .collect(),
         };
+        let mut failed = self.failed.lock();
+        let mut down = false;
         for id in &ids {
-            if let Err(e) = self.rotate_container(id, now) {
-                warn!("container log rotation of {id}: {e}");
+            match self.rotate_container(id, now) {
+                Ok(()) => {
+                    failed.by_container.remove(id);
+                }
+                // The runtime is down: the next pass tries them all again.
+                Err(Failure::RuntimeDown(e)) => {
+                    if !failed.runtime_down {
+                        warn!("container log rotation: waiting for the runtime: {e}");
+                    }
+                    down = true;
+                    break;
+                }
+                Err(Failure::Other(e)) => {
+                    if failed.by_container.get(id) != Some(&e) {
+                        warn!("container log rotation of {id}: {e}");
+                        failed.by_container.insert(id.clone(), e);
+                    }
+                }
             }
         }
+        if failed.runtime_down && !down {
+            info!("container log rotation: the runtime answers again");
+        }
+        failed.runtime_down = down;
+        failed.by_container.retain(|id, _| ids.contains(id));
+        crate::malloc::shrink_map(&mut failed.by_container);
+        drop(failed);
         let mut paths = self.paths.lock();
         paths.retain(|id, _| ids.contains(id));
         crate::malloc::shrink_map(&mut paths);
@@ -96,20 +145,23 @@ impl LogRotation {
     }
 
     /// The log path of container `id` (empty: it has none).
-    fn log_path(&self, id: &str) -> Result<PathBuf, String> {
+    fn log_path(&self, id: &str) -> Result<PathBuf, Failure> {
         if let Some(p) = self.paths.lock().get(id) {
             return Ok(p.clone());
         }
-        let status = self
-            .runtime
-            .container_status(id)
-            .map_err(|e| e.to_string())?;
+        let status = self.runtime.container_status(id).map_err(|e| {
+            if e.is_unavailable() {
+                Failure::RuntimeDown(e.to_string())
+            } else {
+                Failure::Other(e.to_string())
+            }
+        })?;
         let path = PathBuf::from(&status.log_path);
         self.paths.lock().insert(id.to_string(), path.clone());
         Ok(path)
     }
 
-    fn rotate_container(&self, id: &str, now: SystemTime) -> Result<(), String> {
+    fn rotate_container(&self, id: &str, now: SystemTime) -> Result<(), Failure> {
         let log = self.log_path(id)?;
         if log.as_os_str().is_empty() {
             return Ok(());
@@ -125,12 +177,12 @@ impl LogRotation {
                     .map_err(|e| format!("reopening the missing {}: {e}", log.display()))?;
                 return Ok(());
             }
-            Err(e) => return Err(format!("{}: {e}", log.display())),
+            Err(e) => return Err(format!("{}: {e}", log.display()).into()),
         };
         if size < self.max_size {
             return Ok(());
         }
-        self.rotate_log(id, &log, now)
+        Ok(self.rotate_log(id, &log, now)?)
     }
 
     fn rotate_log(&self, id: &str, log: &Path, now: SystemTime) -> Result<(), String> {
@@ -410,6 +462,33 @@ mod tests {
         ids.lock().push(id);
         rot.rotate_logs(at("2021-01-02T03:05:05Z")).unwrap();
         assert_eq!(fake.count("ContainerStatus"), 2, "{:?}", fake.calls());
+    }
+
+    /// While the runtime is down a pass stops at its first unanswered
+    /// call: containers not yet read are asked again at the next pass, one
+    /// call each pass, not one per container.
+    #[test]
+    fn a_pass_stops_at_a_runtime_that_is_down() {
+        let (fake, id, log) = setup("down");
+        std::fs::write(&log, "small").unwrap();
+        let ids = vec![id.clone(), "gone-1".to_string(), "gone-2".to_string()];
+        let rot =
+            LogRotation::new(fake.clone(), 100, 5).with_running(Box::new(move || ids.clone()));
+        fake.unreachable_next("ContainerStatus", 3);
+        fake.clear_calls();
+        for _ in 0..3 {
+            rot.rotate_logs(at("2021-01-02T03:04:05Z")).unwrap();
+        }
+        assert_eq!(fake.count("ContainerStatus"), 3, "{:?}", fake.calls());
+        assert!(rot.failed.lock().runtime_down);
+        // Back: every container is read, the unknown ones fail on their own.
+        rot.rotate_logs(at("2021-01-02T03:04:05Z")).unwrap();
+        assert_eq!(fake.count("ContainerStatus"), 6, "{:?}", fake.calls());
+        let failed = rot.failed.lock();
+        assert!(!failed.runtime_down);
+        let mut failing: Vec<&String> = failed.by_container.keys().collect();
+        failing.sort();
+        assert_eq!(failing, ["gone-1", "gone-2"]);
     }
 
     #[test]

@@ -87,6 +87,8 @@ struct State {
     images: Vec<String>,
     calls: Vec<String>,
     fail: HashMap<String, usize>,
+    /// Calls that find the runtime gone (its socket missing).
+    unreachable: HashMap<String, usize>,
     /// Methods whose next calls panic, and how many.
     panic: HashMap<String, usize>,
     /// StopContainer calls: (container name, timeout).
@@ -214,6 +216,12 @@ impl FakeRuntime {
         self.state.lock().fail.insert(method.into(), n);
     }
 
+    /// The next `n` calls of `method` find the runtime gone, as when its
+    /// socket is missing.
+    pub(crate) fn unreachable_next(&self, method: &str, n: usize) {
+        self.state.lock().unreachable.insert(method.into(), n);
+    }
+
     /// The next `n` calls of `method` panic (with the fake's lock held, as
     /// a bug in a real call could), for tests of panic containment.
     pub(crate) fn panic_next(&self, method: &str, n: usize) {
@@ -289,6 +297,14 @@ impl FakeRuntime {
         if let Some(n) = s.panic.get_mut(method).filter(|n| **n > 0) {
             *n -= 1;
             panic!("injected panic in {method}");
+        }
+        if let Some(n) = s.unreachable.get_mut(method).filter(|n| **n > 0) {
+            *n -= 1;
+            return Err(CriError::SocketMissing {
+                method,
+                endpoint: "unix:///fake.sock".into(),
+                path: "/fake.sock".into(),
+            });
         }
         if let Some(n) = s.fail.get_mut(method) {
             if *n > 0 {
