@@ -4,7 +4,9 @@
 #     that leaves the machine's services as they were;
 #   debian_sources ROOT SUITE
 #     an installed Debian's package sources in a debootstrapped root
-#     (systemd-test.sh, distro-test.sh).
+#     (systemd-test.sh, distro-test.sh);
+#   local_cas ROOT
+#     the machine's own certificate authorities in that root.
 #
 # apt_install:
 #
@@ -88,4 +90,19 @@ Suites: $suite-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SOURCES
+}
+
+# local_cas ROOT: the certificate authorities this machine added to its
+# own (/usr/local/share/ca-certificates: a TLS proxy's in front of the
+# registries, say), copied into a root made by debootstrap, as another
+# machine on the same network would have them. `update-ca-certificates`
+# in the root adds them to its bundle (the ca-certificates package runs it
+# when it is installed).
+local_cas() {
+    local root=$1 crt
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    for crt in /usr/local/share/ca-certificates/*.crt; do
+        [ -f "$crt" ] && cp "$crt" "$root/usr/local/share/ca-certificates/"
+    done
+    return 0
 }

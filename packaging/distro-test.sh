@@ -62,6 +62,7 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 # shellcheck source=packaging/apt-install.sh
 . packaging/apt-install.sh
 debian_sources "$root" "$suite"
+local_cas "$root"
 
 # Mounts, undone in reverse order on the way out.
 mounted=()
@@ -114,6 +115,10 @@ inside 'DEBIAN_FRONTEND=noninteractive apt-get update -q' >"$target/apt.log" 2>&
     die "apt-get update in the root: $(tail -3 "$target/apt.log")"
 inside 'DEBIAN_FRONTEND=noninteractive bash packaging/deps.sh' >>"$target/apt.log" 2>&1 ||
     die "packaging/deps.sh in $suite: $(tail -5 "$target/apt.log")"
+# deps.sh installed ca-certificates: the machine's own authorities
+# (local_cas) go in its bundle.
+inside 'update-ca-certificates' >>"$target/apt.log" 2>&1 ||
+    die "update-ca-certificates in $suite: $(tail -5 "$target/apt.log")"
 
 release=$(inside 'sed -n "s/^VERSION_ID=//p" /etc/os-release | tr -d \"') || true
 gxx=$(inside 'g++ --version | head -n1')

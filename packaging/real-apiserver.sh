@@ -158,6 +158,20 @@ runtime=$($KUBECTL get node edge-1 -o jsonpath='{.status.nodeInfo.containerRunti
 within 15 $KUBECTL -n kube-node-lease get lease edge-1 || fail "no lease"
 ok "node edge-1 Ready ($runtime), lease present"
 
+# 1b. Renewals: merge patches whose answers (asked for in protobuf) the
+# node reads: renewTime moves on, the lease stays the node's, owned by its
+# Node, and the node logs no lease error.
+lease_field() { $KUBECTL -n kube-node-lease get lease edge-1 -o jsonpath="$1"; }
+first=$(lease_field '{.spec.renewTime}')
+sleep 11
+later=$(lease_field '{.spec.renewTime}')
+[[ $later > $first ]] || fail "lease renewTime did not move in 11 s: $first -> $later"
+[ "$(lease_field '{.spec.holderIdentity}/{.metadata.ownerReferences[0].kind}')" = edge-1/Node ] ||
+    fail "lease holder/owner: $(lease_field '{.spec.holderIdentity}/{.metadata.ownerReferences[0].kind}')"
+! grep -E "node lease: .*(invalid|cannot decode)" "$work/tinylet.log" >/dev/null ||
+    fail "lease renewal errors: $(grep -E 'node lease: ' "$work/tinylet.log" | tail -3)"
+ok "lease renewed by merge patch, its answer in protobuf: renewTime $first -> $later, held by edge-1, owned by its Node"
+
 # 2. An API pod runs and reports Running with containerd's container ID.
 pod() { # NAME COMMAND GRACE
     cat <<EOF

@@ -23,6 +23,9 @@
 # read-write (nspawn mounts them read-only), and nspawn's own seccomp
 # filter is off (SYSTEMD_SECCOMP=0). The network is the host's.
 #
+# The root has an installed Debian's package sources and trusts the
+# certificate authorities this machine added (/usr/local/share/ca-certificates).
+#
 # The checkout is bind-mounted at its own path (and ../shared beside it),
 # with the host's rustup toolchain (the README expects one). By default the
 # build caches under /var/cache/tinylet (target dirs, fuzz corpus, test
@@ -84,6 +87,7 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 # shellcheck source=packaging/apt-install.sh
 . packaging/apt-install.sh
 debian_sources "$root" "$suite"
+local_cas "$root"
 rm -rf "$results"
 mkdir -p "$results"
 
@@ -120,6 +124,9 @@ services() { systemctl list-units --type=service --state=running --no-legend --p
 enabled() { systemctl list-unit-files --state=enabled --no-legend --plain | awk '{print $1}' | sort; }
 services >$out/services.before
 enabled >$out/enabled.before
+
+# The machine's own certificate authorities (local_cas) in the bundle.
+update-ca-certificates >/dev/null 2>&1 || bad "update-ca-certificates failed"
 
 cd "$src"
 start=$SECONDS
