@@ -5,7 +5,9 @@
 # /var/cache/tinylet/roots/<suite> (kept and reused) and entered in a mount
 # namespace of its own as a mount point, this checkout and the
 # host's rustup toolchain bind-mounted, a target dir of its own, and the
-# packages packaging/deps.sh installs (as the README's commands do). In it:
+# packages packaging/deps.sh installs (as the README's commands do), an
+# installed Debian's package sources and the certificate authorities this
+# machine added (/usr/local/share/ca-certificates). In it:
 #   1 a release build of tinylet with the root's g++ (grpcio-sys's C core)
 #     and the binary's --version;
 #   2 the unit tests;
