@@ -13,7 +13,10 @@ the same way, never by deleting code:
 
 - `dead_code`: an item nothing uses (or only the unit tests use) gets `pub`
   back, and if it still warns, so does what makes it reachable (its struct,
-  its impl's type, its module, a re-export of it); each is listed.
+  its impl's type, its module, a re-export of it), so that the rounds reach
+  their fixed point; each is listed. At the end an item that nothing uses,
+  not even a unit test, fails the run (exit 4, the files put back): dead
+  code is to be deleted, not published.
 - `private_interfaces`/`private_bounds`: a type a `pub` item names gets `pub`.
 - `unused_imports`: an unused `pub(crate) use` was a re-export; it gets `pub`.
 - clippy lints that only fire on items outside the exported API (clippy's
@@ -29,8 +32,8 @@ so named whose names appear in those files.
 At the end it runs `cargo fmt`, as `pub(crate)` makes some lines too long.
 The script never makes anything private, only `pub` to `pub(crate)` and back.
 It is idempotent: run on its own result it writes the same files. On a
-later tree (new code, new tests) run it again. On an error it cannot fix
-it puts the files back as they were and exits non-zero.
+later tree (new code, new tests) run it again. On an error it cannot fix,
+or dead code, it puts the files back as they were and exits non-zero.
 
 Usage (from anywhere; honours CARGO_TARGET_DIR):
 
@@ -921,6 +924,7 @@ def main():
     print(f"tighten-visibility: before {before_pub} pub, {before_crate} pub(crate); "
           f"after {after_pub} pub, {len(markers) - after_pub} pub(crate) "
           f"({rounds} cargo runs, {time.time() - t0:.0f} s)")
+    unused = [m for m in fixer.dead if m not in fixer.test_only]
     if fixer.dead:
         print("kept pub though nothing in the crate uses them (dead code; * = only unit tests use it):")
         for m in sorted(fixer.dead, key=lambda m: m.where()):
@@ -936,6 +940,10 @@ def main():
     print("kept pub, by reason (an item may have several):")
     for w, n in sorted(reasons.items(), key=lambda x: -x[1]):
         print(f"  {n:5} {w}")
+    if unused:
+        # Dead code is deleted, not published: an item nothing calls (not
+        # even a unit test) fails the run, with the files as they were.
+        return restore(4, f"{len(unused)} items nothing uses (listed above without *): delete them")
     return 0
 
 
