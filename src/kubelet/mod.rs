@@ -44,7 +44,8 @@ pub(crate) const FAILED_VALIDATION: &str = "FailedValidation";
 pub(crate) const SYNC_TICK: Duration = Duration::from_secs(1);
 /// How often housekeeping runs (upstream: 2 s).
 pub(crate) const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
-/// Housekeeping turns (2 s apart) that hand memory back after pods went away.
+/// Housekeeping turns (2 s apart) that hand memory back after work: pods
+/// that went away, or containers that started.
 const TRIMS_AFTER_WORK: u8 = 3;
 /// After the first drop of the executable's code pages (once the sources
 /// are ready), the second comes this much later, when start-up's other
@@ -203,8 +204,10 @@ pub struct Kubelet {
     /// What admission checks pods against; `None` admits every pod.
     node: Option<Box<dyn Fn() -> NodeInfo + Send>>,
     /// Housekeeping turns that still hand freed memory back to the system:
-    /// set when pods went away, so that what other threads free a little
-    /// later (statuses, watch copies, events) goes back too.
+    /// set when pods went away or a container started, so that what a
+    /// burst freed (decoded manifests, CRI configs, statuses, events, and
+    /// what other threads free a little later) goes back too, rather than
+    /// staying resident between the live chunks of the pods that stay.
     trims_due: u8,
     /// When housekeeping next drops the executable's code pages
     /// (`malloc::drop_code_pages`): `None` when not enabled or none is due.
@@ -460,6 +463,9 @@ impl Kubelet {
                 }
             }
             Event::Pleg(e) => {
+                if e.kind == PodLifecycleEventType::ContainerStarted {
+                    self.trims_due = TRIMS_AFTER_WORK;
+                }
                 if let Some(pod) = self.pods.get(&e.uid).cloned() {
                     debug!("pod {}: {:?} {:.12}", pod_full_name(&pod), e.kind, e.data);
                     self.dispatch(pod, UpdateType::Sync, None);
