@@ -76,9 +76,16 @@ fn parse_yaml(bytes: &[u8]) -> Result<Value, DocumentError> {
     // is octal 420, as the API documentation's examples mean it.
     let mut options = serde_saphyr::Options::default();
     options.legacy_octal_numbers = true;
+    // A syntax error is one line with its position, as upstream's
+    // ("yaml: line 3: ..."), not serde-saphyr's default multi-line excerpt
+    // of the source: the message goes into log lines and events, where a
+    // manifest's text (its env values, say) has no place.
+    options.with_snippet = false;
     serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|e| DocumentError::Syntax {
         format: "YAML",
-        message: e.to_string(),
+        message: e.render_with_options(serde_saphyr::render_options! {
+            snippets: serde_saphyr::SnippetMode::Off,
+        }),
     })
 }
 
@@ -172,6 +179,16 @@ impl fmt::Display for FloatRepr {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_yaml_syntax_error_is_one_line_with_its_position() {
+        let e = parse_object(b"kind: Pod\nmetadata: {name: x\nspec: {}\n")
+            .expect_err("an unclosed flow mapping");
+        let text = e.to_string();
+        assert!(text.starts_with("invalid YAML: "), "{text}");
+        assert!(!text.contains('\n'), "one line: {text:?}");
+        assert!(text.contains("line "), "the position: {text}");
+    }
 
     #[test]
     fn yaml_numbers_with_a_leading_zero_are_octal_as_in_kubernetes() {
