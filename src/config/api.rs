@@ -204,11 +204,7 @@ impl Checkpointer {
                     "--bootstrap-checkpoint-path {}: cannot checkpoint pod {uid}: {e}",
                     dir.display()
                 );
-                if self.failing.insert(uid.clone()) {
-                    warn!("{what}; retrying at each update");
-                } else {
-                    debug!("{what}");
-                }
+                warn_once(&mut self.failing, &uid, &what);
                 // The file on disk (an older version, or none) is kept
                 // and written again at the next update.
                 if let Some(old) = written.get(&uid) {
@@ -245,11 +241,7 @@ impl Checkpointer {
                         "--bootstrap-checkpoint-path {}: cannot remove checkpoint of {uid}: {e}",
                         dir.display()
                     );
-                    if self.failing.insert(uid.clone()) {
-                        warn!("{what}; retrying at each update");
-                    } else {
-                        debug!("{what}");
-                    }
+                    warn_once(&mut self.failing, uid, &what);
                     // Tried again at the next update; until then a restart
                     // would restore the pod, and the first SET drop it.
                     keep.insert(
@@ -267,6 +259,16 @@ impl Checkpointer {
         let present: HashSet<&str> = pods.iter().map(|p| pod_uid(p)).collect();
         self.too_big.retain(|u| present.contains(u.as_str()));
         *written = keep;
+    }
+}
+
+/// Warns of a failing checkpoint write or removal of `uid` when it is new
+/// to `failing`; while it goes on failing, at each update, it is a debug line.
+fn warn_once(failing: &mut HashSet<String>, uid: &str, what: &str) {
+    if failing.insert(uid.to_string()) {
+        warn!("{what}; retrying at each update");
+    } else {
+        debug!("{what}");
     }
 }
 

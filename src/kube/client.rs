@@ -306,21 +306,24 @@ impl Client {
         self.inner.token.lock().clone()
     }
 
-    /// After a 401 to a request sent with `sent`: re-reads the token file;
-    /// true when the token changed (send the request again).
-    pub(crate) fn token_after_401(&self, sent: Option<&str>, path: &str) -> bool {
+    /// After a 401 to `verb path` sent with `sent`: re-reads the token
+    /// file; true when the token changed (send the request again).
+    pub(crate) fn token_after_401(&self, verb: &str, path: &str, sent: Option<&str>) -> bool {
         let Some(file) = &self.inner.token_file else {
             return false;
         };
         match super::kubeconfig::read_token_file(file) {
             Ok(fresh) if Some(fresh.as_str()) != sent => {
-                log::info!("GET {path}: 401, using the new token in {}", file.display());
+                log::info!(
+                    "{verb} {path}: 401, using the new token in {}",
+                    file.display()
+                );
                 *self.inner.token.lock() = Some(fresh);
                 true
             }
             Ok(_) => false,
             Err(e) => {
-                log::warn!("GET {path}: 401, and the token file: {e}");
+                log::warn!("{verb} {path}: 401, and the token file: {e}");
                 false
             }
         }
@@ -493,22 +496,12 @@ impl Client {
             let token = self.inner.token.lock().clone();
             let response =
                 self.send_once(verb, path, payload, watch_idle, accept, token.as_deref())?;
-            if response.status() == http::StatusCode::UNAUTHORIZED && !retried {
-                if let Some(file) = &self.inner.token_file {
-                    match super::kubeconfig::read_token_file(file) {
-                        Ok(fresh) if Some(&fresh) != token.as_ref() => {
-                            log::info!(
-                                "{verb} {path}: 401, using the new token in {}",
-                                file.display()
-                            );
-                            *self.inner.token.lock() = Some(fresh);
-                            retried = true;
-                            continue;
-                        }
-                        Ok(_) => {}
-                        Err(e) => log::warn!("{verb} {path}: 401, and the token file: {e}"),
-                    }
-                }
+            if response.status() == http::StatusCode::UNAUTHORIZED
+                && !retried
+                && self.token_after_401(verb, path, token.as_deref())
+            {
+                retried = true;
+                continue;
             }
             return Ok(response);
         }

@@ -39,21 +39,16 @@ use serde_json::Value;
 
 use super::list::{ValueScanner, MAX_OBJECT};
 use super::nbhttp::{Conn, Endpoint, Head};
-use super::reflector::{percent_encode, XorShift};
+// Watches last, back off and relist as the reflector's do.
+use super::reflector::{
+    percent_encode, XorShift, BACKOFF_CAP, BACKOFF_START, FAILURES_BEFORE_RELIST, IDLE_MARGIN,
+    SHORT_WATCH, WATCH_MIN_SECS, WATCH_SPREAD_SECS,
+};
 use super::{ApiError, Client, ErrorKind};
 
 /// What a watch hands on: the object, or None when it does not exist.
 pub type ObjectSink = Box<dyn FnMut(Option<Value>) + Send>;
 
-/// The watch lasts a random number of seconds in this range (as the
-/// reflector's).
-const WATCH_MIN_SECS: u64 = 300;
-const WATCH_SPREAD_SECS: u64 = 300;
-const IDLE_MARGIN: Duration = Duration::from_secs(30);
-const BACKOFF_START: Duration = Duration::from_secs(1);
-const BACKOFF_CAP: Duration = Duration::from_secs(10);
-const FAILURES_BEFORE_RELIST: u32 = 3;
-const SHORT_WATCH: Duration = Duration::from_secs(1);
 /// The thread ends after this long without a watch.
 const IDLE_EXIT: Duration = Duration::from_secs(60);
 /// A list answer (one object at most) or an error body larger than this

@@ -49,22 +49,23 @@ use super::{ApiError, Client, ErrorKind, ListWatch, WatchEvent};
 const PAGE: u32 = 500;
 /// After a list or an event this large, freed memory is handed back.
 const GIVE_BACK_AFTER: u64 = 4 * 1024 * 1024;
-/// The watch lasts a random number of seconds in this range.
-const WATCH_MIN_SECS: u64 = 300;
-const WATCH_SPREAD_SECS: u64 = 300;
+/// The watch lasts a random number of seconds in this range (the watch
+/// multiplexer's too: `kube::mux`).
+pub(super) const WATCH_MIN_SECS: u64 = 300;
+pub(super) const WATCH_SPREAD_SECS: u64 = 300;
 /// A read may wait this much longer than the watch's own timeout before
 /// the connection is taken for dead.
-const IDLE_MARGIN: Duration = Duration::from_secs(30);
-const BACKOFF_START: Duration = Duration::from_secs(1);
+pub(super) const IDLE_MARGIN: Duration = Duration::from_secs(30);
+pub(super) const BACKOFF_START: Duration = Duration::from_secs(1);
 /// client-go caps its back-off at 30 s to spare a big apiserver a storm of
 /// reconnecting nodes; an edge node reconnects sooner, so that what changed
 /// during an outage reaches it within seconds of the apiserver's return.
-const BACKOFF_CAP: Duration = Duration::from_secs(10);
+pub(super) const BACKOFF_CAP: Duration = Duration::from_secs(10);
 /// Watch failures other than transport errors, in a row, before a relist.
-const FAILURES_BEFORE_RELIST: u32 = 3;
+pub(super) const FAILURES_BEFORE_RELIST: u32 = 3;
 /// A watch that ends cleanly this soon without an event counts as a failure
 /// (a server that closes at once must not make us spin).
-const SHORT_WATCH: Duration = Duration::from_secs(1);
+pub(super) const SHORT_WATCH: Duration = Duration::from_secs(1);
 
 /// Handle of a reflector thread (`reflector/<name>`): it lists, then watches
 /// from the list's resourceVersion, keeps the objects by `namespace/name`,

@@ -337,29 +337,13 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
             "bootstrap-kubeconfig" | "experimental-bootstrap-kubeconfig" => {
                 o.bootstrap_kubeconfig = (!v.is_empty()).then(|| PathBuf::from(v))
             }
-            "kube-api-qps" => {
-                o.kube_api_qps = v
-                    .parse::<f32>()
-                    .ok()
-                    .filter(|q| q.is_finite() && *q >= 0.0)
-                    .ok_or_else(|| {
-                        format!("flag --{name}: invalid rate {v:?} (want a number >= 0)")
-                    })?;
-            }
+            "kube-api-qps" => o.kube_api_qps = rate(name, &v)?,
             "kube-api-burst" => o.kube_api_burst = number(name, &v)?,
             "register-node" => o.register_node = boolean(name, &v)?,
             "rotate-certificates" => o.rotate_certificates = boolean(name, &v)?,
             "rotate-server-certificates" => o.server_tls_bootstrap = boolean(name, &v)?,
             "serialize-image-pulls" => o.serialize_image_pulls = boolean(name, &v)?,
-            "registry-qps" => {
-                o.registry_qps = v
-                    .parse::<f32>()
-                    .ok()
-                    .filter(|q| q.is_finite() && *q >= 0.0)
-                    .ok_or_else(|| {
-                        format!("flag --{name}: invalid rate {v:?} (want a number >= 0)")
-                    })?;
-            }
+            "registry-qps" => o.registry_qps = rate(name, &v)?,
             "registry-burst" => o.registry_burst = number(name, &v)?,
             "node-status-update-frequency" => o.node_status_update_frequency = dur(&v)?,
             "node-status-report-frequency" => o.node_status_report_frequency = dur(&v)?,
@@ -752,6 +736,14 @@ pub fn parse_ips(v: &str) -> Result<Vec<std::net::IpAddr>, String> {
 fn number<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
     v.parse()
         .map_err(|_| format!("flag --{flag}: invalid number {v:?}"))
+}
+
+/// A rate in requests per second: a finite number, 0 or more.
+fn rate(flag: &str, v: &str) -> Result<f32, String> {
+    v.parse::<f32>()
+        .ok()
+        .filter(|q| q.is_finite() && *q >= 0.0)
+        .ok_or_else(|| format!("flag --{flag}: invalid rate {v:?} (want a number >= 0)"))
 }
 
 /// Parses `k=v,k2=v2` (or with another separator); empty input is no pairs.

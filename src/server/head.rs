@@ -18,6 +18,17 @@ impl RequestHead {
         self.target.split_once('?').map_or(&self.target, |(p, _)| p)
     }
 
+    /// The path's segments after its first (the route's own), each
+    /// decoded: `/exec/ns/pod/c` gives `ns`, `pod`, `c` (an empty one
+    /// stands for each doubled or trailing slash).
+    pub(crate) fn path_args(&self) -> Vec<String> {
+        self.path()
+            .split('/')
+            .skip(2)
+            .map(|s| percent_decode(s, false))
+            .collect()
+    }
+
     /// The query part of the target (after `?`), or "".
     pub(crate) fn query(&self) -> &str {
         self.target.split_once('?').map_or("", |(_, q)| q)

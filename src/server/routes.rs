@@ -13,7 +13,7 @@ use log::{debug, error};
 use serde_json::{json, Value};
 
 use super::auth::{Auth, User};
-use super::head::{percent_decode, query_pairs, RequestHead};
+use super::head::{query_pairs, RequestHead};
 use super::http::{Client, Handler, Next, Port};
 use super::route::Route;
 use super::sessions::{IdleWriter, Sessions};
@@ -173,12 +173,7 @@ impl State {
         if head.method != "GET" {
             return done(c.text(405, "405: Method Not Allowed"));
         }
-        let segs: Vec<String> = head
-            .path()
-            .split('/')
-            .skip(2)
-            .map(|s| percent_decode(s, false))
-            .collect();
+        let segs = head.path_args();
         let (ns, pod, container) = match segs.as_slice() {
             [ns, pod, container] if !ns.is_empty() && !pod.is_empty() && !container.is_empty() => {
                 (ns.clone(), pod.clone(), container.clone())
@@ -288,12 +283,7 @@ impl State {
         super::auth::strip_token_protocol(&mut head);
         let runtime = self.runtime.clone();
         c.keep_alive = false;
-        let namespace = head
-            .path()
-            .split('/')
-            .nth(2)
-            .map(|ns| percent_decode(ns, false))
-            .unwrap_or_default();
+        let namespace = head.path_args().into_iter().next().unwrap_or_default();
         let slot = match self.sessions.admit(user, &namespace) {
             Ok(slot) => slot,
             Err(why) => {

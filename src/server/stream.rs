@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use protobuf::{EnumOrUnknown, MessageField};
 
 use super::conn::Conn;
-use super::head::{percent_decode, RequestHead};
+use super::head::RequestHead;
 use crate::cri::{api, CriError, RuntimeService};
 use crate::runtime::labels;
 
@@ -79,12 +79,7 @@ pub(crate) fn run_in_container(
     head: &RequestHead,
     runtime: &dyn RuntimeService,
 ) -> Result<Vec<u8>, (u16, String)> {
-    let segs: Vec<String> = head
-        .path()
-        .split('/')
-        .skip(2)
-        .map(|s| percent_decode(s, false))
-        .collect();
+    let segs = head.path_args();
     if segs.iter().any(|s| s.is_empty()) {
         return Err(not_routed());
     }
@@ -125,12 +120,7 @@ fn session_url(
         return Err((405, "405: Method Not Allowed".into()));
     }
     // "/exec/ns/pod/c" splits into "", "exec", "ns", "pod", "c".
-    let segs: Vec<String> = head
-        .path()
-        .split('/')
-        .skip(2)
-        .map(|s| percent_decode(s, false))
-        .collect();
+    let segs = head.path_args();
     if segs.iter().any(|s| s.is_empty()) {
         return Err(not_routed());
     }

@@ -563,27 +563,10 @@ fn initialized_condition(
     if any_regular_started(pod, statuses) {
         return condition("Initialized", true, None, None);
     }
-    let mut msgs = Vec::new();
-    if !unknown.is_empty() {
-        msgs.push(format!(
-            "containers with unknown status: {}",
-            go_list(&unknown)
-        ));
-    }
-    if !incomplete.is_empty() {
-        msgs.push(format!(
-            "containers with incomplete status: {}",
-            go_list(&incomplete)
-        ));
-    }
-    if msgs.is_empty() {
-        return condition("Initialized", true, None, None);
-    }
-    condition(
-        "Initialized",
-        false,
-        Some("ContainersNotInitialized"),
-        Some(msgs.join(", ")),
+    containers_condition(
+        ("Initialized", "ContainersNotInitialized"),
+        &unknown,
+        ("incomplete", &incomplete),
     )
 }
 
@@ -610,28 +593,39 @@ fn containers_ready_condition(
     if phase == SUCCEEDED && unknown.is_empty() {
         return condition("ContainersReady", false, Some("PodCompleted"), None);
     }
+    containers_condition(
+        ("ContainersReady", "ContainersNotReady"),
+        &unknown,
+        ("unready", &unready),
+    )
+}
+
+/// A condition `(kind, reason when False)` that is True when no container
+/// is in `unknown` or the `(state, names)` list, False with upstream's
+/// message otherwise ("containers with unknown status: [a], containers
+/// with unready status: [b]").
+fn containers_condition(
+    (kind, reason): (&str, &str),
+    unknown: &[&str],
+    (state, names): (&str, &[&str]),
+) -> PodCondition {
     let mut msgs = Vec::new();
     if !unknown.is_empty() {
         msgs.push(format!(
             "containers with unknown status: {}",
-            go_list(&unknown)
+            go_list(unknown)
         ));
     }
-    if !unready.is_empty() {
+    if !names.is_empty() {
         msgs.push(format!(
-            "containers with unready status: {}",
-            go_list(&unready)
+            "containers with {state} status: {}",
+            go_list(names)
         ));
     }
     if msgs.is_empty() {
-        return condition("ContainersReady", true, None, None);
+        return condition(kind, true, None, None);
     }
-    condition(
-        "ContainersReady",
-        false,
-        Some("ContainersNotReady"),
-        Some(msgs.join(", ")),
-    )
+    condition(kind, false, Some(reason), Some(msgs.join(", ")))
 }
 
 /// Ready follows ContainersReady, then the pod's readiness gates, each

@@ -128,6 +128,25 @@ struct Entry {
     failures: u32,
 }
 
+impl Entry {
+    /// A pod the table has not seen: no status yet, nothing sent.
+    fn new(pod: &Arc<Pod>) -> Entry {
+        Entry {
+            pod: pod.clone(),
+            status: None,
+            inputs: None,
+            decided: false,
+            version: 0,
+            sent: 0,
+            finished: None,
+            killed: false,
+            mirror_asked: None,
+            retry_at: None,
+            failures: 0,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Table {
     pods: HashMap<String, Entry>,
@@ -267,19 +286,7 @@ impl StatusReporter {
         if t.was_deleted(&uid) {
             return status;
         }
-        let e = t.pods.entry(uid).or_insert_with(|| Entry {
-            pod: pod.clone(),
-            status: None,
-            inputs: None,
-            decided: false,
-            version: 0,
-            sent: 0,
-            finished: None,
-            killed: false,
-            mirror_asked: None,
-            retry_at: None,
-            failures: 0,
-        });
+        let e = t.pods.entry(uid).or_insert_with(|| Entry::new(pod));
         e.pod = pod.clone();
         if e.finished.is_some() {
             return status;
@@ -357,17 +364,9 @@ impl StatusReporter {
                 t.pods.insert(
                     uid,
                     Entry {
-                        pod: pod.clone(),
-                        status: None,
-                        inputs: None,
-                        decided: false,
-                        version: 0,
-                        sent: 0,
                         finished: Some(delete_object),
                         killed: true,
-                        mirror_asked: None,
-                        retry_at: None,
-                        failures: 0,
+                        ..Entry::new(pod)
                     },
                 );
             }
@@ -386,19 +385,7 @@ impl StatusReporter {
             .lock()
             .pods
             .entry(uid)
-            .or_insert_with(|| Entry {
-                pod: pod.clone(),
-                status: None,
-                inputs: None,
-                decided: false,
-                version: 0,
-                sent: 0,
-                finished: None,
-                killed: true,
-                mirror_asked: None,
-                retry_at: None,
-                failures: 0,
-            })
+            .or_insert_with(|| Entry::new(pod))
             .killed = true;
     }
 

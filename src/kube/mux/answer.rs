@@ -37,7 +37,7 @@ impl Engine {
                         && !out.retried_401
                         && self
                             .client
-                            .token_after_401(out.bearer.as_deref(), &out.path)
+                            .token_after_401("GET", &out.path, out.bearer.as_deref())
                     {
                         let (req, quorum) = (out.req, out.quorum);
                         // The answer is not read: a new connection.
