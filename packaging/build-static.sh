@@ -6,8 +6,17 @@
 # For size, under the 10 MiB line: the binary is not position-independent
 # (`relocation-model=static`: no 0.35 MiB table of load-time relocations,
 # and no pages dirtied by applying them), as Go builds the upstream kubelet
-# on amd64; and dependencies are optimized for size (`opt-level = "z"`),
-# tinylet's own code for size and speed ("s").
+# on amd64; dependencies are optimized for size (`opt-level = "z"`),
+# tinylet's own code for size and speed ("s"); and the linker folds
+# functions whose machine code is identical (`--icf=all`: 0.17 MiB less).
+# Only code is folded, never data (lld merges no data without
+# --ignore-data-address-equality). Rust promises no distinct addresses for
+# distinct functions; C++ code that compares function pointers for
+# identity would be the one risk, so deb-test.sh runs a pod with this
+# build and the end-to-end tests take it with TINYLET_E2E_BIN=<it>. The
+# flag goes to the final link alone (`cargo rustc -- ...`), so it rebuilds
+# none of the dependencies. Rust's x86_64 Linux toolchain links with its
+# own lld (rust-lld, the default since 1.90); GNU ld would refuse the flag.
 #
 #   bash packaging/build-static.sh        # -> $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/tinylet
 #
@@ -22,7 +31,8 @@ fi
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/tinylet/target}
 target=$(rustc -vV | sed -n 's/^host: //p')
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static -C relocation-model=static" \
-    cargo build --release --target "$target" --config 'profile.release.package."*".opt-level="z"'
+    cargo rustc --release --target "$target" --bin tinylet \
+        --config 'profile.release.package."*".opt-level="z"' -- -C link-arg=-Wl,--icf=all
 bin="$CARGO_TARGET_DIR/$target/release/tinylet"
 # A static-pie has a dynamic section but needs no shared library.
 if readelf -d "$bin" | grep -q '(NEEDED)'; then
