@@ -417,18 +417,25 @@ impl Walker<'_> {
 
 /// The ID of the mount the file `fd` is on, or `None` where the kernel does
 /// not say (`STATX_MNT_ID` came with 5.8).
+///
+/// Made as a raw system call, not through glibc's `statx`: Rust's standard
+/// library declares `statx` as a weak symbol, and in the fat-LTO static
+/// build that declaration wins, so the linker took no `statx` from libc.a
+/// and the call jumped to address 0 (every pod with an fsGroup killed the
+/// static node).
 fn mount_id(fd: RawFd) -> Option<u64> {
     // SAFETY: an all-zero `statx` is a valid value to be overwritten.
     let mut stx: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: `fd` is open and the empty path with AT_EMPTY_PATH names it;
-    // `stx` is valid for writes.
+    // `stx` is valid for writes; the arguments are statx(2)'s, in order.
     let rc = unsafe {
-        libc::statx(
+        libc::syscall(
+            libc::SYS_statx,
             fd,
             c"".as_ptr(),
             libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
             libc::STATX_MNT_ID,
-            &mut stx,
+            &mut stx as *mut libc::statx,
         )
     };
     (rc == 0 && stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id)
