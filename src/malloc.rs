@@ -346,13 +346,23 @@ mod tests {
     fn dropped_code_pages_leave_the_mappings_and_the_code_runs_on() {
         // Touch a good part of the code first (formatting, collections).
         let text: Vec<String> = (0..2000).map(|i| format!("{i:x}")).collect();
-        let before = own_code_rss_kib();
-        let advised = drop_code_pages();
-        let after = own_code_rss_kib();
-        assert!(advised > 0, "nothing advised");
+        // The other tests' threads run on meanwhile and fault their code
+        // back in; on a busy machine that can be half of it before the
+        // reading. One of a few tries shows the drop.
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let before = own_code_rss_kib();
+            let advised = drop_code_pages();
+            let after = own_code_rss_kib();
+            assert!(advised > 0, "nothing advised");
+            seen.push((before, after));
+            if after < before / 2 {
+                break;
+            }
+        }
         assert!(
-            after < before / 2,
-            "code RSS {before} KiB before the drop, {after} KiB after"
+            seen.iter().any(|(before, after)| after < &(before / 2)),
+            "code RSS (KiB) before and after each drop: {seen:?}"
         );
         // Code and read-only data fault back in; the RELRO range (function
         // pointers written at start) was kept, or these calls would crash.
