@@ -1,7 +1,8 @@
 //! tinylet: a synchronous, thread-per-pod Kubernetes node agent.
 //!
-//! The binary (`src/main.rs`) parses flags and wires the threads; everything
-//! else lives in these modules, named after their upstream kubelet
+//! The binary (`src/main.rs`) parses flags, sets up logging and signals and
+//! runs an [`agent::Agent`], which starts the threads; everything lives in
+//! these modules, named after their upstream kubelet
 //! counterparts. See ARCHITECTURE.md for the map.
 //!
 //! Without the `cri` feature (on by default) only the modules that need no
@@ -14,6 +15,8 @@
 
 pub mod active_deadline;
 pub mod admission;
+#[cfg(feature = "cri")]
+pub mod agent;
 pub mod apitime;
 pub mod atomic_file;
 pub mod certificate;
