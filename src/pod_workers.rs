@@ -21,8 +21,9 @@
 //! name has finished (the sync loop learns it from the worker's last
 //! message), so two copies of one static pod never run side by side.
 //!
-//! After each sync the worker asks for its next resync through the work
-//! queue: after `sync-frequency` on success, after the remaining back-off
+//! After each sync the worker asks the sync loop for its next resync (a
+//! [`Report::Resync`] on the channel it reports on; the loop keeps the
+//! work queue): after `sync-frequency` on success, after the remaining back-off
 //! for a crash-looping container, and after 10 s for other errors; never
 //! later than the pod's active deadline. Past that deadline
 //! (`activeDeadlineSeconds`, see `crate::active_deadline`) each turn only
@@ -73,14 +74,26 @@ pub(crate) struct PodWork {
     pub(crate) grace_period: Option<i64>,
 }
 
-/// Resync requests from workers, drained by the sync loop's ticker.
+/// What a worker tells the sync loop, on one channel so that the loop
+/// reads them in the order they were sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Report {
+    /// Sync this pod (UID) again after this long.
+    Resync(String, Duration),
+    /// The pod's worker has finished for good (its last message).
+    Done(String),
+}
+
+/// When each pod syncs again: the sync loop's alone (inside
+/// [`PodWorkers`]), filled from the workers' [`Report::Resync`] and drained
+/// by its ticker.
 #[derive(Default)]
-pub struct WorkQueue {
-    due: Mutex<HashMap<String, Instant>>,
+pub(crate) struct WorkQueue {
+    due: HashMap<String, Instant>,
 }
 
 impl WorkQueue {
-    pub(crate) fn enqueue(&self, uid: &str, after: Duration) {
+    pub(crate) fn enqueue(&mut self, uid: &str, after: Duration) {
         let now = Instant::now();
         // An interval from the outside (a back-off, the resync period) that
         // does not fit is as good as never; a year stands for it.
@@ -88,12 +101,12 @@ impl WorkQueue {
             .checked_add(after)
             .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
             .unwrap_or(now);
-        self.due.lock().insert(uid.to_string(), due);
+        self.due.insert(uid.to_string(), due);
     }
 
     /// The pods whose resync is due now, removed from the queue.
-    pub(crate) fn take_ready(&self, now: Instant) -> Vec<String> {
-        let mut due = self.due.lock();
+    pub(crate) fn take_ready(&mut self, now: Instant) -> Vec<String> {
+        let due = &mut self.due;
         let ready: Vec<String> = due
             .iter()
             .filter(|(_, t)| **t <= now)
@@ -105,10 +118,9 @@ impl WorkQueue {
         ready
     }
 
-    pub(crate) fn forget(&self, uid: &str) {
-        let mut due = self.due.lock();
-        due.remove(uid);
-        crate::malloc::shrink_map(&mut due);
+    pub(crate) fn forget(&mut self, uid: &str) {
+        self.due.remove(uid);
+        crate::malloc::shrink_map(&mut self.due);
     }
 }
 
@@ -238,14 +250,15 @@ impl WaitStats {
     }
 }
 
-/// What workers share: the runtime, the cache, the queue, where statuses go.
+/// What workers share: the runtime, the cache, where reports and statuses go.
 pub(crate) struct Shared {
     pub(crate) runtime: Arc<RuntimeManager>,
     pub(crate) cache: Arc<PodCache>,
-    pub(crate) queue: Arc<WorkQueue>,
     pub(crate) resync_interval: Duration,
-    /// A worker sends its pod's UID here when it has finished for good.
-    pub(crate) done: Sender<String>,
+    /// Where a worker asks for its resyncs and says it has finished. A
+    /// worker blocks while the channel is full, which only delays it: the
+    /// sync loop never waits for a worker.
+    pub(crate) reports: Sender<Report>,
     /// Where each pod's API status goes after every sync.
     reporter: StatusReporter,
     /// The node's IP for `status.hostIP`.
@@ -258,6 +271,14 @@ pub(crate) struct Shared {
     prober: ProberHandle,
     /// The longest wait of an update for its worker.
     waits: WaitStats,
+}
+
+impl Shared {
+    /// Asks the sync loop to sync `uid` again after `after`. Fails only
+    /// once the loop has stopped, when nothing syncs again anyway.
+    fn resync(&self, uid: &str, after: Duration) {
+        let _ = self.reports.send(Report::Resync(uid.to_string(), after));
+    }
 }
 
 struct Worker {
@@ -274,22 +295,21 @@ pub struct PodWorkers {
     shared: Arc<Shared>,
     workers: HashMap<String, Worker>,
     names: FullNames,
+    queue: WorkQueue,
 }
 
 impl PodWorkers {
     pub fn new(
         runtime: Arc<RuntimeManager>,
         cache: Arc<PodCache>,
-        queue: Arc<WorkQueue>,
         resync_interval: Duration,
-        done: Sender<String>,
+        reports: Sender<Report>,
     ) -> Self {
         PodWorkers {
             shared: Arc::new(Shared {
                 cache,
-                queue,
                 resync_interval,
-                done,
+                reports,
                 reporter: StatusReporter::standalone(),
                 host_ip: None,
                 runtime_name: String::new(),
@@ -305,7 +325,18 @@ impl PodWorkers {
             }),
             workers: HashMap::new(),
             names: FullNames::default(),
+            queue: WorkQueue::default(),
         }
+    }
+
+    /// A worker's request: sync `uid` again after `after`.
+    pub(crate) fn requeue(&mut self, uid: &str, after: Duration) {
+        self.queue.enqueue(uid, after);
+    }
+
+    /// The pods whose resync is due at `now`, taken from the queue.
+    pub(crate) fn take_ready(&mut self, now: Instant) -> Vec<String> {
+        self.queue.take_ready(now)
     }
 
     /// Sends each pod's status to `reporter`, with the node's IP and the
@@ -433,7 +464,7 @@ impl PodWorkers {
                     "pod {uid}: cannot start its worker thread: {e}; will retry on the next sync"
                 );
                 self.workers.remove(uid);
-                self.shared.queue.enqueue(uid, ERROR_BACKOFF);
+                self.queue.enqueue(uid, ERROR_BACKOFF);
                 false
             }
         }
@@ -487,7 +518,7 @@ impl PodWorkers {
         }
         crate::malloc::shrink_map(&mut self.workers);
         self.hand_on_name(uid);
-        self.shared.queue.forget(uid);
+        self.queue.forget(uid);
     }
 
     /// Stops every worker after its current step, waiting up to `within`.
@@ -588,7 +619,7 @@ fn run_worker(shared: Arc<Shared>, mailbox: Arc<Mailbox>, wake: Receiver<()>, ui
                 } else {
                     error!("pod {full_name}: worker panicked while syncing: {what}; will retry");
                     let delay = state.sync_panicked(Instant::now());
-                    shared.queue.enqueue(&uid, delay);
+                    shared.resync(&uid, delay);
                 }
             }
         }
@@ -630,7 +661,7 @@ fn worker_turn(
             .reporter
             .pod_finished(&work.pod, deleted_from_api(&work.pod));
         shared.cache.delete(uid);
-        let _ = shared.done.send(uid.to_string());
+        let _ = shared.reports.send(Report::Done(uid.to_string()));
         return Turn::Finished;
     }
 
@@ -653,7 +684,7 @@ fn worker_turn(
     if let Some(e) = err {
         warn!("pod {full_name}: status unknown ({e}), will retry");
         let delay = state.not_synced(Instant::now());
-        shared.queue.enqueue(uid, delay);
+        shared.resync(uid, delay);
         return Turn::Next;
     }
     shared.waits.record(full_name, handed_over.elapsed());
@@ -680,9 +711,7 @@ fn worker_turn(
         // Woken at the deadline at the latest (read after the status
         // report, which sets the start time of a new pod).
         let left = time_left(shared, &work.pod).filter(|d| !d.is_zero());
-        shared
-            .queue
-            .enqueue(uid, left.map_or(delay, |d| delay.min(d)));
+        shared.resync(uid, left.map_or(delay, |d| delay.min(d)));
         return Turn::Next;
     }
     crate::fault::point("volumes-set-up", full_name);
@@ -743,7 +772,7 @@ fn worker_turn(
     if end == SyncEnd::Done {
         shared.runtime.prune_dead(&status);
     }
-    shared.queue.enqueue(uid, next.resync);
+    shared.resync(uid, next.resync);
     Turn::Next
 }
 
@@ -826,7 +855,7 @@ fn past_deadline(
         Err(e) => {
             warn!("pod {full_name}: stopping it after its deadline: {e}; will retry");
             report_failed(shared, pod, status, &state.reasons, Some((REASON, MESSAGE)));
-            shared.queue.enqueue(uid, ERROR_BACKOFF);
+            shared.resync(uid, ERROR_BACKOFF);
         }
     }
 }
@@ -933,6 +962,7 @@ fn terminate(
 mod tests {
     use super::*;
     use crate::runtime::fake::{test_manager, test_pod, wait_for, FakeRuntime};
+    use crossbeam_channel::RecvTimeoutError;
 
     fn pod(uid: &str, name: &str) -> Arc<Pod> {
         Arc::new(test_pod(uid, name))
@@ -942,29 +972,76 @@ mod tests {
         fake: Arc<FakeRuntime>,
         cache: Arc<PodCache>,
         workers: PodWorkers,
-        done: Receiver<String>,
-        queue: Arc<WorkQueue>,
+        reports: Receiver<Report>,
+    }
+
+    impl Rig {
+        fn done(&mut self, within: Duration) -> Result<String, RecvTimeoutError> {
+            done(&self.reports, &mut self.workers, within)
+        }
+
+        fn wait_resync(&mut self, uid: &str) -> Instant {
+            wait_resync(&self.reports, &mut self.workers, uid)
+        }
+    }
+
+    /// The UID of the next worker to finish, within `within`; the resyncs
+    /// asked for meanwhile go to the queue, as the sync loop does.
+    fn done(
+        reports: &Receiver<Report>,
+        workers: &mut PodWorkers,
+        within: Duration,
+    ) -> Result<String, RecvTimeoutError> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match reports.recv_timeout(left)? {
+                Report::Resync(uid, after) => workers.requeue(&uid, after),
+                Report::Done(uid) => return Ok(uid),
+            }
+        }
+    }
+
+    /// Waits (up to 5 s) for `uid`'s worker to ask for a resync, queues it
+    /// as the sync loop does, and returns when it is due.
+    fn wait_resync(reports: &Receiver<Report>, workers: &mut PodWorkers, uid: &str) -> Instant {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match reports.recv_timeout(left) {
+                Ok(Report::Resync(u, after)) => {
+                    workers.requeue(&u, after);
+                    if u == uid {
+                        return workers.queue.due[uid];
+                    }
+                }
+                Ok(Report::Done(u)) => panic!("{u} finished while waiting for {uid}'s resync"),
+                Err(e) => panic!("no resync of {uid} asked for: {e}"),
+            }
+        }
+    }
+
+    /// Queues the resyncs asked for so far, as the sync loop does.
+    fn queue_pending(reports: &Receiver<Report>, workers: &mut PodWorkers) {
+        while let Ok(report) = reports.try_recv() {
+            match report {
+                Report::Resync(uid, after) => workers.requeue(&uid, after),
+                Report::Done(uid) => panic!("{uid} finished unexpectedly"),
+            }
+        }
     }
 
     fn rig() -> Rig {
         let (fake, rm) = test_manager("pw");
         let cache = PodCache::new();
         cache.update_time(Instant::now(), Arc::new(vec![]));
-        let queue = Arc::new(WorkQueue::default());
-        let (done_tx, done) = crossbeam_channel::bounded(16);
-        let workers = PodWorkers::new(
-            rm,
-            cache.clone(),
-            queue.clone(),
-            Duration::from_secs(60),
-            done_tx,
-        );
+        let (reports_tx, reports) = crossbeam_channel::bounded(1024);
+        let workers = PodWorkers::new(rm, cache.clone(), Duration::from_secs(60), reports_tx);
         Rig {
             fake,
             cache,
             workers,
-            done,
-            queue,
+            reports,
         }
     }
 
@@ -993,7 +1070,7 @@ mod tests {
             update_type: UpdateType::Sync,
             grace_period: None,
         });
-        let uid = r.done.recv_timeout(Duration::from_secs(5)).unwrap();
+        let uid = r.done(Duration::from_secs(5)).unwrap();
         assert_eq!(uid, "u1");
         r.workers.forget(&uid);
         assert!(r.fake.sandboxes().is_empty());
@@ -1038,9 +1115,9 @@ mod tests {
             update_type: UpdateType::Create,
             grace_period: None,
         });
-        wait_for("the panicking sync", || {
-            r.fake.count("CreateContainer") == 1 && r.queue.take_ready(far_future()).len() == 1
-        });
+        r.wait_resync("u9");
+        assert_eq!(r.fake.count("CreateContainer"), 1);
+        assert_eq!(r.workers.take_ready(far_future()), vec!["u9".to_string()]);
         // The same worker syncs the pod again (the lock the panic held is
         // free) and starts its container.
         r.cache.update_time(Instant::now(), Arc::new(vec![]));
@@ -1059,7 +1136,7 @@ mod tests {
             update_type: UpdateType::Kill,
             grace_period: Some(30),
         });
-        assert_eq!(r.done.recv_timeout(Duration::from_secs(5)).unwrap(), "u9");
+        assert_eq!(r.done(Duration::from_secs(5)).unwrap(), "u9");
         r.workers.forget("u9");
         assert_eq!(r.fake.count("StopContainer"), 2);
         assert!(r.fake.sandboxes().is_empty());
@@ -1094,7 +1171,7 @@ mod tests {
             update_type: UpdateType::Kill,
             grace_period: Some(0),
         });
-        assert_eq!(r.done.recv_timeout(Duration::from_secs(2)).unwrap(), "u3");
+        assert_eq!(r.done(Duration::from_secs(2)).unwrap(), "u3");
         assert!(r.fake.sandboxes().is_empty());
     }
 
@@ -1126,7 +1203,7 @@ mod tests {
             1,
             "new pod must wait for the old one"
         );
-        assert_eq!(r.done.recv_timeout(Duration::from_secs(10)).unwrap(), "old");
+        assert_eq!(r.done(Duration::from_secs(10)).unwrap(), "old");
         r.workers.forget("old");
         r.cache.update_time(Instant::now(), Arc::new(vec![]));
         wait_for("new start", || r.fake.count("RunPodSandbox") == 2);
@@ -1167,20 +1244,14 @@ mod tests {
         // b is killed while it waits: it finishes at once, having run
         // nothing, and a keeps running.
         r.workers.update_pod(work("b", UpdateType::Kill));
-        assert_eq!(
-            r.done.recv_timeout(Duration::from_secs(5)).as_deref(),
-            Ok("b")
-        );
+        assert_eq!(r.done(Duration::from_secs(5)).as_deref(), Ok("b"));
         r.workers.forget("b");
         assert_eq!(r.fake.count("RunPodSandbox"), 1);
         assert_eq!(r.fake.count("StopContainer"), 0);
 
         // Once a has finished, c, which waited next, holds the name and runs.
         r.workers.update_pod(work("a", UpdateType::Kill));
-        assert_eq!(
-            r.done.recv_timeout(Duration::from_secs(5)).as_deref(),
-            Ok("a")
-        );
+        assert_eq!(r.done(Duration::from_secs(5)).as_deref(), Ok("a"));
         r.workers.forget("a");
         r.cache.update_time(Instant::now(), Arc::new(vec![]));
         wait_for("c's start", || r.fake.count("StartContainer") == 2);
@@ -1201,11 +1272,10 @@ mod tests {
             update_type: UpdateType::Create,
             grace_period: None,
         });
-        wait_for("requeue after error", || !r.queue.due.lock().is_empty());
-        let due = *r.queue.due.lock().get("u2").unwrap();
+        let due = r.wait_resync("u2");
         assert!(due > Instant::now() + Duration::from_secs(5));
-        assert!(r.queue.take_ready(Instant::now()).is_empty());
-        assert_eq!(r.queue.take_ready(due), vec!["u2".to_string()]);
+        assert!(r.workers.take_ready(Instant::now()).is_empty());
+        assert_eq!(r.workers.take_ready(due), vec!["u2".to_string()]);
         r.workers.shutdown(Duration::from_secs(2));
     }
 
@@ -1223,14 +1293,12 @@ mod tests {
             let st = rm.get_pod_status("u4", "crash", "default").unwrap();
             cache.set("u4", st, None, Instant::now());
         };
-        let queue = Arc::new(WorkQueue::default());
-        let (done_tx, done) = crossbeam_channel::bounded(16);
+        let (reports_tx, reports) = crossbeam_channel::bounded(1024);
         let mut workers = PodWorkers::new(
             rm.clone(),
             cache.clone(),
-            queue.clone(),
             Duration::from_secs(60),
-            done_tx,
+            reports_tx,
         );
         fresh_status();
         workers.update_pod(work(UpdateType::Create));
@@ -1243,14 +1311,14 @@ mod tests {
         wait_for("immediate restart", || fake.count("StartContainer") == 2);
 
         // It crashes again: the worker's next sync backs off.
-        queue.due.lock().clear();
+        queue_pending(&reports, &mut workers);
+        workers.queue.due.clear();
         let id = fake.container_id("app").unwrap();
         fake.exit_container(&id, 1);
         fresh_status();
         workers.update_pod(work(UpdateType::Sync));
-        wait_for("requeue after back-off", || !queue.due.lock().is_empty());
+        let due = wait_resync(&reports, &mut workers, "u4");
         assert_eq!(fake.count("StartContainer"), 2);
-        let due = *queue.due.lock().get("u4").unwrap();
         assert!(due > Instant::now() + Duration::from_secs(8), "{due:?}");
         let status = workers.shared.reporter.status("u4").unwrap();
         let app = &status.container_statuses.unwrap()[0];
@@ -1263,7 +1331,7 @@ mod tests {
         // Once the pod is killed and removed, the same UID starts afresh.
         workers.update_pod(work(UpdateType::Kill));
         assert_eq!(
-            done.recv_timeout(Duration::from_secs(10)).as_deref(),
+            done(&reports, &mut workers, Duration::from_secs(10)).as_deref(),
             Ok("u4")
         );
         workers.forget("u4");
@@ -1468,11 +1536,10 @@ mod tests {
         });
         wait_for("container start", || r.fake.count("StartContainer") == 1);
         // The worker is woken at the deadline, not at the 60 s resync.
-        wait_for("resync queued", || r.queue.due.lock().contains_key("u5"));
-        let due = r.queue.due.lock()["u5"];
+        let due = r.wait_resync("u5");
         assert!(due < Instant::now() + Duration::from_secs(30), "{due:?}");
         std::thread::sleep(Duration::from_millis(1500));
-        assert_eq!(r.queue.take_ready(Instant::now()), vec!["u5".to_string()]);
+        assert_eq!(r.workers.take_ready(Instant::now()), vec!["u5".to_string()]);
 
         sync(&mut r, UpdateType::Sync);
         wait_for("pod stopped", || r.fake.count("StopPodSandbox") == 1);
@@ -1519,12 +1586,11 @@ mod tests {
             update_type: UpdateType::Sync,
             grace_period: None,
         });
-        wait_for("resync queued", || r.queue.due.lock().contains_key("u6"));
+        let due = r.wait_resync("u6");
         let status = r.workers.shared.reporter.status("u6").unwrap();
         assert_eq!(status.phase.as_deref(), Some("Succeeded"));
         assert_eq!(status.reason, None);
         // Not synced again at every tick for a deadline long gone.
-        let due = r.queue.due.lock()["u6"];
         assert!(due > Instant::now() + Duration::from_secs(30), "{due:?}");
         r.workers.shutdown(Duration::from_secs(2));
     }

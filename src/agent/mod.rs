@@ -33,7 +33,7 @@ use crate::node::{initial_node_state, node_info};
 use crate::options::Options;
 use crate::pleg::{Pleg, PodCache, RunningPods, EVENTS_CAPACITY, RELIST_PERIOD};
 use crate::pod::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
-use crate::pod_workers::{PodWorkers, WorkQueue};
+use crate::pod_workers::PodWorkers;
 use crate::prober::{Limits, ProbeResults, Prober, UPDATES_CAPACITY};
 use crate::server::routes::State;
 use crate::status::manager::{StatusManager, StatusReporter};
@@ -411,19 +411,13 @@ impl Agent {
             Limits::for_pods(usize::try_from(opts.max_pods).unwrap_or(usize::MAX)),
         )
         .context("starting the prober")?;
-        // Capacity: a worker blocks on a full channel, which only delays its exit.
-        let (done_tx, done_rx) = bounded(128);
-        let queue = Arc::new(WorkQueue::default());
-        let workers = PodWorkers::new(
-            runtime,
-            cache.clone(),
-            queue.clone(),
-            opts.sync_frequency,
-            done_tx,
-        )
-        .with_status(reporter.clone(), host_ip, runtime_name)
-        .with_volumes(Arc::new(volume_manager))
-        .with_prober(prober.handle());
+        // Capacity: a worker blocks on a full channel, which only delays
+        // it; the sync loop drains it at every turn.
+        let (reports_tx, reports_rx) = bounded(128);
+        let workers = PodWorkers::new(runtime, cache.clone(), opts.sync_frequency, reports_tx)
+            .with_status(reporter.clone(), host_ip, runtime_name)
+            .with_volumes(Arc::new(volume_manager))
+            .with_prober(prober.handle());
         let config = Arc::new(config);
         let ready_config = config.clone();
         // Run-once mode never removes what no source wants: it only starts.
@@ -451,12 +445,11 @@ impl Agent {
         let kubelet = Kubelet::new(
             workers,
             cache,
-            queue,
             sources_ready,
             Inputs {
                 updates,
                 pleg: pleg_rx,
-                worker_done: done_rx,
+                worker_reports: reports_rx,
                 probes: probe_rx,
                 stop,
             },

@@ -31,7 +31,7 @@ use crate::config::{PodOperation, PodUpdate};
 use crate::events::EventRecorder;
 use crate::pleg::{PodCache, PodLifecycleEvent, PodLifecycleEventType};
 use crate::pod::{is_mirror_pod, is_static_pod, pod_full_name, pod_uid, API_SOURCE};
-use crate::pod_workers::{PodWork, PodWorkers, UpdateType, WorkQueue};
+use crate::pod_workers::{PodWork, PodWorkers, Report, UpdateType};
 use crate::status::manager::{MirrorPod, StatusReporter};
 use crate::volume::sweeper::OrphanSweeper;
 
@@ -65,6 +65,8 @@ pub(crate) enum Event {
     SyncTick,
     Housekeeping,
     Pleg(PodLifecycleEvent),
+    /// A worker asks for its pod (UID) to be synced again after this long.
+    Resync(String, Duration),
     WorkerDone(String),
     /// A probe result of this pod (UID) changed, or a Secret or ConfigMap
     /// it uses did (the object manager sends on the same channel): either
@@ -85,6 +87,7 @@ impl Event {
             Event::SyncTick => EventKind::SyncTick,
             Event::Housekeeping => EventKind::Housekeeping,
             Event::Pleg(e) => EventKind::Pleg(e.kind),
+            Event::Resync(..) => EventKind::Resync,
             Event::WorkerDone(_) => EventKind::WorkerDone,
             Event::Probe(_) => EventKind::Probe,
             Event::Evict(_) => EventKind::Evict,
@@ -99,6 +102,7 @@ pub(crate) enum EventKind {
     SyncTick,
     Housekeeping,
     Pleg(PodLifecycleEventType),
+    Resync,
     WorkerDone,
     Probe,
     Evict,
@@ -121,6 +125,7 @@ impl std::fmt::Display for EventKind {
             EventKind::SyncTick => f.write_str("sync tick"),
             EventKind::Housekeeping => f.write_str("housekeeping"),
             EventKind::Pleg(k) => write!(f, "PLEG {k:?}"),
+            EventKind::Resync => f.write_str("resync request"),
             EventKind::WorkerDone => f.write_str("worker done"),
             EventKind::Probe => f.write_str("probe result"),
             EventKind::Evict => f.write_str("eviction"),
@@ -170,7 +175,8 @@ impl std::fmt::Display for LoopStats {
 pub struct Inputs {
     pub updates: Receiver<PodUpdate>,
     pub pleg: Receiver<PodLifecycleEvent>,
-    pub worker_done: Receiver<String>,
+    /// The workers' resync requests and last messages.
+    pub worker_reports: Receiver<Report>,
     /// Pods whose probe results changed (from the prober).
     pub probes: Receiver<String>,
     /// Any message or disconnection stops the loop.
@@ -182,7 +188,6 @@ pub struct Kubelet {
     pods: HashMap<String, Arc<Pod>>,
     workers: PodWorkers,
     cache: Arc<PodCache>,
-    queue: Arc<WorkQueue>,
     /// Whether every configured source has been heard from.
     sources_ready: Box<dyn Fn() -> bool + Send>,
     /// When each finished worker's pod was removed, so housekeeping does not
@@ -261,7 +266,6 @@ impl Kubelet {
     pub fn new(
         workers: PodWorkers,
         cache: Arc<PodCache>,
-        queue: Arc<WorkQueue>,
         sources_ready: Box<dyn Fn() -> bool + Send>,
         inputs: Inputs,
     ) -> Self {
@@ -269,7 +273,6 @@ impl Kubelet {
             pods: HashMap::new(),
             workers,
             cache,
-            queue,
             sources_ready,
             finished: HashMap::new(),
             terminated: HashSet::new(),
@@ -444,7 +447,11 @@ impl Kubelet {
                 }
             },
             recv(self.inputs.pleg) -> e => e.ok().map(Event::Pleg).or(Some(Event::SyncTick)),
-            recv(self.inputs.worker_done) -> d => d.ok().map(Event::WorkerDone).or(Some(Event::SyncTick)),
+            recv(self.inputs.worker_reports) -> r => match r {
+                Ok(Report::Resync(uid, after)) => Some(Event::Resync(uid, after)),
+                Ok(Report::Done(uid)) => Some(Event::WorkerDone(uid)),
+                Err(_) => Some(Event::SyncTick),
+            },
             recv(self.inputs.probes) -> p => p.ok().map(Event::Probe).or(Some(Event::SyncTick)),
             recv(self.evictions) -> e => e.ok().map(Event::Evict).or(Some(Event::SyncTick)),
             recv(self.sync_tick) -> _ => Some(Event::SyncTick),
@@ -456,7 +463,7 @@ impl Kubelet {
         match event {
             Event::Config(u) => self.handle_config(u),
             Event::SyncTick => {
-                for uid in self.queue.take_ready(Instant::now()) {
+                for uid in self.workers.take_ready(Instant::now()) {
                     if let Some(pod) = self.pods.get(&uid).cloned() {
                         self.dispatch(pod, UpdateType::Sync, None);
                     }
@@ -473,6 +480,7 @@ impl Kubelet {
                     debug!("pleg: container started in unknown pod {}", e.uid);
                 }
             }
+            Event::Resync(uid, after) => self.workers.requeue(&uid, after),
             Event::WorkerDone(uid) => {
                 self.workers.forget(&uid);
                 self.trims_due = TRIMS_AFTER_WORK;
@@ -820,8 +828,24 @@ mod tests {
         rm: Arc<RuntimeManager>,
         cache: Arc<PodCache>,
         ready: Arc<AtomicBool>,
-        done: Receiver<String>,
+        reports: Receiver<Report>,
         _keep: Vec<crossbeam_channel::Sender<PodUpdate>>,
+    }
+
+    impl Rig {
+        /// The UID of the next worker to finish, within `within`; the
+        /// resyncs asked for meanwhile go to the queue, as the loop does.
+        fn finished(&mut self, within: Duration) -> String {
+            let deadline = Instant::now() + within;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match self.reports.recv_timeout(left) {
+                    Ok(Report::Resync(uid, after)) => self.kubelet.workers.requeue(&uid, after),
+                    Ok(Report::Done(uid)) => return uid,
+                    Err(e) => panic!("no worker finished within {within:?}: {e}"),
+                }
+            }
+        }
     }
 
     fn rig() -> Rig {
@@ -832,14 +856,14 @@ mod tests {
     fn rig_with(fake: Arc<FakeRuntime>, rm: Arc<RuntimeManager>) -> Rig {
         let cache = PodCache::new();
         cache.update_time(Instant::now(), Arc::new(vec![]));
-        let queue = Arc::new(WorkQueue::default());
-        let (done_tx, done_rx) = crossbeam_channel::bounded(16);
+        // Room for every resync the tests' workers ask for: a test reads
+        // the reports only when it waits for a worker to finish.
+        let (reports_tx, reports) = crossbeam_channel::bounded(1024);
         let workers = PodWorkers::new(
             rm.clone(),
             cache.clone(),
-            queue.clone(),
             Duration::from_secs(60),
-            done_tx,
+            reports_tx,
         );
         let ready = Arc::new(AtomicBool::new(false));
         let r = ready.clone();
@@ -847,12 +871,11 @@ mod tests {
         let kubelet = Kubelet::new(
             workers,
             cache.clone(),
-            queue,
             Box::new(move || r.load(Ordering::SeqCst)),
             Inputs {
                 updates: urx,
                 pleg: crossbeam_channel::never(),
-                worker_done: crossbeam_channel::never(),
+                worker_reports: crossbeam_channel::never(),
                 probes: crossbeam_channel::never(),
                 stop: crossbeam_channel::never(),
             },
@@ -863,7 +886,7 @@ mod tests {
             rm,
             cache,
             ready,
-            done: done_rx,
+            reports,
             _keep: vec![utx],
         }
     }
@@ -950,10 +973,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         r.kubelet
             .handle_event(update(PodOperation::Remove, vec![pod("u1", "web")]));
-        let uid = r
-            .done
-            .recv_timeout(Duration::from_secs(5))
-            .expect("worker finished");
+        let uid = r.finished(Duration::from_secs(5));
         r.kubelet.handle_event(Event::WorkerDone(uid));
         assert!(r.fake.sandboxes().is_empty());
         assert_eq!(r.fake.count("RunPodSandbox"), 1);
@@ -975,10 +995,7 @@ mod tests {
         deleting.metadata.deletion_grace_period_seconds = Some(30);
         r.kubelet
             .handle_event(update(PodOperation::Delete, vec![deleting.clone()]));
-        let uid = r
-            .done
-            .recv_timeout(Duration::from_secs(5))
-            .expect("worker finished");
+        let uid = r.finished(Duration::from_secs(5));
         r.kubelet.handle_event(Event::WorkerDone(uid));
         assert!(r.fake.sandboxes().is_empty());
         let stops = r.fake.count("StopPodSandbox");
@@ -994,7 +1011,8 @@ mod tests {
             kind: PodLifecycleEventType::ContainerRemoved,
             data: "x".into(),
         }));
-        r.kubelet.queue.enqueue("u1", Duration::ZERO);
+        r.kubelet
+            .handle_event(Event::Resync("u1".into(), Duration::ZERO));
         r.kubelet.handle_event(Event::SyncTick);
         // Time for a wrongly started worker to run its sync.
         std::thread::sleep(Duration::from_millis(300));
@@ -1121,10 +1139,7 @@ mod tests {
         // heard that the old worker finished: that worker ignores it.
         r.kubelet
             .handle_event(update(PodOperation::Add, vec![pod("u1", "web")]));
-        let uid = r
-            .done
-            .recv_timeout(Duration::from_secs(5))
-            .expect("worker finished");
+        let uid = r.finished(Duration::from_secs(5));
         r.kubelet.handle_event(Event::WorkerDone(uid));
         wait_for("sandbox run again", || r.fake.count("RunPodSandbox") == 2);
         wait_for("container started again", || {
@@ -1160,10 +1175,7 @@ mod tests {
 
         r.ready.store(true, Ordering::SeqCst);
         r.kubelet.handle_event(Event::Housekeeping);
-        let uid = r
-            .done
-            .recv_timeout(Duration::from_secs(5))
-            .expect("orphan removed");
+        let uid = r.finished(Duration::from_secs(5));
         assert_eq!(uid, "gone");
         r.kubelet.handle_event(Event::WorkerDone(uid));
         assert!(r.fake.sandboxes().is_empty());
@@ -1291,10 +1303,7 @@ mod tests {
         assert_eq!(status.phase.as_deref(), Some("Failed"));
         assert_eq!(status.reason.as_deref(), Some("Evicted"));
         assert_eq!(status.message.as_deref(), Some(message.as_str()));
-        let uid = r
-            .done
-            .recv_timeout(Duration::from_secs(5))
-            .expect("worker finished");
+        let uid = r.finished(Duration::from_secs(5));
         r.kubelet.handle_event(Event::WorkerDone(uid));
         assert!(r.fake.sandboxes().is_empty(), "the pod was not stopped");
         assert!(!r.kubelet.pods.contains_key("u1"));
@@ -1338,10 +1347,7 @@ mod tests {
         }
         r.kubelet
             .handle_event(update(PodOperation::Update, vec![privileged.clone()]));
-        let uid = r
-            .done
-            .recv_timeout(Duration::from_secs(5))
-            .expect("worker finished");
+        let uid = r.finished(Duration::from_secs(5));
         r.kubelet.handle_event(Event::WorkerDone(uid));
         assert!(r.fake.sandboxes().is_empty(), "the pod was not stopped");
         assert!(r.kubelet.rejected.contains_key("u1"));
