@@ -704,7 +704,7 @@ fn worker_turn(
     };
     // Volumes first: no container starts without them (upstream's
     // WaitForAttachAndMount).
-    if let Err(e) = shared.volumes.setup(&work.pod) {
+    if let Err(e) = shared.volumes.setup(&work.pod, &mut state.volumes) {
         warn!("pod {full_name}: {e}; will retry");
         let delay = state.not_synced(Instant::now());
         report_status(shared, &work.pod, &status, &state.reasons);

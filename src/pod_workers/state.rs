@@ -91,6 +91,9 @@ pub(super) struct PodSyncState {
     /// The pod's active deadline passed: its containers were stopped and
     /// are never started again.
     deadline_exceeded: bool,
+    /// What the volume manager set up of the pod's volumes (the projected
+    /// tokens it keeps until they are due).
+    pub(crate) volumes: crate::volume::PodVolumes,
 }
 
 impl PodSyncState {

@@ -46,7 +46,6 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Pod, Volume};
 use log::{info, warn};
-use parking_lot::Mutex;
 
 use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::fieldpath::NodeAllocatable;
@@ -194,6 +193,12 @@ pub(crate) fn remove_orphaned_pod_dirs(
     failed
 }
 
+/// What the manager set up of one pod's volumes, by volume name. The
+/// pod's worker keeps it (in its sync state) and hands it to every
+/// [`VolumeManager::setup`], so it has one owner and goes with the worker.
+#[derive(Debug, Default)]
+pub(crate) struct PodVolumes(HashMap<String, SetUp>);
+
 /// What the manager remembers of one volume it set up.
 #[derive(Debug, Clone, Default)]
 struct SetUp {
@@ -214,8 +219,6 @@ pub struct VolumeManager {
     source: Option<Arc<dyn ObjectSource>>,
     allocatable: NodeAllocatable,
     recorder: EventRecorder,
-    /// Pod UID → volume name → state. Only the pod's worker touches its entry.
-    pods: Mutex<HashMap<String, HashMap<String, SetUp>>>,
 }
 
 /// A volume that could not be made ready; the pod's containers wait.
@@ -249,14 +252,14 @@ impl VolumeManager {
             source,
             allocatable,
             recorder,
-            pods: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Makes every volume of `pod` ready (or refreshes what is due). The
-    /// first volume that cannot be made ready for the first time is
-    /// returned, with a FailedMount event; refresh failures are logged.
-    pub(crate) fn setup(&self, pod: &Pod) -> Result<(), VolumeError> {
+    /// Makes every volume of `pod` ready (or refreshes what is due), with
+    /// `set_up` what earlier calls for the pod set up. The first volume
+    /// that cannot be made ready for the first time is returned, with a
+    /// FailedMount event; refresh failures are logged.
+    pub(crate) fn setup(&self, pod: &Pod, set_up: &mut PodVolumes) -> Result<(), VolumeError> {
         let uid = crate::pod::pod_uid(pod).to_string();
         let dir = volumes_dir(&self.root_dir, &uid).map_err(|e| VolumeError {
             volume: String::new(),
@@ -271,11 +274,7 @@ impl VolumeManager {
             source.register_pod(pod);
         }
         for v in volumes {
-            let known = self
-                .pods
-                .lock()
-                .get(&uid)
-                .and_then(|m| m.get(&v.name).cloned());
+            let known = set_up.0.get(&v.name).cloned();
             // What tinylet writes is computed again at every sync and
             // written when it changed; the rest is set up once.
             if known.is_some() && !written_by_tinylet(v) {
@@ -284,11 +283,7 @@ impl VolumeManager {
             let kept = known.as_ref().map_or(&[][..], |k| &k.tokens[..]);
             match self.setup_volume(pod, &dir, v, kept) {
                 Ok(tokens) => {
-                    self.pods
-                        .lock()
-                        .entry(uid.clone())
-                        .or_default()
-                        .insert(v.name.clone(), SetUp { tokens });
+                    set_up.0.insert(v.name.clone(), SetUp { tokens });
                 }
                 Err(message) => {
                     let err = VolumeError {
@@ -308,11 +303,7 @@ impl VolumeManager {
                             v.name,
                             err.message
                         );
-                        self.pods
-                            .lock()
-                            .entry(uid.clone())
-                            .or_default()
-                            .insert(v.name.clone(), known.unwrap_or_default());
+                        set_up.0.insert(v.name.clone(), known.unwrap_or_default());
                         continue;
                     }
                     self.recorder.event(
@@ -328,8 +319,8 @@ impl VolumeManager {
         Ok(())
     }
 
-    /// Unmounts the pod's tmpfs volumes and forgets the pod; its directory
-    /// is removed with the pod.
+    /// Unmounts the pod's tmpfs volumes; its directory is removed with the
+    /// pod (and what was set up goes with its worker).
     pub(crate) fn teardown(&self, uid: &str) -> std::io::Result<()> {
         if let Some(source) = &self.source {
             source.unregister_pod(uid);
@@ -338,9 +329,6 @@ impl VolumeManager {
         if dir.exists() {
             crate::mount::unmount_below(&dir)?;
         }
-        let mut pods = self.pods.lock();
-        pods.remove(uid);
-        crate::malloc::shrink_map(&mut pods);
         Ok(())
     }
 
@@ -821,6 +809,16 @@ mod tests {
         root: PathBuf,
         objects: Arc<Objects>,
         vm: VolumeManager,
+        /// What a worker would keep of each pod's volumes, by UID.
+        set_up: HashMap<String, PodVolumes>,
+    }
+
+    impl Rig {
+        /// `vm.setup` as the pod's worker calls it.
+        fn setup(&mut self, p: &Pod) -> Result<(), VolumeError> {
+            let uid = crate::pod::pod_uid(p).to_string();
+            self.vm.setup(p, self.set_up.entry(uid).or_default())
+        }
     }
 
     impl Drop for Rig {
@@ -847,6 +845,7 @@ mod tests {
                 NodeAllocatable::default(),
                 EventRecorder::disabled(),
             ),
+            set_up: HashMap::new(),
         }
     }
 
@@ -860,9 +859,9 @@ mod tests {
 
     #[test]
     fn a_secret_volume_is_a_tmpfs_with_the_secret_files_and_goes_with_the_pod() {
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         let p = pod(vec![secret_volume("sa", "tok")]);
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         let dir = volumes_dir(&r.root, "uid-1")
             .unwrap()
             .join(SECRET)
@@ -880,9 +879,9 @@ mod tests {
 
     #[test]
     fn orphaned_pod_dirs_go_with_their_mounts_and_claimed_ones_stay() {
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         // uid-1 gets a tmpfs secret volume; nothing claims it any more.
-        r.vm.setup(&pod(vec![secret_volume("sa", "tok")])).unwrap();
+        r.setup(&pod(vec![secret_volume("sa", "tok")])).unwrap();
         let kept = r.root.join("pods").join("kept");
         std::fs::create_dir_all(kept.join("volumes")).unwrap();
         std::fs::write(r.root.join("pods").join("a-file"), "x").unwrap();
@@ -903,9 +902,9 @@ mod tests {
 
     #[test]
     fn a_missing_secret_fails_the_first_setup_with_its_name() {
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         let p = pod(vec![secret_volume("sa", "gone")]);
-        let e = r.vm.setup(&p).unwrap_err();
+        let e = r.setup(&p).unwrap_err();
         assert_eq!(
             e.to_string(),
             "MountVolume.SetUp failed for volume \"sa\" : secret \"gone\" not found"
@@ -914,9 +913,9 @@ mod tests {
 
     #[test]
     fn the_service_account_volume_gets_a_token_the_ca_and_the_namespace() {
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         let p = pod(vec![api_access(3600)]);
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         let dir = volumes_dir(&r.root, "uid-1")
             .unwrap()
             .join(PROJECTED)
@@ -926,13 +925,13 @@ mod tests {
         assert_eq!(read(&dir, "namespace"), "default");
         assert!(crate::mount::is_mount_point(&dir).unwrap());
         // Not due yet: no new token at the next sync.
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         assert_eq!(r.objects.tokens.load(Ordering::SeqCst), 1);
     }
 
     #[test]
     fn objects_and_labels_that_change_are_written_again_at_the_next_sync() {
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         let mut v = api_access(3600);
         if let Some(p) = v.projected.as_mut() {
             p.sources.as_mut().unwrap().push(VolumeProjection {
@@ -951,7 +950,7 @@ mod tests {
         }
         let mut p = pod(vec![v]);
         p.metadata.labels = Some([("tier".to_string(), "web".to_string())].into());
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         let dir = volumes_dir(&r.root, "uid-1")
             .unwrap()
             .join(PROJECTED)
@@ -962,21 +961,21 @@ mod tests {
 
         // The configmap changed: its file follows, in a new `..data`.
         r.objects.ca_version.store(2, Ordering::SeqCst);
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         assert_eq!(read(&dir, "ca.crt"), "PEM2");
         let second = std::fs::read_link(dir.join(writer::DATA_LINK)).unwrap();
         assert_ne!(first, second);
         assert!(!dir.join(&first).exists(), "the old set is gone");
         // The labels changed (a metadata-only update of the pod).
         p.metadata.labels = Some([("tier".to_string(), "db".to_string())].into());
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         assert_eq!(read(&dir, "labels"), "tier=\"db\"");
         // The token, not due, was kept throughout.
         assert_eq!(read(&dir, "token"), "jwt-1");
         assert_eq!(r.objects.tokens.load(Ordering::SeqCst), 1);
         // Nothing changed: nothing is written.
         let third = std::fs::read_link(dir.join(writer::DATA_LINK)).unwrap();
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         assert_eq!(
             third,
             std::fs::read_link(dir.join(writer::DATA_LINK)).unwrap()
@@ -986,35 +985,34 @@ mod tests {
     #[test]
     fn a_due_token_is_replaced_and_a_failed_refresh_keeps_the_old_one() {
         // A token that lived 80% of its life at once: due at every sync.
-        let r = rigged(0);
+        let mut r = rigged(0);
         let p = pod(vec![api_access(3600)]);
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         let dir = volumes_dir(&r.root, "uid-1")
             .unwrap()
             .join(PROJECTED)
             .join("kube-api-access-x");
         assert_eq!(read(&dir, "token"), "jwt-1");
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         assert_eq!(read(&dir, "token"), "jwt-2");
 
         r.objects.down.store(true, Ordering::SeqCst);
-        r.vm.setup(&p)
-            .expect("a failed refresh does not stop the pod");
+        r.setup(&p).expect("a failed refresh does not stop the pod");
         assert_eq!(read(&dir, "token"), "jwt-2");
         r.objects.down.store(false, Ordering::SeqCst);
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         assert_eq!(read(&dir, "token"), "jwt-3");
     }
 
     #[test]
     fn files_left_by_an_earlier_run_carry_a_pod_through_an_outage() {
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         let p = pod(vec![secret_volume("sa", "tok")]);
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         // A restarted tinylet (no memory of the volume) while the apiserver is away.
-        r.vm.pods.lock().clear();
+        r.set_up.clear();
         r.objects.down.store(true, Ordering::SeqCst);
-        r.vm.setup(&p).expect("the files from before are used");
+        r.setup(&p).expect("the files from before are used");
         let dir = volumes_dir(&r.root, "uid-1")
             .unwrap()
             .join(SECRET)
@@ -1032,7 +1030,10 @@ mod tests {
             EventRecorder::disabled(),
         );
         let e = vm
-            .setup(&pod(vec![secret_volume("sa", "tok")]))
+            .setup(
+                &pod(vec![secret_volume("sa", "tok")]),
+                &mut PodVolumes::default(),
+            )
             .unwrap_err();
         assert!(e.message.contains("needs an apiserver"), "{e}");
 
@@ -1040,7 +1041,7 @@ mod tests {
         if let Some(p) = v.projected.as_mut() {
             p.sources.as_mut().unwrap().drain(..2);
         }
-        vm.setup(&pod(vec![v])).unwrap();
+        vm.setup(&pod(vec![v]), &mut PodVolumes::default()).unwrap();
         let dir = volumes_dir(root.path(), "uid-1")
             .unwrap()
             .join(PROJECTED)
@@ -1052,7 +1053,7 @@ mod tests {
     #[test]
     fn fs_group_owns_volume_files_and_empty_dirs_are_world_writable() {
         use std::os::unix::fs::MetadataExt;
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         let mut p = pod(vec![
             secret_volume("sa", "tok"),
             Volume {
@@ -1067,7 +1068,7 @@ mod tests {
                 ..Default::default()
             });
         }
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         let vols = volumes_dir(&r.root, "uid-1").unwrap();
         let token = std::fs::metadata(vols.join(SECRET).join("sa/token")).unwrap();
         assert_eq!(token.gid(), 2000);
@@ -1078,8 +1079,8 @@ mod tests {
         // Set up again (a restarted tinylet): the unchanged files stay.
         let data =
             std::fs::read_link(vols.join(SECRET).join("sa").join(writer::DATA_LINK)).unwrap();
-        r.vm.pods.lock().clear();
-        r.vm.setup(&p).unwrap();
+        r.set_up.clear();
+        r.setup(&p).unwrap();
         let again =
             std::fs::read_link(vols.join(SECRET).join("sa").join(writer::DATA_LINK)).unwrap();
         assert_eq!(
@@ -1094,7 +1095,7 @@ mod tests {
             ..Default::default()
         }]);
         q.metadata.uid = Some("uid-2".into());
-        r.vm.setup(&q).unwrap();
+        r.setup(&q).unwrap();
         let scratch = std::fs::metadata(
             volumes_dir(&r.root, "uid-2")
                 .unwrap()
@@ -1137,9 +1138,9 @@ mod tests {
     #[test]
     fn an_empty_dir_is_given_the_group_at_its_first_set_up_only() {
         use std::os::unix::fs::PermissionsExt;
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         let p = fs_group_pod(vec![empty_dir("scratch", None)]);
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         let dir = volumes_dir(&r.root, "uid-1")
             .unwrap()
             .join(EMPTY_DIR)
@@ -1159,8 +1160,8 @@ mod tests {
         std::os::unix::fs::chown(&dir, None, Some(0)).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         // A restarted tinylet sets the volume up again: nothing is walked.
-        r.vm.pods.lock().clear();
-        r.vm.setup(&p).unwrap();
+        r.set_up.clear();
+        r.setup(&p).unwrap();
         assert_eq!(gid_mode(&dir.join("f")), (0, 0o600));
         assert_eq!(gid_mode(&dir), (0, 0o755));
     }
@@ -1168,7 +1169,7 @@ mod tests {
     #[test]
     fn an_empty_dir_without_a_marker_is_walked_once() {
         use std::os::unix::fs::PermissionsExt;
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         // Left by an earlier tinylet, which kept no marker, with what its
         // containers wrote.
         let dir = volumes_dir(&r.root, "uid-1")
@@ -1180,33 +1181,33 @@ mod tests {
         std::fs::set_permissions(dir.join("sub/f"), std::fs::Permissions::from_mode(0o600))
             .unwrap();
         let p = fs_group_pod(vec![empty_dir("scratch", None)]);
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         assert_eq!(gid_mode(&dir.join("sub/f")), (2000, 0o660));
         assert_eq!(gid_mode(&dir.join("sub")).0, 2000);
         assert_eq!(std::fs::read_to_string(dir.join("sub/f")).unwrap(), "x");
 
         std::os::unix::fs::chown(dir.join("sub/f"), None, Some(0)).unwrap();
         std::os::unix::fs::chown(&dir, None, Some(0)).unwrap();
-        r.vm.pods.lock().clear();
-        r.vm.setup(&p).unwrap();
+        r.set_up.clear();
+        r.setup(&p).unwrap();
         assert_eq!(gid_mode(&dir.join("sub/f")).0, 0, "walked a second time");
     }
 
     #[test]
     fn an_empty_dir_that_is_gone_is_set_up_again() {
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         let p = fs_group_pod(vec![
             empty_dir("mem", Some("Memory")),
             empty_dir("disk", None),
         ]);
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
         let vols = volumes_dir(&r.root, "uid-1").unwrap().join(EMPTY_DIR);
         assert!(crate::mount::is_mount_point(&vols.join("mem")).unwrap());
         // A reboot took the tmpfs; someone removed the other directory.
         crate::mount::unmount_below(&vols.join("mem")).unwrap();
         std::fs::remove_dir(vols.join("disk")).unwrap();
-        r.vm.pods.lock().clear();
-        r.vm.setup(&p).unwrap();
+        r.set_up.clear();
+        r.setup(&p).unwrap();
         assert!(crate::mount::is_mount_point(&vols.join("mem")).unwrap());
         assert_eq!(gid_mode(&vols.join("mem")), (2000, 0o2777));
         assert_eq!(gid_mode(&vols.join("disk")), (2000, 0o2777));
@@ -1215,7 +1216,7 @@ mod tests {
 
     #[test]
     fn a_host_path_of_the_wrong_type_fails_the_set_up_with_upstreams_message() {
-        let r = rigged(3600);
+        let mut r = rigged(3600);
         let file = r.root.join("a-file");
         std::fs::write(&file, "x").unwrap();
         let host_path = |name: &str, path: &Path, kind: &str| Volume {
@@ -1231,7 +1232,7 @@ mod tests {
             host_path("made", &made, "DirectoryOrCreate"),
             host_path("h", &file, "Directory"),
         ]);
-        let e = r.vm.setup(&p).unwrap_err();
+        let e = r.setup(&p).unwrap_err();
         assert_eq!(
             e.to_string(),
             format!(
@@ -1243,6 +1244,6 @@ mod tests {
         // Once the path is as asked, the next sync sets the pod up.
         std::fs::remove_file(&file).unwrap();
         std::fs::create_dir(&file).unwrap();
-        r.vm.setup(&p).unwrap();
+        r.setup(&p).unwrap();
     }
 }
