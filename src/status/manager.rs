@@ -291,6 +291,17 @@ impl StatusReporter {
         if e.finished.is_some() {
             return status;
         }
+        if let Some(name) = e
+            .status
+            .as_ref()
+            .and_then(|old| leaves_terminated(pod, old, &status))
+        {
+            debug!(
+                "pod {}: status not recorded: container {name} cannot leave its terminated state",
+                pod_full_name(pod)
+            );
+            return e.status.clone().unwrap_or(status);
+        }
         if by_worker && e.decided {
             keep_decided(e.status.as_ref(), &mut status);
         } else if !by_worker {
@@ -448,6 +459,43 @@ impl StatusReporter {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
+}
+
+/// The container that `new` shows not terminated although `old` showed it
+/// terminated and the pod's restart policy does not start it again (under
+/// `Never`, or `OnFailure` after exit 0): such a status is stale (a
+/// status read while the pod was being stopped can show an exited
+/// container as unknown), and upstream's status manager refuses it too.
+fn leaves_terminated(pod: &Pod, old: &PodStatus, new: &PodStatus) -> Option<String> {
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
+    if policy == "Always" {
+        return None;
+    }
+    let pairs = [
+        (&old.container_statuses, &new.container_statuses),
+        (&old.init_container_statuses, &new.init_container_statuses),
+    ];
+    for (old, new) in pairs {
+        for was in old.iter().flatten() {
+            let Some(t) = was.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
+                continue;
+            };
+            if policy == "OnFailure" && t.exit_code != 0 {
+                continue;
+            }
+            let left = new.iter().flatten().any(|now| {
+                now.name == was.name && now.state.as_ref().is_none_or(|s| s.terminated.is_none())
+            });
+            if left {
+                return Some(was.name.clone());
+            }
+        }
+    }
+    None
 }
 
 /// Gives `status` the phase, reason and message of the terminal status
@@ -978,6 +1026,42 @@ mod tests {
         r.set_status(&plain, PodStatus::default());
         r.probe_changed("u3", &results);
         assert_eq!(r.status("u3"), Some(PodStatus::default()));
+    }
+
+    #[test]
+    fn a_container_that_terminated_under_never_or_after_success_does_not_go_back() {
+        let status = |state: serde_json::Value| -> PodStatus {
+            serde_json::from_value(serde_json::json!({"phase": "Failed", "containerStatuses": [
+                {"name": "app", "image": "", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": state}]}))
+            .unwrap()
+        };
+        let exited = |code: i32| status(serde_json::json!({"terminated": {"exitCode": code}}));
+        let unknown = status(serde_json::json!({"waiting": {}}));
+        let state = |r: &StatusReporter, uid: &str| {
+            r.status(uid).unwrap().container_statuses.unwrap()[0]
+                .state
+                .clone()
+                .unwrap()
+        };
+        let r = StatusReporter::standalone();
+        for (uid, policy, code, stays) in [
+            ("n", "Never", 3, true),
+            ("f0", "OnFailure", 0, true),
+            ("f1", "OnFailure", 1, false),
+            ("a", "Always", 0, false),
+        ] {
+            let mut p = test_pod(uid, "job");
+            p.spec.as_mut().unwrap().restart_policy = Some(policy.into());
+            let pod = Arc::new(p);
+            r.set_status(&pod, exited(code));
+            r.set_status(&pod, unknown.clone());
+            assert_eq!(
+                state(&r, uid).terminated.is_some(),
+                stays,
+                "{policy}, exit {code}"
+            );
+        }
     }
 
     #[test]
