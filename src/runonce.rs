@@ -171,7 +171,15 @@ fn container_failure(pod: &Pod, status: &ApiPodStatus) -> Option<String> {
                 });
             }
         }
-        if let Some(t) = &state.terminated {
+        // A container shown waiting with the exit it last had counts as
+        // that exit, as for the pod's phase (a status taken while its pod
+        // is being stopped can show it so).
+        let last = s.last_state.as_ref().and_then(|l| l.terminated.as_ref());
+        let exited = state
+            .terminated
+            .as_ref()
+            .or(last.filter(|_| state.waiting.is_some()));
+        if let Some(t) = exited {
             let restarts = match policy {
                 "Never" => false,
                 "OnFailure" => t.exit_code != 0,
@@ -414,6 +422,18 @@ mod tests {
             judge(&pod("Never", &["a"]), Some(&failed)),
             Some(Outcome::Failed(
                 "container a exited with code 1 (Error)".into()
+            ))
+        );
+        // Failed by an exit the container shows as its last state while
+        // it waits (the pod being stopped): still that exit.
+        let stopping = status(json!({"phase": "Failed", "containerStatuses": [
+            {"name": "a", "image": "", "imageID": "", "ready": false, "restartCount": 0,
+             "state": {"waiting": {"reason": "ContainerCreating"}},
+             "lastState": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}));
+        assert_eq!(
+            judge(&pod("Never", &["a"]), Some(&stopping)),
+            Some(Outcome::Failed(
+                "container a exited with code 3 (Error)".into()
             ))
         );
     }
