@@ -32,10 +32,6 @@ pub(crate) fn micro_time(t: SystemTime) -> String {
     }
 }
 
-pub fn now() -> String {
-    rfc3339(SystemTime::now())
-}
-
 /// A duration as Go prints it: `1m0s`, `20s`, `1h0m0s`, `500ms`.
 pub(crate) fn go_duration(d: Duration) -> String {
     let total = d.as_secs();

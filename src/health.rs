@@ -53,11 +53,6 @@ impl Health {
         self.sync_loop.store(self.stamp(at), Ordering::Relaxed);
     }
 
-    /// The PLEG listed the runtime.
-    pub fn relisted(&self) {
-        self.relisted_at(Instant::now());
-    }
-
     pub(crate) fn relisted_at(&self, at: Instant) {
         self.relist.store(self.stamp(at), Ordering::Relaxed);
     }

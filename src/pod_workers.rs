@@ -500,10 +500,6 @@ impl PodWorkers {
         self.workers.get(uid).is_some_and(|w| w.terminating)
     }
 
-    pub fn len(&self) -> usize {
-        self.workers.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.workers.is_empty()
     }

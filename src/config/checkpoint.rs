@@ -64,11 +64,6 @@ impl Admissions {
         crate::malloc::shrink_map(&mut *d);
     }
 
-    /// Whether pod `uid` was admitted; `None` while undecided.
-    pub fn get(&self, uid: &str) -> Option<bool> {
-        self.decided.lock().get(uid).copied()
-    }
-
     /// The decisions about `uids`, read under one lock.
     pub(crate) fn get_all<'a>(&self, uids: impl Iterator<Item = &'a str>) -> Vec<Option<bool>> {
         let d = self.decided.lock();

@@ -33,10 +33,7 @@ pub use decode::{decode_pod, decode_pod_or_list, DecodeError};
 pub use defaults::{apply_static_defaults, generate_pod_name, static_pod_uid};
 pub use file::{parse_manifest, FileSource, DEFAULT_FILE_CHECK_FREQUENCY, MAX_MANIFEST_SIZE};
 pub use http::{parse_manifests, HttpSource, DEFAULT_HTTP_CHECK_FREQUENCY, HTTP_REQUEST_TIMEOUT};
-pub use pod_config::{
-    PodConfig, EVENTS_CHANNEL_CAPACITY, SOURCE_CHANNEL_CAPACITY, UPDATES_CHANNEL_CAPACITY,
-};
-pub use validation::{FieldError, InvalidPod};
+pub use pod_config::PodConfig;
 
 /// What a [`PodUpdate`] means. Sources send SET, ADD, UPDATE, DELETE, REMOVE
 /// and RESTORE; the merged stream carries ADD, UPDATE, DELETE, REMOVE,

@@ -164,10 +164,6 @@ impl PodStorage {
         }
     }
 
-    pub fn mode(&self) -> NotificationMode {
-        self.mode
-    }
-
     /// True when every source in `sources` has delivered a SET.
     pub fn seen_sources<'a>(&self, sources: impl IntoIterator<Item = &'a str>) -> bool {
         sources.into_iter().all(|s| self.sources_seen.contains(s))

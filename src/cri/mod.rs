@@ -16,7 +16,6 @@ mod remote;
 
 use std::time::Duration;
 
-pub use endpoint::Endpoint;
 pub use error::{Code, CriError};
 pub use remote::RemoteRuntime;
 

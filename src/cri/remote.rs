@@ -92,11 +92,6 @@ impl RemoteRuntime {
         self.endpoint.target()
     }
 
-    /// The deadline of each call.
-    pub fn request_timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// Turns a grpcio failure into a `CriError`, probing the socket and the
     /// channel state to say why.
     fn failed(&self, method: &'static str, timeout: Duration, err: grpcio::Error) -> CriError {

@@ -31,7 +31,7 @@ pub(crate) use client::tests::client_for;
 pub use client::Client;
 pub use kubeconfig::load_kubeconfig;
 pub use list::{read_list, ListError, ListItem, ListMeta, MAX_OBJECT};
-pub use mux::{ObjectSink, ObjectWatch, WatchMux};
+pub use mux::WatchMux;
 pub use reflector::{decode_object, Reflector};
 pub use watch::{WatchStream, MAX_EVENT};
 

@@ -248,9 +248,6 @@ pub(crate) fn eviction(signal: &str) {
     EVICTIONS.inc(&[signal]);
 }
 
-/// Probe kinds as upstream names them in `probe_type`.
-pub const PROBE_TYPES: [&str; 3] = ["Liveness", "Readiness", "Startup"];
-
 /// A probe ran and gave `result` (`successful`, `failed` or `unknown`).
 pub(crate) fn probe_result(
     probe_type: &str,

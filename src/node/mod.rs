@@ -19,4 +19,4 @@ pub mod state;
 pub mod status;
 pub(crate) mod taint;
 
-pub use state::{initial_node_state, node_info, NodeState, NodeStateReader, NodeStateWriter};
+pub use state::{initial_node_state, node_info, NodeStateReader, NodeStateWriter};

@@ -22,7 +22,6 @@ use crate::node::taint::Taint;
 pub(crate) use crate::apitime::parse_duration;
 pub use config_file::{apply_config_file, CONFIG_API_VERSION, CONFIG_KIND};
 pub use flags::{parse_args, parse_header_pairs, parse_ips, parse_node_labels, parse_pairs, USAGE};
-pub use ignored::{IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS};
 pub use status_cmd::{parse_status_args, StatusOptions, StatusOutput, STATUS_USAGE};
 
 #[derive(Debug, Clone, PartialEq)]

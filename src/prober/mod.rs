@@ -233,10 +233,6 @@ impl Prober {
         }
     }
 
-    pub fn results(&self) -> &Arc<ProbeResults> {
-        &self.results
-    }
-
     /// Runner threads there are (idle or busy).
     #[cfg(test)]
     pub(crate) fn runners(&self) -> usize {

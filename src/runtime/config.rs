@@ -19,6 +19,7 @@ use super::NodeSettings;
 use crate::cri::api;
 use crate::fieldpath::{self, NodeAllocatable};
 use crate::pod::{pod_name, pod_namespace, pod_uid};
+use crate::quantity::{parse_bytes, parse_millis};
 
 /// What a container's config needs besides its pod, known when it is created.
 #[derive(Debug, Clone)]
@@ -672,8 +673,6 @@ fn resources(container: &Container) -> Result<api::LinuxContainerResources, Stri
     }
     Ok(r)
 }
-
-pub use crate::quantity::{parse_bytes, parse_millis, parse_quantity_scaled, parse_quantity_wide};
 
 #[cfg(test)]
 mod tests {

@@ -50,14 +50,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use log::{debug, info, warn};
 
-use crate::cri::{self, api, CriError, ImageService, RuntimeService};
+use crate::cri::{api, CriError, ImageService, RuntimeService};
 use crate::events::{Clock, EventRecorder, EventType, ObjectRef, SystemClock};
 use crate::images::{ImageManager, ImageOptions};
 use crate::pod::{pod_full_name, pod_name, pod_namespace, pod_uid};
 use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResults};
 use backoff::Backoff;
 use kill::Kill;
-pub use kill::MAX_GRACE_PERIOD_SECS;
 use qos::CgroupDriver;
 pub use status::{ContainerState, ContainerStatus, PodStatus, RuntimeContainer, RuntimePod};
 
@@ -728,8 +727,6 @@ fn is_init_container(pod: &Pod, name: &str) -> bool {
         .and_then(|s| s.init_containers.as_ref())
         .is_some_and(|v| v.iter().any(|i| i.name == name))
 }
-
-pub use cri::DEFAULT_REQUEST_TIMEOUT;
 
 #[cfg(test)]
 mod tests {

@@ -33,21 +33,14 @@ mod filesystem;
 mod info;
 mod pressure;
 
-pub use addresses::{
-    choose_addresses, host_interfaces, node_addresses, parse_default_routes_v4,
-    parse_default_routes_v6, validate_node_ip, IfAddr,
-};
+pub use addresses::node_addresses;
 pub use allocatable::{
     allocatable, capacity, parse_reserved, NODEFS_AVAILABLE_FRACTION, RESERVABLE,
 };
 pub(crate) use filesystem::{fs_stats, FsStats};
-pub use info::{
-    count_processors, go_arch, meminfo_bytes, os_image, read_machine_info, read_machine_info_at,
-    MachineInfo,
-};
+pub use info::{go_arch, meminfo_bytes, read_machine_info, MachineInfo};
 pub use pressure::{
-    condition_reason_message, loadavg_tasks, pressure, pressure_with, read_pressure,
-    read_pressure_in, EvictionThresholds, Pressure, PressureKind, DEFAULT_EVICTION_HARD,
+    condition_reason_message, loadavg_tasks, read_pressure, Pressure, PressureKind,
 };
 
 /// An error from this module: bad flag values, bad quantities, or a host
