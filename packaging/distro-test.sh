@@ -104,11 +104,17 @@ mounted+=("$root/run")
 # not chroot): a process that joins a container's mount namespace (runc
 # exec) lands at that namespace's root, which under a chroot would be the
 # host's `/`, and mount paths read in /proc/self/mountinfo are the root's.
+# The cargo home is the host's (its registry and git caches serve both),
+# but what `cargo install` builds in the root (fuzz.sh's cargo-fuzz) links
+# against the root's glibc and would not run on the host: it goes to a bin
+# dir of the root's own, in its target dir, first on its PATH.
 inside() {
     unshare --mount --propagation private sh -c '
         cd "$1" && mkdir -p .oldroot && pivot_root . .oldroot &&
-        exec chroot . /usr/bin/env -i HOME=/root PATH=/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-            RUSTUP_HOME=/root/.rustup CARGO_HOME=/root/.cargo CARGO_TARGET_DIR=/target \
+        exec chroot . /usr/bin/env -i HOME=/root \
+            PATH=/target/cargo-install/bin:/root/.cargo/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+            RUSTUP_HOME=/root/.rustup CARGO_HOME=/root/.cargo CARGO_INSTALL_ROOT=/target/cargo-install \
+            CARGO_TARGET_DIR=/target \
             TERM=dumb LANG=C.UTF-8 bash -c "umount -l /.oldroot && cd /src && $2"' sh "$root" "$1"
 }
 

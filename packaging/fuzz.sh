@@ -41,8 +41,9 @@ fi
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz.sh: installing cargo-fuzz" >&2
     # Unoptimized: it only drives cargo and libFuzzer, and builds in a
-    # third of the time (minutes on a fresh machine).
-    cargo install --locked --debug cargo-fuzz
+    # third of the time (minutes on a fresh machine). --force: one that is
+    # there but does not run (built against another glibc) is replaced.
+    cargo install --locked --debug --force cargo-fuzz
 fi
 
 # The sanitizer build of the library (without its `cri` feature, so no
