@@ -13,7 +13,7 @@
 # of the same release with packaging changes can pass e.g. 0.1.0-2 (after
 # adding that entry to the changelog).
 #
-# Contents: /usr/bin/tinylet, /lib/systemd/system/tinylet.service
+# Contents: /usr/bin/tinylet, /usr/lib/systemd/system/tinylet.service
 # (packaging/systemd), the conffiles /etc/tinylet/config.yaml and
 # /etc/default/tinylet, /etc/kubernetes/manifests/, the man page, the
 # copyright, changelog, README.Debian and an example CNI configuration; the
@@ -99,11 +99,11 @@ put() { # MODE SOURCE DEST
     install -D -m "$1" "$2" "$root/$3"
 }
 put 0755 "$binary" usr/bin/tinylet
-put 0644 "$here/systemd/tinylet.service" lib/systemd/system/tinylet.service
+put 0644 "$here/systemd/tinylet.service" usr/lib/systemd/system/tinylet.service
 # tinylet as the kubelet, for kubeadm: its preflight runs `kubelet
 # --version`, and it restarts kubelet.service. Not enabled by postinst.
 ln -s tinylet "$root/usr/bin/kubelet"
-put 0644 "$here/systemd/kubelet.service" lib/systemd/system/kubelet.service
+put 0644 "$here/systemd/kubelet.service" usr/lib/systemd/system/kubelet.service
 put 0644 "$src/config.yaml" etc/tinylet/config.yaml
 put 0644 "$src/default" etc/default/tinylet
 install -d -m 0755 "$root/etc/kubernetes/manifests"

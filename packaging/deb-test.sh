@@ -125,8 +125,8 @@ done
 PKG=tinylet
 MANIFESTS=/etc/kubernetes/manifests
 STATE=/var/lib/tinylet
-UNIT=/lib/systemd/system/tinylet.service
-KUBELET_UNIT=/lib/systemd/system/kubelet.service
+UNIT=/usr/lib/systemd/system/tinylet.service
+KUBELET_UNIT=/usr/lib/systemd/system/kubelet.service
 POD="deb-test"
 # Everything the package installs or its scripts create.
 PATHS=(
