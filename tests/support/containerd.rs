@@ -202,6 +202,7 @@ impl PrivateContainerd {
     /// the machine lacks containerd, runc or the CNI plugins.
     pub fn start() -> PrivateContainerd {
         check_prerequisites();
+        remember_panics();
         let dir = unique_dir("tl-e2e");
         let started = Instant::now();
         let out = Command::new("bash")
@@ -629,6 +630,9 @@ impl Drop for PrivateContainerd {
                 self.log_path().display(),
                 self.log_problems(30)
             );
+            if let Some(head) = PANIC_HEAD.with(|h| h.borrow_mut().take()) {
+                eprintln!("--- the test failed at {head}");
+            }
         }
         match self.stop() {
             Ok(()) => {
@@ -720,6 +724,33 @@ thread_local! {
     /// Set once a panic message carried the log tail, so drop does not
     /// print it a second time.
     static LOG_SHOWN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The first lines of this thread's panic message, for `remember_panics`.
+    static PANIC_HEAD: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Keeps the head of each test thread's panic message, so that the drop
+/// of its containerd can repeat it after the logs it prints: a CI record
+/// that keeps only the end of the output still says why the test failed.
+fn remember_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let text = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let head: Vec<&str> = text.lines().take(6).collect();
+            let at = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            PANIC_HEAD.with(|h| *h.borrow_mut() = Some(format!("{at}: {}", head.join("\n"))));
+            previous(info);
+        }));
+    });
 }
 
 fn current_log_tail(lines: usize) -> String {
