@@ -146,6 +146,13 @@ if [ $full = yes ]; then
         setsid bash packaging/demo.sh >/target/demo.log 2>&1 &
         pid=$!
         ok=no
+        # Its release build is the first in this target dir (test.sh built
+        # only the static ones): up to 45 minutes cold, then 10 for the pod.
+        for _ in $(seq 2700); do
+            grep -q "==> 3/5" /target/demo.log && break
+            kill -0 $pid 2>/dev/null || break
+            sleep 1
+        done
         for _ in $(seq 600); do
             if ctr --address $TINYLET_DEMO_DIR/containerd/containerd.sock -n k8s.io tasks ls 2>/dev/null | grep -q RUNNING &&
                 grep -q "container \"clock\" started" /target/demo.log; then ok=yes; break; fi
