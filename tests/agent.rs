@@ -130,7 +130,7 @@ fn run_as_kubelet_version_is_the_one_line_kubeadm_parses() {
         .strip_prefix("Kubernetes v")
         .unwrap_or_else(|| panic!("{out:?}"));
     let parts: Vec<&str> = v
-        .split(|c| c == '-' || c == '+')
+        .split(['-', '+'])
         .next()
         .unwrap_or("")
         .split('.')

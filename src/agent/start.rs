@@ -111,7 +111,7 @@ fn rotate(
     store: crate::certificate::store::Store,
     spec: crate::certificate::Spec,
     kind: crate::certificate::rotation::Kind,
-    on_issued: Box<dyn Fn(&crate::certificate::store::Pair) -> Result<(), String> + Send>,
+    on_issued: crate::certificate::rotation::OnIssued,
     client: &Client,
     recorder: &EventRecorder,
 ) -> std::io::Result<Sender<()>> {

@@ -57,6 +57,10 @@ pub enum Kind {
     Serving,
 }
 
+/// Puts a newly stored pair in use; an error is retried like a failed
+/// request.
+pub type OnIssued = Box<dyn Fn(&Pair) -> Result<(), String> + Send>;
+
 /// What a rotation thread needs.
 pub struct Rotation {
     /// Where the pair is kept (`kubelet-client`, `kubelet-server`).
@@ -67,7 +71,7 @@ pub struct Rotation {
     pub client: Client,
     /// Puts a newly stored pair in use (the client's identity, the
     /// server's certificate); an error is retried like a failed request.
-    pub on_issued: Box<dyn Fn(&Pair) -> Result<(), String> + Send>,
+    pub on_issued: OnIssued,
     /// First and longest pause between failed tries.
     pub backoff: (Duration, Duration),
     /// How long one request is waited for.

@@ -225,9 +225,7 @@ mod tests {
             host: "edge-1",
             ips: &[],
         };
-        server_config(&serving, None, TlsMinVersion::Tls12)
-            .unwrap()
-            .0;
+        let _ = server_config(&serving, None, TlsMinVersion::Tls12).unwrap();
     }
 
     /// Whether a client speaking only `versions` completes a handshake
