@@ -182,11 +182,11 @@ impl ObjectRef {
 
 /// One recorded event on its way to the `events` thread.
 #[derive(Clone, Debug)]
-struct Recorded {
-    obj: ObjectRef,
-    kind: EventType,
-    reason: String,
-    message: String,
+pub(crate) struct Recorded {
+    pub(crate) obj: ObjectRef,
+    pub(crate) kind: EventType,
+    pub(crate) reason: String,
+    pub(crate) message: String,
     time: SystemTime,
 }
 
@@ -252,6 +252,26 @@ impl EventRecorder {
                 log::debug!("event dropped: the events thread has stopped")
             }
         }
+    }
+
+    /// A recorder whose events a test reads from the returned channel
+    /// (capacity 64) instead of an `events` thread.
+    #[cfg(test)]
+    pub(crate) fn capture() -> (Self, Receiver<Recorded>) {
+        let (tx, rx) = bounded(64);
+        let inner = RecorderInner {
+            tx,
+            clock: Arc::new(SystemClock),
+            dropped_unreported: AtomicU64::new(0),
+            dropped_total: AtomicU64::new(0),
+            last_drop_log: Mutex::new(None),
+        };
+        (
+            EventRecorder {
+                inner: Some(Arc::new(inner)),
+            },
+            rx,
+        )
     }
 
     /// Events dropped so far because the queue was full.

@@ -16,8 +16,6 @@ pub const FILE_SOURCE: &str = "file";
 pub const HTTP_SOURCE: &str = "http";
 /// Pods bound to this node in the API server.
 pub const API_SOURCE: &str = "api";
-/// Pseudo-source of a full re-send of the merged state.
-pub(crate) const ALL_SOURCE: &str = "*";
 
 /// Which source a pod came from (`file`, `http`, `api`); set at merge time.
 pub const CONFIG_SOURCE_ANNOTATION_KEY: &str = "kubernetes.io/config.source";

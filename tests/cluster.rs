@@ -1298,6 +1298,51 @@ fn an_api_pod_cannot_take_a_static_pods_name() {
     );
 }
 
+/// Two manifests of one name: the second is ignored, as upstream ignores a
+/// duplicate in a source's update, and the node says so in a
+/// FailedValidation event about it, not only in its log.
+#[test]
+fn two_manifests_of_one_name_run_one_pod_and_raise_an_event_about_the_other() {
+    let mut c = Cluster::start(&[]);
+    c.wait_node_ready();
+    write_manifest(&c.agent.manifests(), "a.yaml", &static_pod("twin"));
+    write_manifest(&c.agent.manifests(), "b.yaml", &static_pod("twin"));
+    c.wait_running("twin-edge-1");
+    let api = &c.api;
+    let mut event = Value::Null;
+    c.agent
+        .wait("a FailedValidation event for twin-edge-1", || {
+            event = api
+                .events()
+                .into_iter()
+                .find(|e| e["reason"] == "FailedValidation")
+                .unwrap_or(Value::Null);
+            !event.is_null()
+        });
+    assert_eq!(
+        (
+            &event["type"],
+            &event["involvedObject"]["kind"],
+            &event["involvedObject"]["name"],
+            &event["involvedObject"]["namespace"],
+        ),
+        (
+            &json!("Warning"),
+            &json!("Pod"),
+            &json!("twin-edge-1"),
+            &json!("default")
+        ),
+        "{event:#}"
+    );
+    let message = event["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("duplicate pod name") && message.contains("from file"),
+        "{event:#}"
+    );
+    assert_eq!(sandbox_uids(&c.cri, "twin-edge-1").len(), 1);
+    assert_eq!(running_containers(&c.cri, "twin-edge-1"), 1);
+}
+
 /// An API pod of about `bytes` bytes: the bulk is an env var's value, as
 /// the apiserver allows (annotations are limited to 256 KiB in all, a whole
 /// object to about 1.5 MiB in etcd).

@@ -302,7 +302,7 @@ impl Agent {
             _ => None,
         };
         let (pleg_tx, pleg_rx) = bounded(EVENTS_CAPACITY);
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let (config, updates) = PodConfig::new(NotificationMode::Incremental, recorder.clone());
         // Checkpointed API pods come first, before any source can speak.
         if let Some(dir) = opts
             .bootstrap_checkpoint_path

@@ -25,6 +25,8 @@ pub(crate) mod validation;
 
 use std::sync::Arc;
 
+use crate::events::{EventType, ObjectRef};
+
 pub use k8s_openapi::api::core::v1::Pod;
 
 pub use api::ApiSource;
@@ -58,17 +60,15 @@ pub enum PodOperation {
 }
 
 /// An event the config layer raises about a pod (so far: a pod ignored
-/// because its full name is taken), for whoever reports events; the merge
-/// also logs it. Mirrors the fields of a Kubernetes `Event`.
+/// because its full name is taken), for the event recorder; the merge also
+/// logs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodEvent {
-    /// `namespace/name` of the pod the event is about.
-    pub(crate) pod_full_name: String,
-    pub(crate) pod_uid: String,
+    /// The pod the event is about.
+    pub(crate) object: ObjectRef,
     /// The source the pod came from.
     pub(crate) source: String,
-    /// `Warning` or `Normal`.
-    pub(crate) event_type: &'static str,
+    pub(crate) event_type: EventType,
     pub(crate) reason: &'static str,
     pub(crate) message: String,
 }

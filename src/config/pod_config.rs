@@ -4,10 +4,10 @@
 //! merged updates channel that the sync loop reads (upstream `PodConfig`,
 //! its `pkg/util/config.Mux` and the one goroutine that merges).
 //!
-//! Nothing else touches the storage: registering a source, a restore, a
-//! resync, an event subscription and a look at the merged state are
-//! messages to that thread, and the sources it has seen are published by
-//! it alone.
+//! Nothing else touches the storage: registering a source and a restore
+//! are messages to that thread, the sources it has seen are published by
+//! it alone, and the events the merge raises go from it to the event
+//! recorder.
 //!
 //! Threads: `pod-config`, started by [`PodConfig::new`] and stopped and
 //! joined when the `PodConfig` is dropped.
@@ -15,12 +15,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use crossbeam_channel::{bounded, select, Receiver, Select, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{bounded, select, Receiver, Select, Sender, TryRecvError};
 use parking_lot::{Mutex, RwLock};
 
 use super::storage::PodStorage;
 use super::{NotificationMode, Pod, PodEvent, PodOperation, PodUpdate};
-use crate::pod::ALL_SOURCE;
+use crate::events::EventRecorder;
 use crate::thread::{spawn_named, JoinOnDrop};
 
 /// Capacity of the merged updates channel read by the sync loop.
@@ -45,12 +45,6 @@ pub const UPDATES_CHANNEL_CAPACITY: usize = 50;
 /// ADD), and a source with nothing to do but wait costs nothing.
 pub const SOURCE_CHANNEL_CAPACITY: usize = 8;
 
-/// Capacity of each [`PodConfig::events`] subscription. Events are
-/// best-effort, as Kubernetes events are: when a subscriber's channel is
-/// full the event is dropped (it was logged already) rather than stall the
-/// merge.
-pub const EVENTS_CHANNEL_CAPACITY: usize = 64;
-
 /// Capacity of the requests channel into the `pod-config` thread. A
 /// caller blocks while it is full, as a source does on its own channel;
 /// requests come from start-up and tests, a few at a time.
@@ -64,11 +58,8 @@ enum Request {
     Register(String, Receiver<PodUpdate>),
     /// Merge checkpointed pods for a source; answered once delivered.
     Restore(String, Vec<Arc<Pod>>, Sender<()>),
-    /// Send the whole merged state as a SET; answered once delivered.
-    Sync(Sender<()>),
-    /// Send the merge's events to this subscriber too.
-    Subscribe(Sender<PodEvent>),
     /// Answer with the merged pods.
+    #[cfg(test)]
     MergedState(Sender<Vec<Arc<Pod>>>),
 }
 
@@ -90,8 +81,9 @@ struct Merger {
     /// here only, read by [`PodConfig::seen_all_sources`].
     seen: Arc<RwLock<HashSet<String>>>,
     updates: Sender<PodUpdate>,
-    /// Event subscribers; a disconnected one is dropped.
-    subscribers: Vec<Sender<PodEvent>>,
+    /// Where the merge's events go (upstream's podStorage recorder): the
+    /// apiserver when connected; it never blocks the merge.
+    recorder: EventRecorder,
     requests: Receiver<Request>,
     /// Disconnects when the `PodConfig` is dropped.
     stop: Receiver<()>,
@@ -119,20 +111,10 @@ impl Merger {
         Ok(())
     }
 
-    fn publish(&mut self, events: Vec<PodEvent>) {
-        for event in events {
-            self.subscribers
-                .retain(|tx| match tx.try_send(event.clone()) {
-                    Ok(()) => true,
-                    Err(TrySendError::Full(_)) => {
-                        log::debug!(
-                            "config: event for pod {} dropped, the subscriber is behind",
-                            event.pod_full_name
-                        );
-                        true
-                    }
-                    Err(TrySendError::Disconnected(_)) => false,
-                });
+    fn publish(&self, events: Vec<PodEvent>) {
+        for e in events {
+            self.recorder
+                .event(&e.object, e.event_type, e.reason, e.message);
         }
     }
 
@@ -147,12 +129,7 @@ impl Merger {
                 self.merge_and_send(&source, update)?;
                 let _ = done.send(());
             }
-            Request::Sync(done) => {
-                let state = self.storage.merged_state();
-                self.send(PodUpdate::new(PodOperation::Set, ALL_SOURCE, state))?;
-                let _ = done.send(());
-            }
-            Request::Subscribe(tx) => self.subscribers.push(tx),
+            #[cfg(test)]
             Request::MergedState(reply) => {
                 let _ = reply.send(self.storage.merged_state());
             }
@@ -241,14 +218,13 @@ pub struct PodConfig {
 
 impl PodConfig {
     /// Returns the config and the receiving end of the merged updates
-    /// channel (capacity [`UPDATES_CHANNEL_CAPACITY`]).
-    pub fn new(mode: NotificationMode) -> (PodConfig, Receiver<PodUpdate>) {
-        PodConfig::with_storage(PodStorage::new(mode))
-    }
-
-    /// Like [`PodConfig::new`] with a storage built by the caller (tests use
-    /// a fixed clock).
-    pub(crate) fn with_storage(storage: PodStorage) -> (PodConfig, Receiver<PodUpdate>) {
+    /// channel (capacity [`UPDATES_CHANNEL_CAPACITY`]). The merge's events
+    /// (a pod ignored because its full name is taken) go to `recorder`.
+    pub fn new(
+        mode: NotificationMode,
+        recorder: EventRecorder,
+    ) -> (PodConfig, Receiver<PodUpdate>) {
+        let storage = PodStorage::new(mode);
         let (updates_tx, updates_rx) = bounded(UPDATES_CHANNEL_CAPACITY);
         let (stop_tx, stop_rx) = bounded(0);
         let (requests_tx, requests_rx) = bounded(REQUESTS_CHANNEL_CAPACITY);
@@ -258,7 +234,7 @@ impl PodConfig {
             sources: Vec::new(),
             seen: Arc::clone(&seen),
             updates: updates_tx,
-            subscribers: Vec::new(),
+            recorder,
             requests: requests_rx,
             stop: stop_rx,
         };
@@ -329,22 +305,12 @@ impl PodConfig {
         rx.recv().ok()
     }
 
-    /// Re-sends the full merged state as one SET from [`ALL_SOURCE`]
-    /// (upstream `PodConfig.Sync`) and returns once it is delivered. May
-    /// block on a full updates channel, so it must not be called from the
-    /// thread that reads that channel.
-    pub fn sync(&self) {
-        if self.ask(Request::Sync).is_none() {
-            log::debug!("config: sync not delivered, the updates channel is closed");
-        }
-    }
-
     /// Merges pods restored from a checkpoint for `source` (a RESTORE) and
     /// returns once the notifications are delivered. The source is not
     /// registered (it may not exist in this configuration) and not marked
     /// as seen: only its own SET does that. May block on a full updates
-    /// channel, like [`PodConfig::sync`]; call it before the sync loop is
-    /// busy.
+    /// channel, so it must not be called from the thread that reads that
+    /// channel; call it before the sync loop is busy.
     pub fn restore(&self, source: &str, pods: Vec<Arc<Pod>>) {
         let request = |done| Request::Restore(source.to_string(), pods, done);
         if self.ask(request).is_none() {
@@ -352,20 +318,10 @@ impl PodConfig {
         }
     }
 
-    /// Subscribes to the events the merge raises (capacity
-    /// [`EVENTS_CHANNEL_CAPACITY`], dropped when full). Updates sent after
-    /// this returns are merged after the subscription.
-    pub fn events(&self) -> Receiver<PodEvent> {
-        let (tx, rx) = bounded(EVENTS_CHANNEL_CAPACITY);
-        if self.requests.send(Request::Subscribe(tx)).is_err() {
-            log::debug!("config: no events, the pod config is gone");
-        }
-        rx
-    }
-
     /// All merged pods, as the `pod-config` thread has them once it has
     /// delivered what it merged so far (empty if it is gone).
-    pub fn merged_state(&self) -> Vec<Arc<Pod>> {
+    #[cfg(test)]
+    pub(crate) fn merged_state(&self) -> Vec<Arc<Pod>> {
         self.ask(Request::MergedState).unwrap_or_default()
     }
 
@@ -391,6 +347,7 @@ impl Drop for PodConfig {
 mod tests {
     use super::*;
     use crate::config::Pod;
+    use crate::events::EventType;
     use crate::pod::{API_SOURCE, FILE_SOURCE, HTTP_SOURCE};
     use std::time::Duration;
 
@@ -413,7 +370,8 @@ mod tests {
 
     #[test]
     fn sources_are_merged_by_the_config_thread() {
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let (config, updates) =
+            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
         let file = config.channel(FILE_SOURCE);
         let api = config.channel(API_SOURCE);
         assert_eq!(config.sources(), [API_SOURCE, FILE_SOURCE]);
@@ -461,25 +419,9 @@ mod tests {
     }
 
     #[test]
-    fn sync_resends_the_merged_state() {
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
-        let api = config.channel(API_SOURCE);
-        api.send(PodUpdate::new(
-            PodOperation::Add,
-            API_SOURCE,
-            vec![pod("u1", "a"), pod("u2", "b")],
-        ))
-        .unwrap();
-        assert_eq!(updates.recv_timeout(WAIT).unwrap().op, PodOperation::Add);
-        config.sync();
-        let u = updates.recv_timeout(WAIT).unwrap();
-        assert_eq!((u.op, u.source.as_str()), (PodOperation::Set, ALL_SOURCE));
-        assert_eq!(names(&u), ["a", "b"]);
-    }
-
-    #[test]
     fn drop_stops_the_config_thread_even_when_the_updates_channel_is_full() {
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let (config, updates) =
+            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
         let api = config.channel(API_SOURCE);
         // Fill the updates channel and leave the config thread blocked on it.
         for i in 0..UPDATES_CHANNEL_CAPACITY + 3 {
@@ -509,7 +451,8 @@ mod tests {
 
     #[test]
     fn config_thread_ends_when_nobody_reads_updates() {
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let (config, updates) =
+            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
         drop(updates);
         let api = config.channel(API_SOURCE);
         api.send(PodUpdate::new(
@@ -523,7 +466,8 @@ mod tests {
 
     #[test]
     fn snapshot_mode_through_the_config() {
-        let (config, updates) = PodConfig::new(NotificationMode::Snapshot);
+        let (config, updates) =
+            PodConfig::new(NotificationMode::Snapshot, EventRecorder::disabled());
         let file = config.channel(FILE_SOURCE);
         file.send(PodUpdate::new(
             PodOperation::Set,
@@ -540,7 +484,8 @@ mod tests {
 
     #[test]
     fn restore_delivers_without_registering_or_marking_the_source() {
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let (config, updates) =
+            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
         let file = config.channel(FILE_SOURCE);
         config.restore(API_SOURCE, vec![pod("r1", "restored")]);
         let u = updates.recv_timeout(WAIT).unwrap();
@@ -576,10 +521,8 @@ mod tests {
 
     #[test]
     fn name_conflicts_are_reported_as_events() {
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
-        let events = config.events();
-        let gone = config.events();
-        drop(gone);
+        let (recorder, events) = EventRecorder::capture();
+        let (config, updates) = PodConfig::new(NotificationMode::Incremental, recorder);
         let file = config.channel(FILE_SOURCE);
         let http = config.channel(HTTP_SOURCE);
         file.send(PodUpdate::new(
@@ -597,9 +540,18 @@ mod tests {
         .unwrap();
         let event = events.recv_timeout(WAIT).unwrap();
         assert_eq!(
-            (event.source.as_str(), event.pod_uid.as_str(), event.reason),
-            (HTTP_SOURCE, "a1", "FailedValidation")
+            (
+                event.obj.kind,
+                event.obj.name.as_str(),
+                event.obj.uid.as_str()
+            ),
+            ("Pod", "web", "a1")
         );
+        assert_eq!(
+            (event.kind, event.reason.as_str()),
+            (EventType::Warning, "FailedValidation")
+        );
+        assert!(event.message.contains("from http"), "{}", event.message);
         assert!(updates.try_recv().is_err(), "a held pod is not delivered");
         // Freeing the name lets it in, right after the removal.
         file.send(PodUpdate::new(PodOperation::Set, FILE_SOURCE, vec![]))
@@ -631,7 +583,8 @@ mod tests {
     /// starts no thread of its own.
     #[test]
     fn one_thread_merges_every_source() {
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let (config, updates) =
+            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
         for source in [FILE_SOURCE, HTTP_SOURCE, API_SOURCE] {
             config
                 .channel(source)
@@ -658,7 +611,8 @@ mod tests {
     /// whether all were seen.
     #[test]
     fn channel_and_seen_all_sources_race() {
-        let (config, _updates) = PodConfig::new(NotificationMode::Incremental);
+        let (config, _updates) =
+            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
         let config = Arc::new(config);
         let registering = Arc::clone(&config);
         let t = spawn_named("test-register", move || {
@@ -683,7 +637,8 @@ mod tests {
     #[test]
     fn concurrent_sources_are_delivered_in_merge_order() {
         const ROUNDS: usize = 400;
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental);
+        let (config, updates) =
+            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
         let sources = [API_SOURCE, FILE_SOURCE, "http"];
         let mut senders = Vec::new();
         for (n, source) in sources.into_iter().enumerate() {

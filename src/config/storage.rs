@@ -48,6 +48,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{NotificationMode, Pod, PodEvent, PodOperation, PodUpdate};
+use crate::events::{EventType, ObjectRef};
 use crate::pod::{
     is_mirror_pod, pod_full_name, pod_uid, CONFIG_FIRST_SEEN_ANNOTATION_KEY,
     CONFIG_MIRROR_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY,
@@ -361,10 +362,9 @@ impl PodStorage {
 
     fn raise(&mut self, source: &str, pod: &Pod, message: String) {
         self.events.push(PodEvent {
-            pod_full_name: pod_full_name(pod),
-            pod_uid: pod_uid(pod).to_string(),
+            object: ObjectRef::pod(pod),
             source: source.to_string(),
-            event_type: "Warning",
+            event_type: EventType::Warning,
             reason: FAILED_VALIDATION_REASON,
             message,
         });
@@ -1613,9 +1613,9 @@ mod tests {
         );
         let events = storage.take_events();
         assert_eq!(events.len(), 1, "{events:?}");
-        assert_eq!(events[0].pod_uid, "a2");
+        assert_eq!(events[0].object.uid, "a2");
         assert_eq!(events[0].reason, FAILED_VALIDATION_REASON);
-        assert_eq!(events[0].event_type, "Warning");
+        assert_eq!(events[0].event_type, EventType::Warning);
         assert!(
             events[0].message.contains("duplicate pod name"),
             "{}",
@@ -1632,8 +1632,15 @@ mod tests {
         let events = storage.take_events();
         assert_eq!(events.len(), 1, "{events:?}");
         let e = &events[0];
-        assert_eq!((e.source.as_str(), e.pod_uid.as_str()), ("http", "h"));
-        assert_eq!(e.pod_full_name, "default/web");
+        assert_eq!((e.source.as_str(), e.object.uid.as_str()), ("http", "h"));
+        assert_eq!(
+            (
+                e.object.kind,
+                e.object.namespace.as_str(),
+                e.object.name.as_str()
+            ),
+            ("Pod", "default", "web")
+        );
         assert!(
             e.message.contains("\"f\"") && e.message.contains("file"),
             "{}",
