@@ -22,7 +22,7 @@ use crossbeam_channel::{bounded, Receiver};
 use log::info;
 
 use crate::admission::NodeInfo;
-use crate::config::{FileSource, HttpSource, NotificationMode, PodConfig};
+use crate::config::{FileSource, HttpSource, PodConfig};
 use crate::events::{EventBroadcaster, EventRecorder, EventType, ObjectRef};
 use crate::eviction::Signal;
 use crate::fieldpath::NodeAllocatable;
@@ -302,7 +302,7 @@ impl Agent {
             _ => None,
         };
         let (pleg_tx, pleg_rx) = bounded(EVENTS_CAPACITY);
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental, recorder.clone());
+        let (config, updates) = PodConfig::new(recorder.clone());
         // Checkpointed API pods come first, before any source can speak.
         if let Some(dir) = opts
             .bootstrap_checkpoint_path

@@ -1,5 +1,5 @@
 //! Property tests of [`PodStorage::merge`]: seeded random sequences of
-//! source updates (every op, every mode, with and without name conflicts),
+//! source updates (every op, with and without name conflicts),
 //! checked after every step against a simple model of what each source
 //! last said, and against the state a consumer rebuilds from the
 //! notifications alone. Deterministic: a fixed seed per sequence, printed on
@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use super::storage::PodStorage;
-use super::{NotificationMode, Pod, PodOperation, PodUpdate};
+use super::{Pod, PodOperation, PodUpdate};
 use crate::pod::{
     is_mirror_pod, pod_full_name, pod_uid, API_SOURCE, CONFIG_FIRST_SEEN_ANNOTATION_KEY,
     CONFIG_MIRROR_ANNOTATION_KEY, CONFIG_SOURCE_ANNOTATION_KEY, FILE_SOURCE, HTTP_SOURCE,
@@ -208,12 +208,6 @@ fn normalized(p: &Pod) -> Pod {
     p
 }
 
-fn without_status(p: &Pod) -> Pod {
-    let mut p = p.clone();
-    p.status = None;
-    p
-}
-
 /// The state a consumer of the notifications holds, by UID.
 #[derive(Default)]
 struct Consumer {
@@ -221,24 +215,10 @@ struct Consumer {
 }
 
 impl Consumer {
-    fn apply(&mut self, mode: NotificationMode, u: &PodUpdate) -> Result<(), String> {
+    fn apply(&mut self, u: &PodUpdate) -> Result<(), String> {
         use PodOperation::*;
-        let allowed: &[PodOperation] = match mode {
-            NotificationMode::Incremental => &[Add, Update, Delete, Remove, Reconcile, Restore],
-            NotificationMode::SnapshotAndUpdates => &[Set, Update, Delete],
-            NotificationMode::Snapshot => &[Set],
-        };
-        if !allowed.contains(&u.op) {
-            return Err(format!("{:?} is not sent in {mode:?} mode", u.op));
-        }
         match u.op {
-            Set => {
-                self.pods = u
-                    .pods
-                    .iter()
-                    .map(|p| (pod_uid(p).to_string(), p.clone()))
-                    .collect();
-            }
+            Set => return Err("a SET is never sent to the sync loop".to_string()),
             Remove => {
                 for p in &u.pods {
                     if self.pods.remove(pod_uid(p)).is_none() {
@@ -277,7 +257,6 @@ fn check_step(
     storage: &PodStorage,
     model: &Model,
     consumer: &Consumer,
-    mode: NotificationMode,
     names: Names,
 ) -> Result<(), String> {
     // The merged state, by source.
@@ -379,34 +358,18 @@ fn check_step(
         }
     }
 
-    // The notifications alone rebuild the merged state (in the snapshot
-    // modes, where status-only changes are not sent, up to status).
+    // The notifications alone rebuild the merged state.
     let merged_by_uid: BTreeMap<String, Arc<Pod>> =
         merged.into_values().flat_map(|m| m.into_iter()).collect();
-    let (got, want): (BTreeMap<_, Pod>, BTreeMap<_, Pod>) = match mode {
-        NotificationMode::Incremental => (
-            consumer
-                .pods
-                .iter()
-                .map(|(k, p)| (k.clone(), (**p).clone()))
-                .collect(),
-            merged_by_uid
-                .into_iter()
-                .map(|(k, p)| (k, Arc::unwrap_or_clone(p)))
-                .collect(),
-        ),
-        _ => (
-            consumer
-                .pods
-                .iter()
-                .map(|(k, p)| (k.clone(), without_status(p)))
-                .collect(),
-            merged_by_uid
-                .iter()
-                .map(|(k, p)| (k.clone(), without_status(p)))
-                .collect(),
-        ),
-    };
+    let got: BTreeMap<_, Pod> = consumer
+        .pods
+        .iter()
+        .map(|(k, p)| (k.clone(), (**p).clone()))
+        .collect();
+    let want: BTreeMap<_, Pod> = merged_by_uid
+        .into_iter()
+        .map(|(k, p)| (k, Arc::unwrap_or_clone(p)))
+        .collect();
     if got != want {
         let got_keys: Vec<_> = got.keys().collect();
         let want_keys: Vec<_> = want.keys().collect();
@@ -417,9 +380,9 @@ fn check_step(
     Ok(())
 }
 
-fn run_sequence(seed: u64, mode: NotificationMode, names: Names) -> Result<(), String> {
+fn run_sequence(seed: u64, names: Names) -> Result<(), String> {
     let mut rng = Rng::new(seed);
-    let mut storage = PodStorage::new(mode);
+    let mut storage = PodStorage::new();
     let mut model = Model::default();
     let mut consumer = Consumer::default();
     let mut log = Vec::new();
@@ -441,10 +404,10 @@ fn run_sequence(seed: u64, mode: NotificationMode, names: Names) -> Result<(), S
         }
         for u in &out {
             consumer
-                .apply(mode, u)
+                .apply(u)
                 .map_err(|e| format!("{}\n{e}", log.join("\n")))?;
         }
-        check_step(&storage, &model, &consumer, mode, names)
+        check_step(&storage, &model, &consumer, names)
             .map_err(|e| format!("{}\n{e}", log.join("\n")))?;
     }
     Ok(())
@@ -452,17 +415,10 @@ fn run_sequence(seed: u64, mode: NotificationMode, names: Names) -> Result<(), S
 
 #[test]
 fn random_sequences_keep_the_merge_consistent() {
-    let modes = [
-        NotificationMode::Incremental,
-        NotificationMode::SnapshotAndUpdates,
-        NotificationMode::Snapshot,
-    ];
     for names in [Names::Unique, Names::Colliding] {
-        for mode in modes {
-            for seed in 0..SEQUENCES {
-                if let Err(e) = run_sequence(seed, mode, names) {
-                    panic!("seed {seed}, {mode:?}, {names:?} names:\n{e}");
-                }
+        for seed in 0..SEQUENCES {
+            if let Err(e) = run_sequence(seed, names) {
+                panic!("seed {seed}, {names:?} names:\n{e}");
             }
         }
     }
@@ -474,7 +430,7 @@ fn random_sequences_keep_the_merge_consistent() {
 fn the_generator_covers_every_op_and_conflict() {
     let mut rng = Rng::new(7);
     let mut ops = HashSet::new();
-    let mut storage = PodStorage::new(NotificationMode::Incremental);
+    let mut storage = PodStorage::new();
     let mut held_seen = false;
     let mut dup_in_update = false;
     for _ in 0..2000 {

@@ -94,15 +94,3 @@ impl PodUpdate {
         }
     }
 }
-
-/// How [`PodConfig`] reports changes (upstream `PodConfigNotificationMode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotificationMode {
-    /// Every change is delivered as a SET of the full merged state.
-    Snapshot,
-    /// Additions and removals give a SET of the full merged state; changes to
-    /// existing pods give UPDATE and DELETE.
-    SnapshotAndUpdates,
-    /// ADD, UPDATE, DELETE, REMOVE, RECONCILE and RESTORE (the node agent's mode).
-    Incremental,
-}

@@ -19,7 +19,7 @@ use crossbeam_channel::{bounded, select, Receiver, Select, Sender, TryRecvError}
 use parking_lot::{Mutex, RwLock};
 
 use super::storage::PodStorage;
-use super::{NotificationMode, Pod, PodEvent, PodOperation, PodUpdate};
+use super::{Pod, PodEvent, PodOperation, PodUpdate};
 use crate::events::EventRecorder;
 use crate::thread::{spawn_named, JoinOnDrop};
 
@@ -220,11 +220,8 @@ impl PodConfig {
     /// Returns the config and the receiving end of the merged updates
     /// channel (capacity [`UPDATES_CHANNEL_CAPACITY`]). The merge's events
     /// (a pod ignored because its full name is taken) go to `recorder`.
-    pub fn new(
-        mode: NotificationMode,
-        recorder: EventRecorder,
-    ) -> (PodConfig, Receiver<PodUpdate>) {
-        let storage = PodStorage::new(mode);
+    pub fn new(recorder: EventRecorder) -> (PodConfig, Receiver<PodUpdate>) {
+        let storage = PodStorage::new();
         let (updates_tx, updates_rx) = bounded(UPDATES_CHANNEL_CAPACITY);
         let (stop_tx, stop_rx) = bounded(0);
         let (requests_tx, requests_rx) = bounded(REQUESTS_CHANNEL_CAPACITY);
@@ -370,8 +367,7 @@ mod tests {
 
     #[test]
     fn sources_are_merged_by_the_config_thread() {
-        let (config, updates) =
-            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
+        let (config, updates) = PodConfig::new(EventRecorder::disabled());
         let file = config.channel(FILE_SOURCE);
         let api = config.channel(API_SOURCE);
         assert_eq!(config.sources(), [API_SOURCE, FILE_SOURCE]);
@@ -420,8 +416,7 @@ mod tests {
 
     #[test]
     fn drop_stops_the_config_thread_even_when_the_updates_channel_is_full() {
-        let (config, updates) =
-            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
+        let (config, updates) = PodConfig::new(EventRecorder::disabled());
         let api = config.channel(API_SOURCE);
         // Fill the updates channel and leave the config thread blocked on it.
         for i in 0..UPDATES_CHANNEL_CAPACITY + 3 {
@@ -451,8 +446,7 @@ mod tests {
 
     #[test]
     fn config_thread_ends_when_nobody_reads_updates() {
-        let (config, updates) =
-            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
+        let (config, updates) = PodConfig::new(EventRecorder::disabled());
         drop(updates);
         let api = config.channel(API_SOURCE);
         api.send(PodUpdate::new(
@@ -465,27 +459,8 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_mode_through_the_config() {
-        let (config, updates) =
-            PodConfig::new(NotificationMode::Snapshot, EventRecorder::disabled());
-        let file = config.channel(FILE_SOURCE);
-        file.send(PodUpdate::new(
-            PodOperation::Set,
-            FILE_SOURCE,
-            vec![pod("u1", "a")],
-        ))
-        .unwrap();
-        let u = updates.recv_timeout(WAIT).unwrap();
-        assert_eq!(
-            (u.op, names(&u)),
-            (PodOperation::Set, vec!["a".to_string()])
-        );
-    }
-
-    #[test]
     fn restore_delivers_without_registering_or_marking_the_source() {
-        let (config, updates) =
-            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
+        let (config, updates) = PodConfig::new(EventRecorder::disabled());
         let file = config.channel(FILE_SOURCE);
         config.restore(API_SOURCE, vec![pod("r1", "restored")]);
         let u = updates.recv_timeout(WAIT).unwrap();
@@ -522,7 +497,7 @@ mod tests {
     #[test]
     fn name_conflicts_are_reported_as_events() {
         let (recorder, events) = EventRecorder::capture();
-        let (config, updates) = PodConfig::new(NotificationMode::Incremental, recorder);
+        let (config, updates) = PodConfig::new(recorder);
         let file = config.channel(FILE_SOURCE);
         let http = config.channel(HTTP_SOURCE);
         file.send(PodUpdate::new(
@@ -583,8 +558,7 @@ mod tests {
     /// starts no thread of its own.
     #[test]
     fn one_thread_merges_every_source() {
-        let (config, updates) =
-            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
+        let (config, updates) = PodConfig::new(EventRecorder::disabled());
         for source in [FILE_SOURCE, HTTP_SOURCE, API_SOURCE] {
             config
                 .channel(source)
@@ -611,8 +585,7 @@ mod tests {
     /// whether all were seen.
     #[test]
     fn channel_and_seen_all_sources_race() {
-        let (config, _updates) =
-            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
+        let (config, _updates) = PodConfig::new(EventRecorder::disabled());
         let config = Arc::new(config);
         let registering = Arc::clone(&config);
         let t = spawn_named("test-register", move || {
@@ -637,8 +610,7 @@ mod tests {
     #[test]
     fn concurrent_sources_are_delivered_in_merge_order() {
         const ROUNDS: usize = 400;
-        let (config, updates) =
-            PodConfig::new(NotificationMode::Incremental, EventRecorder::disabled());
+        let (config, updates) = PodConfig::new(EventRecorder::disabled());
         let sources = [API_SOURCE, FILE_SOURCE, "http"];
         let mut senders = Vec::new();
         for (n, source) in sources.into_iter().enumerate() {

@@ -38,8 +38,11 @@
 //! pods, without marking the source as seen, so that its first SET removes
 //! the ones it no longer has and leaves unchanged ones alone. Upstream hands
 //! them on without storing them, and never removes those its source lost.
-//! In the snapshot modes a RESTORE therefore sends the merged state as a
-//! SET, where upstream sends nothing.
+//!
+//! The notifications are upstream's incremental mode, the one its kubelet
+//! uses (ADD, UPDATE, DELETE, REMOVE, RECONCILE and RESTORE); the snapshot
+//! modes, which only other consumers of upstream's package use, are not
+//! kept.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -47,7 +50,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{NotificationMode, Pod, PodEvent, PodOperation, PodUpdate};
+use super::{Pod, PodEvent, PodOperation, PodUpdate};
 use crate::events::{EventType, ObjectRef};
 use crate::pod::{
     is_mirror_pod, pod_full_name, pod_uid, CONFIG_FIRST_SEEN_ANNOTATION_KEY,
@@ -89,7 +92,6 @@ fn name_key(source: &str, full_name: &str) -> String {
 
 /// The pods of every source, keyed by source name and then by UID.
 pub struct PodStorage {
-    mode: NotificationMode,
     pods: BTreeMap<String, BTreeMap<String, Arc<Pod>>>,
     /// Pods waiting for their full name to become free, by source and UID.
     held: BTreeMap<String, BTreeMap<String, Held>>,
@@ -102,7 +104,7 @@ pub struct PodStorage {
     now: fn() -> String,
 }
 
-/// What a merge found, before it is shaped by the notification mode.
+/// What a merge found, before it is turned into notifications.
 #[derive(Default)]
 struct Changes {
     adds: Vec<Arc<Pod>>,
@@ -148,14 +150,13 @@ fn set_annotation(pod: &mut Pod, key: &str, value: String) {
 }
 
 impl PodStorage {
-    pub(crate) fn new(mode: NotificationMode) -> PodStorage {
-        PodStorage::with_clock(mode, now_rfc3339)
+    pub(crate) fn new() -> PodStorage {
+        PodStorage::with_clock(now_rfc3339)
     }
 
     /// A storage whose first-seen timestamps come from `now`.
-    pub(crate) fn with_clock(mode: NotificationMode, now: fn() -> String) -> PodStorage {
+    pub(crate) fn with_clock(now: fn() -> String) -> PodStorage {
         PodStorage {
-            mode,
             pods: BTreeMap::new(),
             held: BTreeMap::new(),
             next_held: 0,
@@ -171,6 +172,7 @@ impl PodStorage {
     }
 
     /// All merged pods of all sources (by source name, then UID), shared.
+    #[cfg(test)]
     pub(crate) fn merged_state(&self) -> Vec<Arc<Pod>> {
         self.pods
             .values()
@@ -475,61 +477,32 @@ impl PodStorage {
     fn notifications(&self, source: &str, c: Changes, first_set: bool) -> Vec<PodUpdate> {
         let mut out = Vec::new();
         let mut push = |op, pods: Vec<Arc<Pod>>| out.push(PodUpdate::new(op, source, pods));
-        let admitted = !c.admitted.is_empty();
-        match self.mode {
-            NotificationMode::Incremental => {
-                let announce_source =
-                    first_set && c.adds.is_empty() && c.updates.is_empty() && c.deletes.is_empty();
-                if !c.removes.is_empty() {
-                    push(PodOperation::Remove, c.removes);
-                }
-                if !c.adds.is_empty() {
-                    push(PodOperation::Add, c.adds);
-                }
-                if !c.updates.is_empty() {
-                    push(PodOperation::Update, c.updates);
-                }
-                if !c.deletes.is_empty() {
-                    push(PodOperation::Delete, c.deletes);
-                }
-                if !c.restores.is_empty() {
-                    push(PodOperation::Restore, c.restores);
-                }
-                if announce_source {
-                    // An empty ADD tells the sync loop that this source is ready.
-                    push(PodOperation::Add, Vec::new());
-                }
-                if !c.reconciles.is_empty() {
-                    push(PodOperation::Reconcile, c.reconciles);
-                }
-                for (other, pods) in c.admitted {
-                    out.push(PodUpdate::new(PodOperation::Add, &other, pods));
-                }
-            }
-            NotificationMode::SnapshotAndUpdates => {
-                // Restored pods are stored, so they count as additions.
-                let added = !c.adds.is_empty() || !c.restores.is_empty() || admitted;
-                if !c.removes.is_empty() || added || first_set {
-                    push(PodOperation::Set, self.merged_state());
-                }
-                if !c.updates.is_empty() {
-                    push(PodOperation::Update, c.updates);
-                }
-                if !c.deletes.is_empty() {
-                    push(PodOperation::Delete, c.deletes);
-                }
-            }
-            NotificationMode::Snapshot => {
-                let changed = !c.updates.is_empty()
-                    || !c.deletes.is_empty()
-                    || !c.adds.is_empty()
-                    || !c.removes.is_empty()
-                    || !c.restores.is_empty()
-                    || admitted;
-                if changed || first_set {
-                    push(PodOperation::Set, self.merged_state());
-                }
-            }
+        let announce_source =
+            first_set && c.adds.is_empty() && c.updates.is_empty() && c.deletes.is_empty();
+        if !c.removes.is_empty() {
+            push(PodOperation::Remove, c.removes);
+        }
+        if !c.adds.is_empty() {
+            push(PodOperation::Add, c.adds);
+        }
+        if !c.updates.is_empty() {
+            push(PodOperation::Update, c.updates);
+        }
+        if !c.deletes.is_empty() {
+            push(PodOperation::Delete, c.deletes);
+        }
+        if !c.restores.is_empty() {
+            push(PodOperation::Restore, c.restores);
+        }
+        if announce_source {
+            // An empty ADD tells the sync loop that this source is ready.
+            push(PodOperation::Add, Vec::new());
+        }
+        if !c.reconciles.is_empty() {
+            push(PodOperation::Reconcile, c.reconciles);
+        }
+        for (other, pods) in c.admitted {
+            out.push(PodUpdate::new(PodOperation::Add, &other, pods));
         }
         out
     }
@@ -781,34 +754,25 @@ mod tests {
 
     struct Case {
         name: &'static str,
-        mode: NotificationMode,
         /// Updates merged before the one under test; their output is ignored.
         setup: Vec<PodUpdate>,
         update: PodUpdate,
         want: Summary,
     }
 
-    fn case(
-        name: &'static str,
-        mode: NotificationMode,
-        setup: Vec<PodUpdate>,
-        update: PodUpdate,
-        want: Summary,
-    ) -> Case {
+    fn case(name: &'static str, setup: Vec<PodUpdate>, update: PodUpdate, want: Summary) -> Case {
         Case {
             name,
-            mode,
             setup,
             update,
             want,
         }
     }
 
-    /// Every input op in every mode (upstream config_test.go is the
+    /// Every input op (upstream config_test.go's incremental cases are the
     /// checklist), plus name conflicts and restores.
     #[test]
     fn merge_cases() {
-        use NotificationMode::*;
         let a = || pod("a", "a", "img:1");
         let a2 = || pod("a", "a", "img:2");
         let b = || pod("b", "b", "img:1");
@@ -818,56 +782,48 @@ mod tests {
             // ---- Incremental: ADD
             case(
                 "incremental: ADD of a new pod",
-                Incremental,
                 vec![],
                 upd(Add, vec![a()]),
                 vec![s(Add, &["a"])],
             ),
             case(
                 "incremental: ADD of a pod with an empty namespace",
-                Incremental,
                 vec![],
                 upd(Add, vec![pod_in("e", "foo", "", "i")]),
                 vec![s(Add, &["e"])],
             ),
             case(
                 "incremental: the same name in another namespace is another pod",
-                Incremental,
                 vec![upd(Add, vec![pod_in("d1", "foo", "default", "i")])],
                 upd(Add, vec![pod_in("d2", "foo", "new", "i")]),
                 vec![s(Add, &["d2"])],
             ),
             case(
                 "incremental: ADD of a known pod with a new spec is an UPDATE",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Add, vec![a2()]),
                 vec![s(Update, &["a"])],
             ),
             case(
                 "incremental: identical ADD is a no-op",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Add, vec![a()]),
                 vec![],
             ),
             case(
                 "incremental: ADD with a status change only is a RECONCILE",
-                Incremental,
                 vec![upd(Set, vec![a(), b()])],
                 upd(Add, vec![with_phase(a(), "Running"), b()]),
                 vec![s(Reconcile, &["a"])],
             ),
             case(
                 "incremental: ADD with spec and status changes is an UPDATE only",
-                Incremental,
                 vec![upd(Set, vec![a(), b()])],
                 upd(Add, vec![with_phase(a2(), "Running"), b()]),
                 vec![s(Update, &["a"])],
             ),
             case(
                 "incremental: duplicate names within one update keep the first",
-                Incremental,
                 vec![],
                 upd(Add, vec![a(), pod("other", "a", "img:9"), b()]),
                 vec![s(Add, &["a", "b"])],
@@ -875,35 +831,30 @@ mod tests {
             // ---- Incremental: UPDATE
             case(
                 "incremental: UPDATE with a label change",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Update, vec![with_label(a(), "tier", "web")]),
                 vec![s(Update, &["a"])],
             ),
             case(
                 "incremental: UPDATE with a changed label value",
-                Incremental,
                 vec![upd(Add, vec![with_label(a(), "k", "v")])],
                 upd(Update, vec![with_label(a(), "k", "w")]),
                 vec![s(Update, &["a"])],
             ),
             case(
                 "incremental: UPDATE with an added annotation",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Update, vec![with_annotation(a(), "note", "x")]),
                 vec![s(Update, &["a"])],
             ),
             case(
                 "incremental: UPDATE with a changed annotation",
-                Incremental,
                 vec![upd(Add, vec![with_annotation(a(), "note", "x")])],
                 upd(Update, vec![with_annotation(a(), "note", "y")]),
                 vec![s(Update, &["a"])],
             ),
             case(
                 "incremental: UPDATE with a removed annotation",
-                Incremental,
                 vec![upd(
                     Add,
                     vec![with_annotation(with_annotation(a(), "n1", "x"), "n2", "y")],
@@ -913,7 +864,6 @@ mod tests {
             ),
             case(
                 "incremental: a change of the node's own annotations is no change",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(
                     Update,
@@ -927,14 +877,12 @@ mod tests {
             ),
             case(
                 "incremental: UPDATE with new owner references",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Update, vec![owned(a())]),
                 vec![s(Update, &["a"])],
             ),
             case(
                 "incremental: a generation change alone is no change",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Update, {
                     let mut p = a();
@@ -945,21 +893,18 @@ mod tests {
             ),
             case(
                 "incremental: status-only change is a RECONCILE",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Update, vec![with_phase(a(), "Running")]),
                 vec![s(Reconcile, &["a"])],
             ),
             case(
                 "incremental: spec and status change is an UPDATE only",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Update, vec![with_phase(a2(), "Running")]),
                 vec![s(Update, &["a"])],
             ),
             case(
                 "incremental: UPDATE of an unknown pod is an ADD",
-                Incremental,
                 vec![],
                 upd(Update, vec![a()]),
                 vec![s(Add, &["a"])],
@@ -967,21 +912,18 @@ mod tests {
             // ---- Incremental: DELETE
             case(
                 "incremental: deletion timestamp is a DELETE",
-                Incremental,
                 vec![upd(Add, vec![a(), b()])],
                 upd(Delete, vec![deleting(a())]),
                 vec![s(Delete, &["a"])],
             ),
             case(
                 "incremental: deletion timestamp arriving in an UPDATE is a DELETE",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Update, vec![deleting(a())]),
                 vec![s(Delete, &["a"])],
             ),
             case(
                 "incremental: a shorter grace period of a deleted pod is a DELETE again",
-                Incremental,
                 vec![upd(Add, vec![deleting(a())])],
                 upd(Update, {
                     let mut p = deleting(a());
@@ -992,7 +934,6 @@ mod tests {
             ),
             case(
                 "incremental: DELETE of an unknown pod adds it",
-                Incremental,
                 vec![],
                 upd(Delete, vec![deleting(a())]),
                 vec![s(Add, &["a"])],
@@ -1000,14 +941,12 @@ mod tests {
             // ---- Incremental: REMOVE
             case(
                 "incremental: REMOVE of a known pod",
-                Incremental,
                 vec![upd(Add, vec![a(), b()])],
                 upd(Remove, vec![a()]),
                 vec![s(Remove, &["a"])],
             ),
             case(
                 "incremental: REMOVE of an unknown pod is a no-op",
-                Incremental,
                 vec![upd(Add, vec![b()])],
                 upd(Remove, vec![a()]),
                 vec![],
@@ -1015,77 +954,66 @@ mod tests {
             // ---- Incremental: SET
             case(
                 "incremental: first SET from a source",
-                Incremental,
                 vec![],
                 upd(Set, vec![a(), b()]),
                 vec![s(Add, &["a", "b"])],
             ),
             case(
                 "incremental: empty first SET sends an empty ADD",
-                Incremental,
                 vec![],
                 upd(Set, vec![]),
                 vec![s(Add, &[])],
             ),
             case(
                 "incremental: first SET with only known pods sends an empty ADD",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Set, vec![a()]),
                 vec![s(Add, &[])],
             ),
             case(
                 "incremental: first SET that only reconciles also announces the source",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Set, vec![with_phase(a(), "Running")]),
                 vec![s(Add, &[]), s(Reconcile, &["a"])],
             ),
             case(
                 "incremental: first SET that removes also announces the source",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Set, vec![]),
                 vec![s(Remove, &["a"]), s(Add, &[])],
             ),
             case(
                 "incremental: second empty SET is silent",
-                Incremental,
                 vec![upd(Set, vec![])],
                 upd(Set, vec![]),
                 vec![],
             ),
             case(
                 "incremental: ADD after an empty SET",
-                Incremental,
                 vec![upd(Set, vec![]), upd(Set, vec![])],
                 upd(Add, vec![a()]),
                 vec![s(Add, &["a"])],
             ),
             case(
                 "incremental: SET without a pod REMOVEs it, in order before ADD and UPDATE",
-                Incremental,
                 vec![upd(Set, vec![a(), b()])],
                 upd(Set, vec![pod("b", "b", "img:2"), c()]),
                 vec![s(Remove, &["a"]), s(Add, &["c"]), s(Update, &["b"])],
             ),
             case(
                 "incremental: SET with status change only",
-                Incremental,
                 vec![upd(Set, vec![a()])],
                 upd(Set, vec![with_phase(a(), "Running")]),
                 vec![s(Reconcile, &["a"])],
             ),
             case(
                 "incremental: identical SET is silent",
-                Incremental,
                 vec![upd(Set, vec![a(), b()])],
                 upd(Set, vec![b(), a()]),
                 vec![],
             ),
             case(
                 "incremental: SET with every kind of change, in upstream's order",
-                Incremental,
                 vec![upd(Set, vec![a(), b(), pod("d", "d", "i"), pod("r", "r", "i")])],
                 upd(
                     Set,
@@ -1107,42 +1035,36 @@ mod tests {
             // ---- Incremental: RESTORE and RECONCILE
             case(
                 "incremental: RESTORE is handed on as RESTORE",
-                Incremental,
                 vec![],
                 upd(Restore, vec![a()]),
                 vec![s(Restore, &["a"])],
             ),
             case(
                 "incremental: RESTORE of a pod the source already sent is ignored",
-                Incremental,
                 vec![upd(Set, vec![a()])],
                 upd(Restore, vec![a2(), b()]),
                 vec![s(Restore, &["b"])],
             ),
             case(
                 "incremental: the first SET after a RESTORE removes what the source lost",
-                Incremental,
                 vec![upd(Restore, vec![a(), b()])],
                 upd(Set, vec![a(), c()]),
                 vec![s(Remove, &["b"]), s(Add, &["c"])],
             ),
             case(
                 "incremental: the first SET after a RESTORE of the same pods announces the source",
-                Incremental,
                 vec![upd(Restore, vec![a()])],
                 upd(Set, vec![a()]),
                 vec![s(Add, &[])],
             ),
             case(
                 "incremental: the first SET after a RESTORE updates changed pods",
-                Incremental,
                 vec![upd(Restore, vec![a()])],
                 upd(Set, vec![a2()]),
                 vec![s(Update, &["a"])],
             ),
             case(
                 "incremental: RECONCILE from a source is ignored",
-                Incremental,
                 vec![upd(Add, vec![a()])],
                 upd(Reconcile, vec![with_phase(a(), "Running")]),
                 vec![],
@@ -1150,14 +1072,12 @@ mod tests {
             // ---- Incremental: names across sources
             case(
                 "incremental: a name taken by another source holds the pod",
-                Incremental,
                 vec![from(FILE_SOURCE, Set, vec![pod("f", "web", "i")])],
                 from(HTTP_SOURCE, Set, vec![pod("h", "web", "j"), b()]),
                 vec![sf(HTTP_SOURCE, Add, &["b"])],
             ),
             case(
                 "incremental: a held pod comes in once the name is free",
-                Incremental,
                 vec![
                     from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
                     from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
@@ -1167,7 +1087,6 @@ mod tests {
             ),
             case(
                 "incremental: a held pod its source dropped never comes in",
-                Incremental,
                 vec![
                     from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
                     from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
@@ -1178,7 +1097,6 @@ mod tests {
             ),
             case(
                 "incremental: a held pod removed by REMOVE never comes in",
-                Incremental,
                 vec![
                     upd(Add, vec![pod("a1", "a", "i")]),
                     from(FILE_SOURCE, Set, vec![pod("f", "a", "j")]),
@@ -1189,14 +1107,12 @@ mod tests {
             ),
             case(
                 "incremental: a second UID with a taken name waits within a source too",
-                Incremental,
                 vec![upd(Add, vec![pod("a1", "a", "i")])],
                 upd(Add, vec![pod("a2", "a", "j")]),
                 vec![],
             ),
             case(
                 "incremental: ...and comes in right after the first is removed",
-                Incremental,
                 vec![
                     upd(Add, vec![pod("a1", "a", "i")]),
                     upd(Add, vec![pod("a2", "a", "j")]),
@@ -1206,14 +1122,12 @@ mod tests {
             ),
             case(
                 "incremental: a SET replacing a pod by a new UID of the same name",
-                Incremental,
                 vec![from(FILE_SOURCE, Set, vec![pod("f1", "web", "i")])],
                 from(FILE_SOURCE, Set, vec![pod("f2", "web", "j")]),
                 vec![sf(FILE_SOURCE, Remove, &["f1"]), sf(FILE_SOURCE, Add, &["f2"])],
             ),
             case(
                 "incremental: the earliest held pod wins a freed name",
-                Incremental,
                 vec![
                     from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
                     from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
@@ -1224,7 +1138,6 @@ mod tests {
             ),
             case(
                 "incremental: an UPDATE of a held pod is what comes in later",
-                Incremental,
                 vec![
                     from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
                     from(HTTP_SOURCE, Add, vec![pod("h", "web", "old")]),
@@ -1235,195 +1148,20 @@ mod tests {
             ),
             case(
                 "incremental: mirror pods share their static pod's name",
-                Incremental,
                 vec![from(FILE_SOURCE, Set, vec![pod("f", "web", "i")])],
                 upd(Set, vec![mirror(pod("m", "web", "i"))]),
                 vec![s(Add, &["m"])],
             ),
             case(
                 "incremental: a restored pod whose name is taken is held",
-                Incremental,
                 vec![upd(Add, vec![pod("a0", "web", "i")])],
                 upd(Restore, vec![pod("r", "web", "i"), b()]),
                 vec![s(Restore, &["b"])],
             ),
-            // ---- Snapshot
-            case(
-                "snapshot: first empty SET sends an empty SET",
-                Snapshot,
-                vec![],
-                upd(Set, vec![]),
-                vec![s(Set, &[])],
-            ),
-            case(
-                "snapshot: second empty SET is silent",
-                Snapshot,
-                vec![upd(Set, vec![])],
-                upd(Set, vec![]),
-                vec![],
-            ),
-            case(
-                "snapshot: ADD sends the whole state",
-                Snapshot,
-                vec![upd(Set, vec![]), upd(Set, vec![])],
-                upd(Add, vec![a()]),
-                vec![s(Set, &["a"])],
-            ),
-            case(
-                "snapshot: an update sends the whole state",
-                Snapshot,
-                vec![upd(Set, vec![a(), b()])],
-                upd(Update, vec![a2()]),
-                vec![s(Set, &["a", "b"])],
-            ),
-            case(
-                "snapshot: an ADD that changes a pod sends the whole state",
-                Snapshot,
-                vec![upd(Add, vec![a()])],
-                upd(Add, vec![a2()]),
-                vec![s(Set, &["a"])],
-            ),
-            case(
-                "snapshot: a graceful deletion sends the whole state",
-                Snapshot,
-                vec![upd(Set, vec![a(), b()])],
-                upd(Delete, vec![deleting(a())]),
-                vec![s(Set, &["a", "b"])],
-            ),
-            case(
-                "snapshot: a removal sends the whole state",
-                Snapshot,
-                vec![upd(Set, vec![a(), b()])],
-                upd(Set, vec![b()]),
-                vec![s(Set, &["b"])],
-            ),
-            case(
-                "snapshot: REMOVE sends the whole state",
-                Snapshot,
-                vec![upd(Set, vec![a(), b()])],
-                upd(Remove, vec![b()]),
-                vec![s(Set, &["a"])],
-            ),
-            case(
-                "snapshot: a status-only change sends nothing",
-                Snapshot,
-                vec![upd(Set, vec![a()])],
-                upd(Set, vec![with_phase(a(), "Running")]),
-                vec![],
-            ),
-            case(
-                "snapshot: the whole state covers every source",
-                Snapshot,
-                vec![from(FILE_SOURCE, Set, vec![c()])],
-                upd(Set, vec![a()]),
-                vec![s(Set, &["a", "c"])],
-            ),
-            case(
-                "snapshot: RESTORE sends the whole state",
-                Snapshot,
-                vec![],
-                upd(Restore, vec![a()]),
-                vec![s(Set, &["a"])],
-            ),
-            case(
-                "snapshot: a held pod coming in sends the whole state",
-                Snapshot,
-                vec![
-                    from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
-                    from(HTTP_SOURCE, Set, vec![pod("h", "web", "j")]),
-                ],
-                from(FILE_SOURCE, Remove, vec![pod("f", "web", "i")]),
-                vec![sf(FILE_SOURCE, Set, &["h"])],
-            ),
-            // ---- SnapshotAndUpdates
-            case(
-                "snapshot and updates: first empty SET sends an empty SET",
-                SnapshotAndUpdates,
-                vec![],
-                upd(Set, vec![]),
-                vec![s(Set, &[])],
-            ),
-            case(
-                "snapshot and updates: second empty SET is silent",
-                SnapshotAndUpdates,
-                vec![upd(Set, vec![])],
-                upd(Set, vec![]),
-                vec![],
-            ),
-            case(
-                "snapshot and updates: an addition sends the whole state",
-                SnapshotAndUpdates,
-                vec![upd(Set, vec![a()])],
-                upd(Add, vec![b()]),
-                vec![s(Set, &["a", "b"])],
-            ),
-            case(
-                "snapshot and updates: a change sends UPDATE",
-                SnapshotAndUpdates,
-                vec![upd(Set, vec![a(), b()])],
-                upd(Update, vec![a2()]),
-                vec![s(Update, &["a"])],
-            ),
-            case(
-                "snapshot and updates: an ADD that changes a pod sends UPDATE",
-                SnapshotAndUpdates,
-                vec![upd(Add, vec![a()])],
-                upd(Add, vec![a2()]),
-                vec![s(Update, &["a"])],
-            ),
-            case(
-                "snapshot and updates: a graceful deletion sends DELETE",
-                SnapshotAndUpdates,
-                vec![upd(Set, vec![a(), b()])],
-                upd(Update, vec![deleting(a())]),
-                vec![s(Delete, &["a"])],
-            ),
-            case(
-                "snapshot and updates: REMOVE sends the whole state",
-                SnapshotAndUpdates,
-                vec![upd(Set, vec![a(), b()])],
-                upd(Remove, vec![a()]),
-                vec![s(Set, &["b"])],
-            ),
-            case(
-                "snapshot and updates: removal plus change sends SET then UPDATE",
-                SnapshotAndUpdates,
-                vec![upd(Set, vec![a(), b()])],
-                upd(Set, vec![pod("b", "b", "img:2")]),
-                vec![s(Set, &["b"]), s(Update, &["b"])],
-            ),
-            case(
-                "snapshot and updates: first SET of known pods sends SET",
-                SnapshotAndUpdates,
-                vec![upd(Add, vec![a()])],
-                upd(Set, vec![a()]),
-                vec![s(Set, &["a"])],
-            ),
-            case(
-                "snapshot and updates: a status-only change sends nothing",
-                SnapshotAndUpdates,
-                vec![upd(Set, vec![a()])],
-                upd(Update, vec![with_phase(a(), "Running")]),
-                vec![],
-            ),
-            case(
-                "snapshot and updates: RESTORE sends the whole state",
-                SnapshotAndUpdates,
-                vec![],
-                upd(Restore, vec![a()]),
-                vec![s(Set, &["a"])],
-            ),
-            case(
-                "snapshot and updates: RECONCILE from a source is ignored",
-                SnapshotAndUpdates,
-                vec![upd(Set, vec![a()])],
-                upd(Reconcile, vec![with_phase(a(), "Running")]),
-                vec![],
-            ),
         ];
         let mut failures = Vec::new();
         for case in cases {
-            let mut storage = PodStorage::with_clock(case.mode, fixed_clock);
+            let mut storage = PodStorage::with_clock(fixed_clock);
             run(&mut storage, case.setup);
             let source = case.update.source.clone();
             let out = storage.merge(&source, case.update);
@@ -1443,7 +1181,7 @@ mod tests {
     /// and a status change replaces only that pod.
     #[test]
     fn stored_pods_are_shared_and_copied_only_when_they_change() {
-        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
+        let mut storage = PodStorage::with_clock(fixed_clock);
         let a = Arc::new(pod("a", "a", "i"));
         let b = Arc::new(pod("b", "b", "i"));
         let out = storage.merge(
@@ -1479,7 +1217,7 @@ mod tests {
 
     #[test]
     fn notifications_carry_the_stored_pod() {
-        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
+        let mut storage = PodStorage::with_clock(fixed_clock);
         storage.merge(API_SOURCE, upd(Add, vec![pod("a", "a", "i:1")]));
         // REMOVE carries the pod as stored (the updated copy), not the
         // caller's.
@@ -1514,7 +1252,7 @@ mod tests {
 
     #[test]
     fn merged_pods_carry_source_and_first_seen_annotations() {
-        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
+        let mut storage = PodStorage::with_clock(fixed_clock);
         let out = storage.merge(
             FILE_SOURCE,
             from(FILE_SOURCE, Set, vec![pod("u", "a", "i:1")]),
@@ -1558,7 +1296,7 @@ mod tests {
 
     #[test]
     fn sources_seen_and_merged_state() {
-        let mut storage = PodStorage::new(NotificationMode::Incremental);
+        let mut storage = PodStorage::new();
         assert!(storage.seen_sources([]));
         assert!(!storage.seen_sources([FILE_SOURCE]));
         storage.merge(API_SOURCE, upd(Add, vec![pod("u1", "a", "i")]));
@@ -1589,7 +1327,7 @@ mod tests {
 
     #[test]
     fn sources_are_independent() {
-        let mut storage = PodStorage::new(NotificationMode::Incremental);
+        let mut storage = PodStorage::new();
         storage.merge(API_SOURCE, upd(Set, vec![pod("u1", "a", "i")]));
         let out = storage.merge(FILE_SOURCE, from(FILE_SOURCE, Set, vec![]));
         assert_eq!(out.len(), 1);
@@ -1599,7 +1337,7 @@ mod tests {
 
     #[test]
     fn name_conflicts_raise_one_event_each() {
-        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
+        let mut storage = PodStorage::with_clock(fixed_clock);
         storage.merge(
             FILE_SOURCE,
             from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
@@ -1670,7 +1408,7 @@ mod tests {
         fn late_clock() -> String {
             "2030-01-01T00:00:00Z".to_string()
         }
-        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, late_clock);
+        let mut storage = PodStorage::with_clock(late_clock);
         storage.merge(
             FILE_SOURCE,
             from(FILE_SOURCE, Set, vec![pod("f", "web", "i")]),
@@ -1692,7 +1430,7 @@ mod tests {
     /// never hold the static pod back.
     #[test]
     fn api_pods_neither_hold_nor_wait_for_static_pods() {
-        let mut storage = PodStorage::with_clock(NotificationMode::Incremental, fixed_clock);
+        let mut storage = PodStorage::with_clock(fixed_clock);
         let out = storage.merge(API_SOURCE, upd(Set, vec![pod("squat", "web", "i")]));
         assert_eq!((out[0].op, out[0].pods.len()), (Add, 1));
         let out = storage.merge(
