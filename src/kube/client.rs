@@ -707,7 +707,6 @@ fn patch_payload(kind: PatchKind, body: &Value) -> Payload {
     let content_type = match kind {
         PatchKind::Strategic => "application/strategic-merge-patch+json",
         PatchKind::Merge => "application/merge-patch+json",
-        PatchKind::Json => "application/json-patch+json",
     };
     json_payload(content_type, body)
 }

@@ -75,8 +75,6 @@ pub enum PatchKind {
     Strategic,
     /// `application/merge-patch+json`
     Merge,
-    /// `application/json-patch+json`
-    Json,
 }
 
 /// The fields of a `Status` object; `code` is used when the object has none.

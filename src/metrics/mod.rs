@@ -108,17 +108,9 @@ pub fn set_node_name(name: &str) {
     n.push_str(name);
 }
 
-/// Container states as the PLEG sees them, for `kubelet_running_containers`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerStateLabel {
-    Created = 0,
-    Running = 1,
-    Exited = 2,
-    Unknown = 3,
-}
-
-/// Sets the running pods (with a ready sandbox) and containers by state,
-/// after a relist.
+/// Sets the running pods (with a ready sandbox) and the containers by the
+/// state the PLEG sees (created, running, exited, unknown: the order of
+/// `kubelet_running_containers`' series), after a relist.
 pub(crate) fn set_running(pods: u64, containers: [u64; 4]) {
     RUNNING_PODS.set(pods);
     for (g, v) in RUNNING_CONTAINERS.iter().zip(containers) {

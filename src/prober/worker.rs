@@ -234,7 +234,8 @@ impl Probes {
         }
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.probes.len()
     }
 
@@ -243,11 +244,8 @@ impl Probes {
         &self.results
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.probes.is_empty()
-    }
-
-    pub fn pods(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pods(&self) -> usize {
         self.pods.len()
     }
 
