@@ -85,6 +85,11 @@ args=(
     --pod-manifest-path "$manifests"
     --hostname-override "$node"
     --root-dir "$root_dir"
+    # The demo's image was imported (built here from busybox-static) and
+    # cannot be pulled again: image GC, which on a disk over its 85% high
+    # threshold removes unused images at start (as upstream, images found
+    # at start count as old), is off.
+    --image-gc-high-threshold 100
     --v 2
 )
 echo "+ $bin ${args[*]}"
