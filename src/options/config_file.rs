@@ -330,7 +330,10 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
                 };
                 let mut pairs = Vec::new();
                 for (name, q) in map {
-                    pairs.push((name.clone(), string(&format!("{field}.{name}"), q)?));
+                    let key = format!("{field}.{name}");
+                    let q = string(&key, q)?;
+                    crate::node::machine::check_reserved(name, &q).map_err(|e| err(&key, e))?;
+                    pairs.push((name.clone(), q));
                 }
                 if field == "kubeReserved" {
                     o.kube_reserved = pairs;
@@ -820,6 +823,16 @@ configMapAndSecretChangeDetectionStrategy: Cache
                 "hdrname.yaml",
                 format!("{head}staticPodURLHeader: {{\"B C\": [x]}}\n"),
                 "staticPodURLHeader.B C[0]: header name",
+            ),
+            (
+                "reserved.yaml",
+                format!("{head}kubeReserved: {{gpu: \"1\"}}\n"),
+                "kubeReserved.gpu: unknown resource \"gpu\"",
+            ),
+            (
+                "negative.yaml",
+                format!("{head}systemReserved: {{memory: -1Gi}}\n"),
+                "systemReserved.memory: quantity \"-1Gi\" is negative",
             ),
             (
                 "kind.yaml",

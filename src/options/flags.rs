@@ -358,12 +358,16 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Command, St
                             format!("flag --{name}: invalid number {v:?} (want one above 0)")
                         })?
             }
-            "kube-reserved" => {
-                o.kube_reserved = parse_pairs(&v, '=').map_err(|e| format!("flag --{name}: {e}"))?
-            }
-            "system-reserved" => {
-                o.system_reserved =
-                    parse_pairs(&v, '=').map_err(|e| format!("flag --{name}: {e}"))?
+            "kube-reserved" | "system-reserved" => {
+                let reserved: Vec<(String, String)> = crate::node::machine::parse_reserved(&v)
+                    .map_err(|e| format!("flag --{name}: {e}"))?
+                    .into_iter()
+                    .collect();
+                if name == "kube-reserved" {
+                    o.kube_reserved = reserved;
+                } else {
+                    o.system_reserved = reserved;
+                }
             }
             "node-ip" => {
                 o.node_ip = if v.is_empty() {
@@ -996,6 +1000,14 @@ mod tests {
             (&["--kube-api-qps", "-1"][..], "--kube-api-qps"),
             (&["--max-pods", "many"][..], "--max-pods"),
             (&["--kube-reserved", "cpu"][..], "--kube-reserved"),
+            (
+                &["--system-reserved", "gpu=1"][..],
+                "flag --system-reserved: entry \"gpu=1\": unknown resource \"gpu\"",
+            ),
+            (
+                &["--kube-reserved", "memory=-1Gi"][..],
+                "quantity \"-1Gi\" is negative",
+            ),
         ] {
             let e = parse(args).unwrap_err();
             assert!(e.contains(want), "{args:?}: {e}");

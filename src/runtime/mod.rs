@@ -58,7 +58,9 @@ use actions::{compute_pod_actions, is_restartable_init, PodActions, StartupResul
 use backoff::Backoff;
 use kill::Kill;
 use qos::CgroupDriver;
-pub use status::{ContainerState, ContainerStatus, PodStatus, RuntimeContainer, RuntimePod};
+#[cfg(test)]
+pub(crate) use status::RuntimeContainer;
+pub use status::{ContainerState, ContainerStatus, PodStatus, RuntimePod};
 
 /// How long a postStart httpGet may take (upstream sets none; the worker
 /// must not hang on a server that never answers).

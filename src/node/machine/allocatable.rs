@@ -42,19 +42,27 @@ pub fn parse_reserved(flag_value: &str) -> Result<BTreeMap<String, String>, Mach
             .split_once('=')
             .ok_or_else(|| bad("expected <resource>=<quantity>".into()))?;
         let (name, value) = (name.trim(), value.trim());
-        if !RESERVABLE.contains(&name) {
-            return Err(bad(format!(
-                "unknown resource {name:?} (want one of {})",
-                RESERVABLE.join(", ")
-            )));
-        }
-        let q = parse_quantity(value).map_err(|e| bad(e.to_string()))?;
-        if q.is_negative() {
-            return Err(bad(format!("quantity {value:?} is negative")));
-        }
+        check_reserved(name, value).map_err(bad)?;
         out.insert(name.to_string(), value.to_string());
     }
     Ok(out)
+}
+
+/// Checks one reserved resource (a flag's entry, a config file's
+/// `kubeReserved`/`systemReserved` key): a name in [`RESERVABLE`] and a
+/// valid quantity that is not negative, as the kubelet refuses others.
+pub fn check_reserved(name: &str, value: &str) -> Result<(), String> {
+    if !RESERVABLE.contains(&name) {
+        return Err(format!(
+            "unknown resource {name:?} (want one of {})",
+            RESERVABLE.join(", ")
+        ));
+    }
+    let q = parse_quantity(value).map_err(|e| e.to_string())?;
+    if q.is_negative() {
+        return Err(format!("quantity {value:?} is negative"));
+    }
+    Ok(())
 }
 
 /// The Node's `status.capacity`: cpu (cores), memory (MemTotal, in Ki as

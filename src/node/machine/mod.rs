@@ -35,7 +35,7 @@ mod pressure;
 
 pub use addresses::node_addresses;
 pub use allocatable::{
-    allocatable, capacity, parse_reserved, NODEFS_AVAILABLE_FRACTION, RESERVABLE,
+    allocatable, capacity, check_reserved, parse_reserved, NODEFS_AVAILABLE_FRACTION,
 };
 pub(crate) use filesystem::{fs_stats, FsStats};
 pub use info::{go_arch, meminfo_bytes, read_machine_info, MachineInfo};
