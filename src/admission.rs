@@ -81,27 +81,27 @@ const BIND_ALL_HOST_IP: &str = "0.0.0.0";
 
 /// What admission needs to know about this node.
 #[derive(Debug, Clone)]
-pub struct NodeInfo {
+pub(crate) struct NodeInfo {
     /// The Node object's name.
-    pub name: String,
+    pub(crate) name: String,
     /// The Node object's labels.
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// Allocatable CPU in millicores.
-    pub allocatable_milli_cpu: i64,
+    pub(crate) allocatable_milli_cpu: i64,
     /// Allocatable memory in bytes.
-    pub allocatable_memory: i64,
+    pub(crate) allocatable_memory: i64,
     /// Allocatable ephemeral storage in bytes.
-    pub allocatable_ephemeral_storage: i64,
+    pub(crate) allocatable_ephemeral_storage: i64,
     /// The most pods the node runs at once (`--max-pods`).
-    pub allowed_pod_number: i64,
+    pub(crate) allowed_pod_number: i64,
     /// The node's OS as Go names it ("linux").
-    pub os: &'static str,
+    pub(crate) os: &'static str,
     /// Whether privileged containers and host namespaces may run
     /// (`--allow-privileged`).
-    pub allow_privileged: bool,
+    pub(crate) allow_privileged: bool,
     /// The sysctls pods may set (the safe set and
     /// `--allowed-unsafe-sysctls`).
-    pub sysctls: Arc<Allowlist>,
+    pub(crate) sysctls: Arc<Allowlist>,
 }
 
 /// Why a pod was not admitted: the pod status' `reason` and `message`.

@@ -69,7 +69,7 @@ impl Clock for SystemClock {
 }
 
 /// Where events are written: the apiserver, or a fake in tests.
-pub trait EventSink: Send {
+pub(crate) trait EventSink: Send {
     /// Creates `event` in `namespace`; returns the created object.
     fn create(&mut self, namespace: &str, event: &Value) -> Result<Value, ApiError>;
     /// Applies a strategic-merge `patch` to the event `name` in `namespace`.
@@ -97,7 +97,7 @@ impl EventSink for Client {
 
 /// The `type` of an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
+pub(crate) enum EventType {
     Normal,
     Warning,
 }
@@ -114,7 +114,7 @@ impl EventType {
 /// The object an event is about (an `ObjectReference`). Empty fields are
 /// left out of the event's `involvedObject`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectRef {
+pub(crate) struct ObjectRef {
     /// `Pod` or `Node`.
     pub(crate) kind: &'static str,
     pub(crate) namespace: String,
@@ -167,7 +167,7 @@ impl ObjectRef {
     /// A reference to the node `name`. Like the kubelet, the node's name
     /// stands in for its UID and there is no namespace, so the event goes to
     /// `default`.
-    pub fn node(name: &str) -> Self {
+    pub(crate) fn node(name: &str) -> Self {
         ObjectRef {
             kind: "Node",
             namespace: String::new(),
@@ -208,13 +208,13 @@ struct RecorderInner {
 
 impl EventRecorder {
     /// A recorder that logs events at debug level and sends none.
-    pub fn disabled() -> Self {
+    pub(crate) fn disabled() -> Self {
         EventRecorder { inner: None }
     }
 
     /// Records an event about `obj`. Never blocks: when the queue is full
     /// the event is dropped.
-    pub fn event(
+    pub(crate) fn event(
         &self,
         obj: &ObjectRef,
         kind: EventType,
@@ -326,7 +326,7 @@ impl Default for BroadcasterOptions {
 /// Handle of the `events` thread. Dropping it stops the thread and joins it;
 /// queued events are dropped. A write in flight is finished first (bounded by
 /// the client's request timeout), a pause between retries is cut short.
-pub struct EventBroadcaster {
+pub(crate) struct EventBroadcaster {
     // Drop order matters: the stop sender goes first, then the join.
     _stop: Sender<()>,
     _thread: JoinOnDrop<()>,
@@ -335,7 +335,7 @@ pub struct EventBroadcaster {
 impl EventBroadcaster {
     /// Starts the `events` thread writing to `sink` as `component` (e.g.
     /// `kubelet`) on `host` (the node name), with the default options.
-    pub fn start(
+    pub(crate) fn start(
         sink: Box<dyn EventSink>,
         component: &str,
         host: &str,

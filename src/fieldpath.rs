@@ -50,7 +50,7 @@ pub struct NodeAllocatable {
 
 impl NodeAllocatable {
     /// From a `status.allocatable` map (resource name to quantity).
-    pub fn from_map(allocatable: &BTreeMap<String, String>) -> Self {
+    pub(crate) fn from_map(allocatable: &BTreeMap<String, String>) -> Self {
         NodeAllocatable {
             cpu: allocatable.get("cpu").cloned(),
             memory: allocatable.get("memory").cloned(),

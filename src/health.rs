@@ -12,7 +12,7 @@ pub(crate) const RELIST_THRESHOLD: Duration = Duration::from_secs(3 * 60);
 
 /// When the sync loop last turned and the PLEG last relisted.
 #[derive(Debug)]
-pub struct Health {
+pub(crate) struct Health {
     base: Instant,
     /// Nanoseconds after `base` of the last stamp, plus one; 0: never.
     sync_loop: AtomicU64,
@@ -25,7 +25,7 @@ pub struct Health {
 impl Health {
     /// `sync_frequency` is `--sync-frequency`, which sets the sync loop's
     /// threshold as upstream: twice it, at least 5 minutes.
-    pub fn new(sync_frequency: Duration) -> Health {
+    pub(crate) fn new(sync_frequency: Duration) -> Health {
         let now = Instant::now();
         Health {
             // An hour back, so that tests can stamp a stale turn.

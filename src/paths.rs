@@ -41,7 +41,7 @@ pub(crate) const UID_MAX: usize = 128;
 /// Modes of the directories tinylet makes under `--root-dir`: the root,
 /// `pods`, each pod's directory, its `volumes` and plugin directories
 /// (upstream's setupDataDirs and makePodDataDirs).
-pub const PRIVATE_DIR_MODE: u32 = 0o750;
+pub(crate) const PRIVATE_DIR_MODE: u32 = 0o750;
 
 /// Why `name` cannot be one element of a path, if it cannot: empty, `.` or
 /// `..`, or holding a `/` or a NUL.
@@ -100,7 +100,7 @@ pub(crate) fn pod_dir(root_dir: &Path, uid: &str) -> io::Result<PathBuf> {
 /// it, or, when it exists, narrowed to it (never widened: an administrator
 /// may have made it narrower). A symlink or a file in its place is an
 /// error.
-pub fn ensure_dir(dir: &Path, mode: u32) -> io::Result<()> {
+pub(crate) fn ensure_dir(dir: &Path, mode: u32) -> io::Result<()> {
     match fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {

@@ -15,7 +15,7 @@ pub const FILE_SOURCE: &str = "file";
 /// Pods polled from a manifest URL.
 pub const HTTP_SOURCE: &str = "http";
 /// Pods bound to this node in the API server.
-pub const API_SOURCE: &str = "api";
+pub(crate) const API_SOURCE: &str = "api";
 
 /// Which source a pod came from (`file`, `http`, `api`); set at merge time.
 pub const CONFIG_SOURCE_ANNOTATION_KEY: &str = "kubernetes.io/config.source";

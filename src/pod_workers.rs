@@ -77,7 +77,7 @@ pub(crate) struct PodWork {
 /// What a worker tells the sync loop, on one channel so that the loop
 /// reads them in the order they were sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Report {
+pub(crate) enum Report {
     /// Sync this pod (UID) again after this long.
     Resync(String, Duration),
     /// The pod's worker has finished for good (its last message).
@@ -299,7 +299,7 @@ pub struct PodWorkers {
 }
 
 impl PodWorkers {
-    pub fn new(
+    pub(crate) fn new(
         runtime: Arc<RuntimeManager>,
         cache: Arc<PodCache>,
         resync_interval: Duration,
@@ -341,7 +341,7 @@ impl PodWorkers {
 
     /// Sends each pod's status to `reporter`, with the node's IP and the
     /// runtime's name. Call before any pod is handed over.
-    pub fn with_status(
+    pub(crate) fn with_status(
         mut self,
         reporter: StatusReporter,
         host_ip: Option<String>,
@@ -359,7 +359,7 @@ impl PodWorkers {
 
     /// Sets up pod volumes with `volumes` (which knows the apiserver).
     /// Call before any pod is handed over.
-    pub fn with_volumes(mut self, volumes: Arc<VolumeManager>) -> Self {
+    pub(crate) fn with_volumes(mut self, volumes: Arc<VolumeManager>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.volumes = volumes;
         } else {
@@ -370,7 +370,7 @@ impl PodWorkers {
 
     /// Tells `prober` about each pod's containers after every sync. Call
     /// before any pod is handed over.
-    pub fn with_prober(mut self, prober: ProberHandle) -> Self {
+    pub(crate) fn with_prober(mut self, prober: ProberHandle) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.prober = prober;
         } else {

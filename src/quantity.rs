@@ -14,13 +14,13 @@ use std::fmt;
 
 /// A Kubernetes quantity in thousandths ("500m" → 500, "2" → 2000), rounded
 /// up like the API's `MilliValue`.
-pub fn parse_millis(q: &str) -> Option<i64> {
+pub(crate) fn parse_millis(q: &str) -> Option<i64> {
     parse_quantity_scaled(q, 3)
 }
 
 /// A Kubernetes quantity in whole units, bytes for memory ("128Mi", "1G",
 /// "1e6", "1000"), rounded up like the API's `Value`.
-pub fn parse_bytes(q: &str) -> Option<i64> {
+pub(crate) fn parse_bytes(q: &str) -> Option<i64> {
     parse_quantity_scaled(q, 0)
 }
 
@@ -30,14 +30,14 @@ pub fn parse_bytes(q: &str) -> Option<i64> {
 /// The grammar is the API's (see `Parts`), after trimming surrounding
 /// whitespace as the API's JSON decoding does. Negative quantities give
 /// `None`: nothing here has a use for them.
-pub fn parse_quantity_scaled(q: &str, scale: i32) -> Option<i64> {
+pub(crate) fn parse_quantity_scaled(q: &str, scale: i32) -> Option<i64> {
     parse_quantity_wide(q, scale).map(|v| i64::try_from(v).unwrap_or(i64::MAX))
 }
 
 /// Like [`parse_quantity_scaled`], with `u128` room (saturating at
 /// `u128::MAX`): for ratios of quantities that `i64` cannot hold at a fine
 /// scale, such as gibibytes counted in nanounits.
-pub fn parse_quantity_wide(q: &str, scale: i32) -> Option<u128> {
+pub(crate) fn parse_quantity_wide(q: &str, scale: i32) -> Option<u128> {
     let parts = Parts::split(q.trim()).ok()?;
     if parts.negative {
         return None;

@@ -16,13 +16,13 @@ pub(crate) const DEFAULT_MAX_OPEN_FILES: u64 = 1_000_000;
 
 /// What [`raise_open_files`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpenFiles {
+pub(crate) struct OpenFiles {
     /// The soft limit before.
-    pub was: u64,
+    pub(crate) was: u64,
     /// The soft limit now.
-    pub soft: u64,
+    pub(crate) soft: u64,
     /// The hard limit (unchanged).
-    pub hard: u64,
+    pub(crate) hard: u64,
 }
 
 /// The soft limit to set for `wanted` open files under the hard limit
@@ -32,7 +32,7 @@ fn capped(wanted: u64, hard: u64) -> u64 {
 }
 
 /// Sets the soft `RLIMIT_NOFILE` to `wanted` capped at the hard limit.
-pub fn raise_open_files(wanted: u64) -> std::io::Result<OpenFiles> {
+pub(crate) fn raise_open_files(wanted: u64) -> std::io::Result<OpenFiles> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

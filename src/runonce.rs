@@ -51,7 +51,7 @@ pub(crate) const RUNNING_SETTLE: Duration = Duration::from_secs(2);
 
 /// How a pod ended up.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Every container of the pod is running.
     Running,
     /// It cannot run (the reason, as its status gives it).
@@ -74,7 +74,7 @@ impl std::fmt::Display for Outcome {
 }
 
 /// One pod's line: `<namespace>/<name>: <outcome>`.
-pub fn line(pod: &Pod, outcome: &Outcome) -> String {
+pub(crate) fn line(pod: &Pod, outcome: &Outcome) -> String {
     format!("{}/{}: {outcome}", pod_namespace(pod), pod_name(pod))
 }
 
@@ -201,7 +201,7 @@ fn container_failure(pod: &Pod, status: &ApiPodStatus) -> Option<String> {
 
 /// Takes the first SET of every source in `expected` from `updates`, for
 /// at most `wait`. A source that sent none in time is an error naming it.
-pub fn first_sets(
+pub(crate) fn first_sets(
     updates: &Receiver<PodUpdate>,
     expected: &[&str],
     wait: Duration,
@@ -236,7 +236,7 @@ pub fn first_sets(
 
 /// The `runonce` thread: watches the pods' statuses and stops the sync loop
 /// once each is decided.
-pub struct Monitor {
+pub(crate) struct Monitor {
     thread: JoinOnDrop<Vec<Outcome>>,
 }
 
@@ -244,7 +244,7 @@ impl Monitor {
     /// Starts watching `pods` through `reporter` until `timeout` has passed
     /// or `signals` speaks. Returns the monitor and the receiver to give the
     /// sync loop as its stop input: it disconnects when the monitor is done.
-    pub fn start(
+    pub(crate) fn start(
         pods: Vec<Arc<Pod>>,
         reporter: StatusReporter,
         timeout: Duration,
@@ -258,7 +258,7 @@ impl Monitor {
     }
 
     /// Each pod's outcome, in the order given to `start`.
-    pub fn outcomes(self) -> Vec<Outcome> {
+    pub(crate) fn outcomes(self) -> Vec<Outcome> {
         self.thread.join().unwrap_or_else(|_| {
             log::error!("runonce: the monitor thread panicked");
             Vec::new()

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 /// The Kubernetes version tinylet reports unless told otherwise: the API
 /// level it implements (clients compare it like a kubelet's).
-pub const DEFAULT_KUBELET_VERSION: &str = "v1.20.2";
+pub(crate) const DEFAULT_KUBELET_VERSION: &str = "v1.20.2";
 
 /// The variable that sets the reported version, in the environment or in
 /// [`DEFAULTS_FILE`].
@@ -27,7 +27,7 @@ pub const DEFAULTS_FILE: &str = "/etc/default/tinylet";
 static KUBELET_VERSION: OnceLock<String> = OnceLock::new();
 
 /// The Kubernetes version tinylet reports, e.g. `v1.20.2`.
-pub fn kubelet() -> &'static str {
+pub(crate) fn kubelet() -> &'static str {
     KUBELET_VERSION
         .get()
         .map(String::as_str)

@@ -16,9 +16,9 @@
 //! runs meanwhile: the agent is not a node until it has its certificate.
 //! `rotation` renews the pair later, with `--rotate-certificates`.
 
-pub mod request;
-pub mod rotation;
-pub mod store;
+pub(crate) mod request;
+pub(crate) mod rotation;
+pub(crate) mod store;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -32,37 +32,38 @@ use request::{Error, Request};
 use store::Store;
 
 /// The client pair's name in the store.
-pub const CLIENT_PAIR: &str = "kubelet-client";
+pub(crate) const CLIENT_PAIR: &str = "kubelet-client";
 /// The signer of node client certificates.
-pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub(crate) const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// The group every node's certificate names.
-pub const NODES_GROUP: &str = "system:nodes";
+pub(crate) const NODES_GROUP: &str = "system:nodes";
 /// The usages of a node client request. v1.20's approver recognizes
 /// exactly these three for every key type; later ones also take them (and
 /// drop `key encipherment` as optional for non-RSA keys).
-pub const CLIENT_USAGES: &[&str] = &["digital signature", "key encipherment", "client auth"];
+pub(crate) const CLIENT_USAGES: &[&str] = &["digital signature", "key encipherment", "client auth"];
 /// The serving pair's name in the store.
-pub const SERVING_PAIR: &str = "kubelet-server";
+pub(crate) const SERVING_PAIR: &str = "kubelet-server";
 /// The signer of node serving certificates; never approved automatically.
-pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+pub(crate) const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 /// The usages of a node serving request, as v1.20's validation wants them.
-pub const SERVING_USAGES: &[&str] = &["digital signature", "key encipherment", "server auth"];
+pub(crate) const SERVING_USAGES: &[&str] =
+    &["digital signature", "key encipherment", "server auth"];
 
 /// What a request asks for: always `O=system:nodes`,
 /// `CN=system:node:<node>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spec {
-    pub signer: &'static str,
-    pub usages: &'static [&'static str],
-    pub node: String,
+pub(crate) struct Spec {
+    pub(crate) signer: &'static str,
+    pub(crate) usages: &'static [&'static str],
+    pub(crate) node: String,
     /// Subject alternative names (serving only).
-    pub dns_names: Vec<String>,
-    pub ips: Vec<IpAddr>,
+    pub(crate) dns_names: Vec<String>,
+    pub(crate) ips: Vec<IpAddr>,
 }
 
 impl Spec {
     /// The node's client certificate: no names.
-    pub fn client(node: &str) -> Spec {
+    pub(crate) fn client(node: &str) -> Spec {
         Spec {
             signer: CLIENT_SIGNER,
             usages: CLIENT_USAGES,
@@ -73,7 +74,7 @@ impl Spec {
     }
 
     /// The node API's serving certificate for these names and addresses.
-    pub fn serving(node: &str, dns_names: Vec<String>, ips: Vec<IpAddr>) -> Spec {
+    pub(crate) fn serving(node: &str, dns_names: Vec<String>, ips: Vec<IpAddr>) -> Spec {
         Spec {
             signer: SERVING_SIGNER,
             usages: SERVING_USAGES,
@@ -86,25 +87,25 @@ impl Spec {
 
 /// What bootstrapping needs to know.
 #[derive(Debug, Clone)]
-pub struct Bootstrap {
+pub(crate) struct Bootstrap {
     /// `--kubeconfig`: read if good, written otherwise.
-    pub kubeconfig: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
     /// `--bootstrap-kubeconfig`: the credentials that may ask.
-    pub bootstrap_kubeconfig: PathBuf,
+    pub(crate) bootstrap_kubeconfig: PathBuf,
     /// `--cert-dir`.
-    pub cert_dir: PathBuf,
-    pub node: String,
-    pub client_options: ClientOptions,
+    pub(crate) cert_dir: PathBuf,
+    pub(crate) node: String,
+    pub(crate) client_options: ClientOptions,
     /// First and longest pause between tries.
-    pub backoff: (Duration, Duration),
+    pub(crate) backoff: (Duration, Duration),
     /// How long one request is waited for before it is read again from
     /// the start (upstream: an hour).
-    pub wait: Duration,
+    pub(crate) wait: Duration,
 }
 
 /// Where the node's credentials came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// `--kubeconfig` was good as it was.
     Existing,
     /// The store's current certificate was still good; the kubeconfig was
@@ -118,7 +119,7 @@ pub enum Outcome {
 /// asking the cluster for one if needed; blocks until it does. An error is
 /// one no retry can fix (no bootstrap kubeconfig, a cert dir that cannot
 /// be written).
-pub fn load_client_cert(b: &Bootstrap) -> Result<Outcome, String> {
+pub(crate) fn load_client_cert(b: &Bootstrap) -> Result<Outcome, String> {
     match still_valid(&b.kubeconfig, SystemTime::now()) {
         Ok(()) => return Ok(Outcome::Existing),
         Err(why) => info!(
@@ -267,7 +268,7 @@ fn pending_key(store: &Store) -> Result<Vec<u8>, String> {
 /// pair (what TLS bootstrap writes), the one rotation renews. Upstream's
 /// manager takes over any kubeconfig's certificate; tinylet rotates only
 /// the pair it keeps, and leaves certificates an operator placed alone.
-pub fn managed(kubeconfig: &KubeConfig, store: &Store) -> Result<(), String> {
+pub(crate) fn managed(kubeconfig: &KubeConfig, store: &Store) -> Result<(), String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let leaf = |pem: &[u8]| {

@@ -22,22 +22,22 @@ const WATCH_SECONDS: u64 = 300;
 
 /// What a request is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     /// `spec.signerName`.
-    pub signer: &'static str,
+    pub(crate) signer: &'static str,
     /// `spec.usages`, in the order they are sent.
-    pub usages: &'static [&'static str],
+    pub(crate) usages: &'static [&'static str],
     /// The PKCS#10 request, PEM.
-    pub csr_pem: String,
+    pub(crate) csr_pem: String,
     /// The name it is created under (see [`name`]).
-    pub name: String,
+    pub(crate) name: String,
     /// The DER SubjectPublicKeyInfo of the request's key.
-    pub spki: Vec<u8>,
+    pub(crate) spki: Vec<u8>,
 }
 
 /// Why a request ended without a certificate.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// The request was denied (condition `Denied`): its reason and message.
     Denied(String),
     /// The signer could not sign it (condition `Failed`).
@@ -46,7 +46,7 @@ pub enum Refused {
 
 /// How a request ended.
 #[derive(Debug)]
-pub enum Error {
+pub(crate) enum Error {
     /// The cluster said no: ask again with a new key.
     Refused(Refused),
     /// The apiserver could not be reached or answered oddly: ask again
@@ -76,7 +76,12 @@ impl From<ApiError> for Error {
 /// `node-csr-<digest>`: the digest (SHA-512/256, base64url) of the public
 /// key, the subject's CN and organizations and the usages, each written
 /// base64url with a `|` after it, as upstream names node requests.
-pub fn name(spki_der: &[u8], common_name: &str, organizations: &[&str], usages: &[&str]) -> String {
+pub(crate) fn name(
+    spki_der: &[u8],
+    common_name: &str,
+    organizations: &[&str],
+    usages: &[&str],
+) -> String {
     let encode = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
     let mut input = String::new();
     let mut write = |b: &[u8]| {
@@ -98,7 +103,7 @@ pub fn name(spki_der: &[u8], common_name: &str, organizations: &[&str], usages: 
 /// Creates the request (or finds it made by an earlier try with the same
 /// key) and waits until `deadline` for its certificate: PEM, the chain as
 /// the signer issued it.
-pub fn request_certificate(
+pub(crate) fn request_certificate(
     client: &Client,
     req: &Request,
     deadline: Instant,

@@ -44,7 +44,7 @@ const SPREAD: f64 = 0.2;
 const MAX_SLEEP: Duration = Duration::from_secs(600);
 
 /// Which pair is kept fresh.
-pub enum Kind {
+pub(crate) enum Kind {
     /// The node's client certificate, already in use by `client`. When it
     /// has expired, the bootstrap kubeconfig (if it still exists) asks.
     Client {
@@ -59,29 +59,29 @@ pub enum Kind {
 
 /// Puts a newly stored pair in use; an error is retried like a failed
 /// request.
-pub type OnIssued = Box<dyn Fn(&Pair) -> Result<(), String> + Send>;
+pub(crate) type OnIssued = Box<dyn Fn(&Pair) -> Result<(), String> + Send>;
 
 /// What a rotation thread needs.
-pub struct Rotation {
+pub(crate) struct Rotation {
     /// Where the pair is kept (`kubelet-client`, `kubelet-server`).
-    pub store: Store,
-    pub spec: Spec,
-    pub kind: Kind,
+    pub(crate) store: Store,
+    pub(crate) spec: Spec,
+    pub(crate) kind: Kind,
     /// The node's client: it asks.
-    pub client: Client,
+    pub(crate) client: Client,
     /// Puts a newly stored pair in use (the client's identity, the
     /// server's certificate); an error is retried like a failed request.
-    pub on_issued: OnIssued,
+    pub(crate) on_issued: OnIssued,
     /// First and longest pause between failed tries.
-    pub backoff: (Duration, Duration),
+    pub(crate) backoff: (Duration, Duration),
     /// How long one request is waited for.
-    pub wait: Duration,
-    pub recorder: EventRecorder,
+    pub(crate) wait: Duration,
+    pub(crate) recorder: EventRecorder,
 }
 
 /// When a pair is renewed: `fraction` (in [0, 1)) of the way from 70% to
 /// 90% of its life.
-pub fn deadline(pair: &Pair, fraction: f64) -> SystemTime {
+pub(crate) fn deadline(pair: &Pair, fraction: f64) -> SystemTime {
     let life = pair
         .not_after
         .duration_since(pair.not_before)
@@ -102,7 +102,10 @@ fn jitter() -> f64 {
 impl Rotation {
     /// Starts the thread (`cert-rotation`, `serving-cert`); it ends when
     /// `stop` fires or is dropped.
-    pub fn start(self, stop: Receiver<()>) -> std::io::Result<crate::thread::JoinOnDrop<()>> {
+    pub(crate) fn start(
+        self,
+        stop: Receiver<()>,
+    ) -> std::io::Result<crate::thread::JoinOnDrop<()>> {
         let name = match self.kind {
             Kind::Client { .. } => "cert-rotation",
             Kind::Serving => "serving-cert",

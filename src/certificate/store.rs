@@ -15,28 +15,28 @@ use crate::atomic_file::{write_file, Durability};
 
 /// A certificate and its key, as read from the store.
 #[derive(Debug, Clone)]
-pub struct Pair {
+pub(crate) struct Pair {
     /// The file the pair was read from (`<pair>-current.pem`).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// PEM: the certificate chain, leaf first.
-    pub cert_pem: Vec<u8>,
+    pub(crate) cert_pem: Vec<u8>,
     /// PEM: the private key.
-    pub key_pem: Vec<u8>,
+    pub(crate) key_pem: Vec<u8>,
     /// The leaf's validity.
-    pub not_before: SystemTime,
-    pub not_after: SystemTime,
+    pub(crate) not_before: SystemTime,
+    pub(crate) not_after: SystemTime,
 }
 
 impl Pair {
     /// Reads a file holding a certificate chain and a key, in any order.
-    pub fn read(path: &Path) -> Result<Pair, String> {
+    pub(crate) fn read(path: &Path) -> Result<Pair, String> {
         let file = path.display();
         let bytes = fs::read(path).map_err(|e| format!("{file}: {e}"))?;
         Pair::from_pem(path, &bytes).map_err(|e| format!("{file}: {e}"))
     }
 
     /// A pair from PEM text with both the chain and the key.
-    pub fn from_pem(path: &Path, pem: &[u8]) -> Result<Pair, String> {
+    pub(crate) fn from_pem(path: &Path, pem: &[u8]) -> Result<Pair, String> {
         use rustls::pki_types::pem::{PemObject, SectionKind};
         let (mut cert_pem, mut key_pem) = (String::new(), String::new());
         let mut leaf = None;
@@ -77,7 +77,7 @@ impl Pair {
     }
 
     /// Whether `now` is inside the certificate's validity.
-    pub fn valid_at(&self, now: SystemTime) -> bool {
+    pub(crate) fn valid_at(&self, now: SystemTime) -> bool {
         self.not_before <= now && now < self.not_after
     }
 }
@@ -85,13 +85,13 @@ impl Pair {
 /// The pairs of one name (`kubelet-client`, `kubelet-server`) in one
 /// directory.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub(crate) struct Store {
     dir: PathBuf,
     pair: String,
 }
 
 impl Store {
-    pub fn new(dir: &Path, pair: &str) -> Store {
+    pub(crate) fn new(dir: &Path, pair: &str) -> Store {
         Store {
             dir: dir.to_path_buf(),
             pair: pair.to_string(),
@@ -99,17 +99,17 @@ impl Store {
     }
 
     /// `<dir>/<pair>-current.pem`, the path kubeconfigs name.
-    pub fn current_path(&self) -> PathBuf {
+    pub(crate) fn current_path(&self) -> PathBuf {
         self.dir.join(format!("{}-current.pem", self.pair))
     }
 
     /// `<dir>/<pair>.key.tmp`, the key of a request not yet answered.
-    pub fn pending_key_path(&self) -> PathBuf {
+    pub(crate) fn pending_key_path(&self) -> PathBuf {
         self.dir.join(format!("{}.key.tmp", self.pair))
     }
 
     /// The current pair; `Ok(None)` when there is none yet.
-    pub fn current(&self) -> Result<Option<Pair>, String> {
+    pub(crate) fn current(&self) -> Result<Option<Pair>, String> {
         let path = self.current_path();
         match fs::symlink_metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -120,7 +120,12 @@ impl Store {
 
     /// Keeps a newly issued pair: a dated file, then the `-current` link
     /// moved onto it. Returns the pair as read back.
-    pub fn update(&self, cert_pem: &[u8], key_pem: &[u8], now: SystemTime) -> Result<Pair, String> {
+    pub(crate) fn update(
+        &self,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        now: SystemTime,
+    ) -> Result<Pair, String> {
         create_dir(&self.dir)?;
         let mut both = cert_pem.to_vec();
         if !both.ends_with(b"\n") {

@@ -27,12 +27,12 @@ use crate::kube::{Client, ListWatch, Reflector};
 use crate::pod::{is_mirror_pod, pod_full_name, pod_uid, API_SOURCE};
 
 /// Handle of the source; dropping it stops the reflector.
-pub struct ApiSource {
+pub(crate) struct ApiSource {
     _reflector: Reflector,
 }
 
 impl ApiSource {
-    pub fn start(
+    pub(crate) fn start(
         client: Client,
         node: &str,
         updates: Sender<PodUpdate>,

@@ -47,7 +47,7 @@ pub(crate) const MAX_TOTAL_CHECKPOINTS: usize = 32 * 1024 * 1024;
 /// lock and never does I/O for it; the checkpointer reads them when it
 /// writes (on the API source's thread).
 #[derive(Debug, Default)]
-pub struct Admissions {
+pub(crate) struct Admissions {
     decided: Mutex<HashMap<String, bool>>,
 }
 
@@ -78,7 +78,7 @@ const FILE_SUFFIX: &str = ".yaml";
 #[derive(Debug, Default)]
 pub struct Checkpoints {
     /// Pods from valid checkpoints, in file name order.
-    pub pods: Vec<Pod>,
+    pub(crate) pods: Vec<Pod>,
     /// Files that were skipped, with the reason (already logged).
     pub(crate) skipped: Vec<(PathBuf, String)>,
 }

@@ -92,7 +92,7 @@ impl FileSource {
     /// every change. `period` is the full re-list interval (zero means
     /// [`DEFAULT_FILE_CHECK_FREQUENCY`]). A missing path is not an error: it
     /// holds no pods until it appears.
-    pub fn start(
+    pub(crate) fn start(
         path: PathBuf,
         node_name: String,
         period: Duration,

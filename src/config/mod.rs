@@ -29,13 +29,13 @@ use crate::events::{EventType, ObjectRef};
 
 pub use k8s_openapi::api::core::v1::Pod;
 
-pub use api::ApiSource;
+pub(crate) use api::ApiSource;
 pub use checkpoint::{load_checkpoints, write_checkpoint, Checkpoints};
 pub use decode::{decode_pod, decode_pod_or_list, DecodeError};
 pub use defaults::{apply_static_defaults, generate_pod_name, static_pod_uid};
 pub use file::{parse_manifest, FileSource, DEFAULT_FILE_CHECK_FREQUENCY, MAX_MANIFEST_SIZE};
 pub use http::{parse_manifests, HttpSource, DEFAULT_HTTP_CHECK_FREQUENCY, HTTP_REQUEST_TIMEOUT};
-pub use pod_config::PodConfig;
+pub(crate) use pod_config::PodConfig;
 
 /// What a [`PodUpdate`] means. Sources send SET, ADD, UPDATE, DELETE, REMOVE
 /// and RESTORE; the merged stream carries ADD, UPDATE, DELETE, REMOVE,
@@ -63,7 +63,7 @@ pub enum PodOperation {
 /// because its full name is taken), for the event recorder; the merge also
 /// logs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodEvent {
+pub(crate) struct PodEvent {
     /// The pod the event is about.
     pub(crate) object: ObjectRef,
     /// The source the pod came from.

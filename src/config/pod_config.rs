@@ -36,14 +36,14 @@ use crate::thread::{spawn_named, JoinOnDrop};
 /// are never dropped or reordered, and the sources in turn block on their
 /// own channels. This is back-pressure, not loss; the sync loop only
 /// dispatches and drains it quickly.
-pub const UPDATES_CHANNEL_CAPACITY: usize = 50;
+pub(crate) const UPDATES_CHANNEL_CAPACITY: usize = 50;
 
 /// Capacity of each source's channel into the `pod-config` thread.
 ///
 /// When it is full the source blocks in `send`: its updates can't be
 /// dropped (an incremental source such as the API watch can't resend a lost
 /// ADD), and a source with nothing to do but wait costs nothing.
-pub const SOURCE_CHANNEL_CAPACITY: usize = 8;
+pub(crate) const SOURCE_CHANNEL_CAPACITY: usize = 8;
 
 /// Capacity of the requests channel into the `pod-config` thread. A
 /// caller blocks while it is full, as a source does on its own channel;
@@ -220,7 +220,7 @@ impl PodConfig {
     /// Returns the config and the receiving end of the merged updates
     /// channel (capacity [`UPDATES_CHANNEL_CAPACITY`]). The merge's events
     /// (a pod ignored because its full name is taken) go to `recorder`.
-    pub fn new(recorder: EventRecorder) -> (PodConfig, Receiver<PodUpdate>) {
+    pub(crate) fn new(recorder: EventRecorder) -> (PodConfig, Receiver<PodUpdate>) {
         let storage = PodStorage::new();
         let (updates_tx, updates_rx) = bounded(UPDATES_CHANNEL_CAPACITY);
         let (stop_tx, stop_rx) = bounded(0);
@@ -259,7 +259,7 @@ impl PodConfig {
     /// source with the `pod-config` thread; later calls return the same
     /// channel. The source name given here, not the `source` field of what
     /// is sent, decides where pods are merged.
-    pub fn channel(&self, source: &str) -> Sender<PodUpdate> {
+    pub(crate) fn channel(&self, source: &str) -> Sender<PodUpdate> {
         let (tx, rx) = bounded(SOURCE_CHANNEL_CAPACITY);
         {
             let mut sources = self.sources.lock();
@@ -288,7 +288,7 @@ impl PodConfig {
     /// a channel, has had a SET merged and its notifications delivered to the
     /// updates channel (upstream `SeenAllSources`). ADD, UPDATE and RESTORE
     /// don't count: only a SET is a source's complete word.
-    pub fn seen_all_sources(&self, expected: &[&str]) -> bool {
+    pub(crate) fn seen_all_sources(&self, expected: &[&str]) -> bool {
         let registered: Vec<String> = self.sources.lock().keys().cloned().collect();
         let seen = self.seen.read();
         expected.iter().all(|s| seen.contains(*s)) && registered.iter().all(|s| seen.contains(s))
@@ -308,7 +308,7 @@ impl PodConfig {
     /// as seen: only its own SET does that. May block on a full updates
     /// channel, so it must not be called from the thread that reads that
     /// channel; call it before the sync loop is busy.
-    pub fn restore(&self, source: &str, pods: Vec<Arc<Pod>>) {
+    pub(crate) fn restore(&self, source: &str, pods: Vec<Arc<Pod>>) {
         let request = |done| Request::Restore(source.to_string(), pods, done);
         if self.ask(request).is_none() {
             log::debug!("config: restore not delivered, the updates channel is closed");
@@ -323,7 +323,8 @@ impl PodConfig {
     }
 
     /// The names of the sources that asked for a channel.
-    pub fn sources(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn sources(&self) -> Vec<String> {
         self.sources.lock().keys().cloned().collect()
     }
 }

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::SeccompProfile;
 
 /// One problem with one field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldError {
+pub(crate) struct FieldError {
     /// JSON path of the field, e.g. `spec.containers[0].image`.
     pub(crate) field: String,
     pub(crate) message: String,

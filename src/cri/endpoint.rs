@@ -9,7 +9,7 @@ pub(crate) const MAX_SOCKET_PATH: usize = 107;
 
 /// A validated unix-socket endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     path: PathBuf,
     target: String,
 }

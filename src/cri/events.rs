@@ -30,7 +30,7 @@ use super::error::CriError;
 /// The method on containerd's socket.
 pub(crate) const SUBSCRIBE: &str = "/containerd.services.events.v1.Events/Subscribe";
 /// The namespace the CRI plugin keeps pods and images in.
-pub const CRI_NAMESPACE: &str = "k8s.io";
+pub(crate) const CRI_NAMESPACE: &str = "k8s.io";
 
 /// What a subscription asks for: the filters (containerd's filter syntax;
 /// several are alternatives).
@@ -42,8 +42,8 @@ pub(crate) struct SubscribeRequest {
 /// One event: where it happened and what (`/tasks/exit`, ...).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Envelope {
-    pub namespace: String,
-    pub topic: String,
+    pub(crate) namespace: String,
+    pub(crate) topic: String,
 }
 
 /// The filters for changes to the CRI namespace's tasks and containers
@@ -129,7 +129,7 @@ struct StopState {
 }
 
 impl Stopper {
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.0.stopped.store(true, Ordering::SeqCst);
         if let Some(t) = self.0.reader.lock().as_ref() {
             t.unpark();

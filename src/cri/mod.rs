@@ -10,7 +10,7 @@
 pub mod api;
 mod endpoint;
 mod error;
-pub mod events;
+pub(crate) mod events;
 pub mod grpc;
 mod remote;
 

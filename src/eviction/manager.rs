@@ -50,7 +50,7 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A pod the sync loop is to evict.
 #[derive(Debug)]
-pub struct Eviction {
+pub(crate) struct Eviction {
     pub(crate) pod: Arc<Pod>,
     /// The pod's status message.
     pub(crate) message: String,
@@ -59,20 +59,20 @@ pub struct Eviction {
 }
 
 /// What the manager works with.
-pub struct Config {
-    pub thresholds: Vec<Threshold>,
-    pub transition_period: Duration,
-    pub max_pod_grace_period: i64,
-    pub root_dir: PathBuf,
-    pub logs_dir: PathBuf,
-    pub interval: Duration,
+pub(crate) struct Config {
+    pub(crate) thresholds: Vec<Threshold>,
+    pub(crate) transition_period: Duration,
+    pub(crate) max_pod_grace_period: i64,
+    pub(crate) root_dir: PathBuf,
+    pub(crate) logs_dir: PathBuf,
+    pub(crate) interval: Duration,
     /// `--container-log-max-size` and `-files`, for the rotated logs.
-    pub log_max_size: u64,
-    pub log_max_files: usize,
+    pub(crate) log_max_size: u64,
+    pub(crate) log_max_files: usize,
 }
 
 /// Handle of the `eviction-manager` thread; dropping it stops and joins it.
-pub struct EvictionManager {
+pub(crate) struct EvictionManager {
     _stop: Sender<()>,
     _thread: crate::thread::JoinOnDrop<()>,
 }
@@ -94,7 +94,7 @@ struct Manager {
 
 impl EvictionManager {
     #[allow(clippy::too_many_arguments)]
-    pub fn start(
+    pub(crate) fn start(
         config: Config,
         runtime: Arc<dyn RuntimeService>,
         images: Arc<dyn ImageService>,

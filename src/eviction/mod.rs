@@ -21,7 +21,7 @@
 //! node every 10 s, reclaims node-level resources and asks the sync loop
 //! to evict.
 
-pub mod manager;
+pub(crate) mod manager;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
-pub use crate::node::pressure::{Condition, State};
+pub(crate) use crate::node::pressure::{Condition, State};
 use crate::pod::is_critical;
 use crate::quantity::{format_binary_si, format_decimal_si, parse_quantity};
 use crate::stats::PodUsage;
@@ -37,7 +37,7 @@ use crate::stats::PodUsage;
 /// The reason of an evicted pod and of a pod refused under pressure.
 pub(crate) const REASON: &str = "Evicted";
 /// How often the node is observed (upstream's monitoring interval).
-pub const MONITORING_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const MONITORING_INTERVAL: Duration = Duration::from_secs(10);
 /// `--eviction-hard`'s default on Linux.
 pub(crate) const DEFAULT_HARD: &str =
     "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%";
@@ -45,7 +45,7 @@ pub(crate) const DEFAULT_HARD: &str =
 pub(crate) const DEFAULT_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
 /// An eviction signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Signal {
+pub(crate) enum Signal {
     MemoryAvailable,
     NodeFsAvailable,
     NodeFsInodesFree,
@@ -130,7 +130,7 @@ impl Value {
 
 /// One threshold: the signal below `value` is pressure.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Threshold {
+pub(crate) struct Threshold {
     pub(crate) signal: Signal,
     pub(crate) value: Value,
     /// Zero for a hard threshold.
@@ -147,15 +147,15 @@ impl Threshold {
 /// The eviction settings as the flags and the configuration file give
 /// them, keyed by signal name.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub(crate) hard: BTreeMap<String, String>,
     pub(crate) soft: BTreeMap<String, String>,
     pub(crate) soft_grace_period: BTreeMap<String, String>,
     pub(crate) minimum_reclaim: BTreeMap<String, String>,
-    pub pressure_transition_period: Duration,
+    pub(crate) pressure_transition_period: Duration,
     /// Seconds; the longest grace period given to a pod evicted for a
     /// soft threshold.
-    pub max_pod_grace_period: i64,
+    pub(crate) max_pod_grace_period: i64,
 }
 
 impl Default for Settings {
@@ -222,7 +222,7 @@ fn parse_value(signal: Signal, text: &str) -> Result<Option<Value>, String> {
 /// The thresholds of `s` (upstream `ParseThresholdConfig`): hard ones,
 /// then soft ones with their grace periods (each soft threshold needs
 /// one), each with its minimum reclaim. Errors name the signal.
-pub fn thresholds(s: &Settings) -> Result<Vec<Threshold>, String> {
+pub(crate) fn thresholds(s: &Settings) -> Result<Vec<Threshold>, String> {
     let mut graces = BTreeMap::new();
     for (name, v) in &s.soft_grace_period {
         let signal = Signal::parse(name)?;
@@ -275,7 +275,7 @@ pub fn thresholds(s: &Settings) -> Result<Vec<Threshold>, String> {
 
 /// The hard threshold's text of `signal` (for allocatable), "0" when
 /// there is none.
-pub fn hard_value(s: &Settings, signal: Signal) -> &str {
+pub(crate) fn hard_value(s: &Settings, signal: Signal) -> &str {
     s.hard
         .get(signal.name())
         .filter(|v| *v != "0%" && *v != "100%")

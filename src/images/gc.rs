@@ -24,7 +24,7 @@ pub(crate) const PERIOD: Duration = Duration::from_secs(300);
 
 /// The thresholds and age limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Percent of the image filesystem in use that starts a collection.
     pub(crate) high_threshold: u8,
     /// Percent a collection tries to get down to.
@@ -68,7 +68,7 @@ impl Policy {
     }
 
     /// A high threshold of 100 turns image GC off, as upstream.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.high_threshold < 100
     }
 
@@ -147,7 +147,7 @@ pub(crate) fn sandbox_image(info: &HashMap<String, String>) -> Option<String> {
         .map(String::from)
 }
 
-pub struct ImageGc {
+pub(crate) struct ImageGc {
     runtime: Arc<dyn RuntimeService>,
     images: Arc<dyn ImageService>,
     policy: Policy,
@@ -168,7 +168,7 @@ pub(crate) struct Pass {
 }
 
 impl ImageGc {
-    pub fn new(
+    pub(crate) fn new(
         runtime: Arc<dyn RuntimeService>,
         images: Arc<dyn ImageService>,
         policy: Policy,
@@ -360,7 +360,7 @@ impl ImageGc {
 type FsStat<'a> = &'a dyn Fn(&Path) -> std::io::Result<(u64, u64)>;
 
 /// Handle of the `image-gc` thread; dropping it stops and joins the thread.
-pub struct ImageGcThread {
+pub(crate) struct ImageGcThread {
     _stop: crossbeam_channel::Sender<()>,
     requests: crossbeam_channel::Sender<crossbeam_channel::Sender<Result<Pass, String>>>,
     _thread: crate::thread::JoinOnDrop<()>,
@@ -368,14 +368,14 @@ pub struct ImageGcThread {
 
 impl ImageGcThread {
     /// A handle through which other threads ask for unused images to go.
-    pub fn handle(&self) -> ImageGcHandle {
+    pub(crate) fn handle(&self) -> ImageGcHandle {
         ImageGcHandle(self.requests.clone())
     }
 }
 
 /// Asks the `image-gc` thread to remove every unused image now.
 #[derive(Clone)]
-pub struct ImageGcHandle(
+pub(crate) struct ImageGcHandle(
     crossbeam_channel::Sender<crossbeam_channel::Sender<Result<Pass, String>>>,
 );
 
@@ -393,7 +393,7 @@ impl ImageGcHandle {
 
 /// Starts the `image-gc` thread: with `periodic`, a pass now, then one
 /// every [`PERIOD`]; it also serves [`ImageGcHandle::free_unused`].
-pub fn start(mut gc: ImageGc, periodic: bool) -> std::io::Result<ImageGcThread> {
+pub(crate) fn start(mut gc: ImageGc, periodic: bool) -> std::io::Result<ImageGcThread> {
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
     // One request at a time: the asking thread waits for its answer.
     let (req_tx, req_rx) =

@@ -20,7 +20,7 @@
 
 pub mod backoff;
 #[cfg(feature = "cri")]
-pub mod gc;
+pub(crate) mod gc;
 pub mod keyring;
 // What pulls through the CRI image service is built only with the `cri`
 // feature (the default); the pull policy, the keyring and the back-off
@@ -45,13 +45,13 @@ pub(crate) const PULL_FAILED_RESYNC: Duration = Duration::from_secs(1);
 
 /// `--serialize-image-pulls`, `--registry-qps`, `--registry-burst`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ImageOptions {
+pub(crate) struct ImageOptions {
     /// One pull at a time across all pods (upstream default true).
-    pub serialize_pulls: bool,
+    pub(crate) serialize_pulls: bool,
     /// Pulls per second; 0: unlimited (upstream default 5).
-    pub registry_qps: f32,
+    pub(crate) registry_qps: f32,
     /// Pulls allowed in a burst when `registry_qps` > 0 (upstream default 10).
-    pub registry_burst: u32,
+    pub(crate) registry_burst: u32,
 }
 
 impl Default for ImageOptions {

@@ -210,7 +210,7 @@ impl Client {
     /// heartbeat client: requests end after `timeout`, and take no token
     /// from the rate limiter, so a busy node still reports it is alive. The
     /// connection pool is shared.
-    pub fn for_heartbeats(&self, timeout: Duration) -> Client {
+    pub(crate) fn for_heartbeats(&self, timeout: Duration) -> Client {
         Client {
             inner: self.inner.clone(),
             timeout,
@@ -224,7 +224,7 @@ impl Client {
     /// ConfigMaps past the bounds on watches) then wait only for each
     /// other, never ahead of status, event and pod requests. The
     /// connection pool is shared.
-    pub fn with_own_limiter(&self) -> Client {
+    pub(crate) fn with_own_limiter(&self) -> Client {
         Client {
             inner: self.inner.clone(),
             timeout: self.timeout,
@@ -273,7 +273,11 @@ impl Client {
     /// certificate and key (PEM), then closes the open ones, so that
     /// requests and watches in flight fail at once and are made again with
     /// it (client-go's connection rotation). On an error nothing changes.
-    pub fn set_client_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+    pub(crate) fn set_client_certificate(
+        &self,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Result<(), String> {
         let mut config = self.inner.identity.lock().config.clone();
         config.client_cert_pem = Some(cert_pem.to_vec());
         config.client_key_pem = Some(key_pem.to_vec());
@@ -334,7 +338,7 @@ impl Client {
         self.timeout
     }
 
-    pub(crate) fn user_agent(&self) -> &str {
+    pub fn user_agent(&self) -> &str {
         &self.inner.user_agent
     }
 

@@ -31,7 +31,7 @@ pub(crate) use client::tests::client_for;
 pub use client::Client;
 pub use kubeconfig::load_kubeconfig;
 pub use list::{read_list, ListError, ListItem, ListMeta, MAX_OBJECT};
-pub use mux::WatchMux;
+pub(crate) use mux::WatchMux;
 pub use reflector::{decode_object, Reflector};
 pub use watch::{WatchStream, MAX_EVENT};
 
@@ -70,7 +70,7 @@ pub struct ClientOptions {
 
 /// The kind of PATCH body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatchKind {
+pub(crate) enum PatchKind {
     /// `application/strategic-merge-patch+json`
     Strategic,
     /// `application/merge-patch+json`

@@ -47,7 +47,7 @@ use super::reflector::{
 use super::{ApiError, Client, ErrorKind};
 
 /// What a watch hands on: the object, or None when it does not exist.
-pub type ObjectSink = Box<dyn FnMut(Option<Value>) + Send>;
+pub(crate) type ObjectSink = Box<dyn FnMut(Option<Value>) + Send>;
 
 /// The thread ends after this long without a watch.
 const IDLE_EXIT: Duration = Duration::from_secs(60);
@@ -78,7 +78,7 @@ const TIMING: Timing = Timing {
 
 /// Starts watches on the shared thread, starting it when it is not
 /// running. Dropping it stops the thread and every watch.
-pub struct WatchMux {
+pub(crate) struct WatchMux {
     client: Client,
     endpoint: Arc<Endpoint>,
     timing: Timing,
@@ -116,7 +116,7 @@ struct Spec {
 }
 
 /// One watch; dropping it ends the watch and closes its connection.
-pub struct ObjectWatch {
+pub(crate) struct ObjectWatch {
     id: u64,
     shared: Arc<Shared>,
 }
@@ -169,7 +169,7 @@ impl Shared {
 impl WatchMux {
     /// A multiplexer for `client`'s apiserver; no thread until the first
     /// watch.
-    pub fn new(client: Client) -> Result<WatchMux, String> {
+    pub(crate) fn new(client: Client) -> Result<WatchMux, String> {
         let endpoint = client.endpoint()?;
         let current: Arc<Mutex<Option<Arc<Shared>>>> = Arc::new(Mutex::new(None));
         // Once per multiplexer, whichever thread runs when it is called.
@@ -195,7 +195,7 @@ impl WatchMux {
 
     /// Watches the object `name` of the collection `collection` (e.g.
     /// `/api/v1/namespaces/ns/configmaps`); `sink` runs on the thread.
-    pub fn watch(
+    pub(crate) fn watch(
         &self,
         collection: &str,
         name: &str,

@@ -172,18 +172,18 @@ impl std::fmt::Display for LoopStats {
 }
 
 /// The channels the loop selects over.
-pub struct Inputs {
-    pub updates: Receiver<PodUpdate>,
-    pub pleg: Receiver<PodLifecycleEvent>,
+pub(crate) struct Inputs {
+    pub(crate) updates: Receiver<PodUpdate>,
+    pub(crate) pleg: Receiver<PodLifecycleEvent>,
     /// The workers' resync requests and last messages.
-    pub worker_reports: Receiver<Report>,
+    pub(crate) worker_reports: Receiver<Report>,
     /// Pods whose probe results changed (from the prober).
-    pub probes: Receiver<String>,
+    pub(crate) probes: Receiver<String>,
     /// Any message or disconnection stops the loop.
-    pub stop: Receiver<()>,
+    pub(crate) stop: Receiver<()>,
 }
 
-pub struct Kubelet {
+pub(crate) struct Kubelet {
     /// The pod manager: desired pods by UID.
     pods: HashMap<String, Arc<Pod>>,
     workers: PodWorkers,
@@ -244,11 +244,11 @@ pub struct Kubelet {
 /// node API's `/pods`): replaced as a whole when the pods change, so a
 /// reader takes the `Arc` and never holds the lock.
 #[derive(Default)]
-pub struct PodView(parking_lot::Mutex<Arc<Vec<Arc<Pod>>>>);
+pub(crate) struct PodView(parking_lot::Mutex<Arc<Vec<Arc<Pod>>>>);
 
 impl PodView {
     /// The pods as last published.
-    pub fn pods(&self) -> Arc<Vec<Arc<Pod>>> {
+    pub(crate) fn pods(&self) -> Arc<Vec<Arc<Pod>>> {
         self.0.lock().clone()
     }
 
@@ -263,7 +263,7 @@ impl PodView {
 }
 
 impl Kubelet {
-    pub fn new(
+    pub(crate) fn new(
         workers: PodWorkers,
         cache: Arc<PodCache>,
         sources_ready: Box<dyn Fn() -> bool + Send>,
@@ -299,13 +299,13 @@ impl Kubelet {
     }
 
     /// Stamps `health` at each turn of the loop.
-    pub fn with_health(mut self, health: Arc<crate::health::Health>) -> Self {
+    pub(crate) fn with_health(mut self, health: Arc<crate::health::Health>) -> Self {
         self.health = Some(health);
         self
     }
 
     /// Publishes the desired pods to `view` whenever they change.
-    pub fn with_pod_view(mut self, view: Arc<PodView>) -> Self {
+    pub(crate) fn with_pod_view(mut self, view: Arc<PodView>) -> Self {
         self.view = Some(view);
         self
     }
@@ -326,7 +326,7 @@ impl Kubelet {
     /// Evicts the pods the eviction manager sends, and refuses new pods
     /// under the pressure `state` reports (upstream's eviction admit
     /// handler).
-    pub fn with_eviction(
+    pub(crate) fn with_eviction(
         mut self,
         state: Arc<crate::eviction::State>,
         evictions: Receiver<crate::eviction::manager::Eviction>,
@@ -337,7 +337,7 @@ impl Kubelet {
     }
 
     /// Records each admission decision in `admissions` (for checkpoints).
-    pub fn with_admissions(mut self, admissions: Arc<Admissions>) -> Self {
+    pub(crate) fn with_admissions(mut self, admissions: Arc<Admissions>) -> Self {
         self.admissions = Some(admissions);
         self
     }
@@ -347,21 +347,21 @@ impl Kubelet {
     /// has been heard from, and a minute later (after a burst of work,
     /// `malloc::give_back` drops them too). Off in tests of the loop, whose
     /// process is the test harness.
-    pub fn with_code_page_drops(mut self) -> Self {
+    pub(crate) fn with_code_page_drops(mut self) -> Self {
         self.code_drop_at = Some(Instant::now());
         self
     }
 
     /// Has housekeeping ask `sweeper` to remove the pod directories that
     /// no pod claims any more.
-    pub fn with_orphan_sweeper(mut self, sweeper: OrphanSweeper) -> Self {
+    pub(crate) fn with_orphan_sweeper(mut self, sweeper: OrphanSweeper) -> Self {
         self.sweeper = Some(sweeper);
         self
     }
 
     /// Reports status and mirror pods to `reporter`, events to `recorder`,
     /// and admits pods against the node that `node` describes.
-    pub fn with_cluster(
+    pub(crate) fn with_cluster(
         mut self,
         reporter: StatusReporter,
         recorder: EventRecorder,
@@ -394,7 +394,7 @@ impl Kubelet {
     }
 
     /// Runs until stopped, then stops the pod workers (containers keep running).
-    pub fn run(mut self) {
+    pub(crate) fn run(mut self) {
         info!("sync loop started");
         while let Some(event) = self.next_event() {
             let start = Instant::now();

@@ -11,7 +11,7 @@
 //! Rotated files (`<log>.<time>`, older ones `<log>.<time>.gz`) are read
 //! before the live one when a tail or a since time reaches back into them.
 
-pub mod rotate;
+pub(crate) mod rotate;
 mod stream;
 
 use std::path::{Path, PathBuf};

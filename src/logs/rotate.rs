@@ -36,7 +36,7 @@ const TMP_SUFFIX: &str = ".tmp";
 
 /// The IDs of the running containers, as another part of tinylet last
 /// saw them (the PLEG's relist), so that a pass asks the runtime nothing.
-pub type RunningContainers = Box<dyn Fn() -> Vec<String> + Send + Sync>;
+pub(crate) type RunningContainers = Box<dyn Fn() -> Vec<String> + Send + Sync>;
 
 /// The rotation policy over a runtime.
 pub(crate) struct LogRotation {
@@ -355,13 +355,13 @@ fn compress_here(path: &Path) -> Result<(), String> {
 }
 
 /// The running `container-log-manager` thread; dropping it stops the thread.
-pub struct LogRotationThread {
+pub(crate) struct LogRotationThread {
     _stop: crossbeam_channel::Sender<()>,
     _thread: crate::thread::JoinOnDrop<()>,
 }
 
 /// Starts the `container-log-manager` thread: a pass every 10 s.
-pub fn start(
+pub(crate) fn start(
     runtime: Arc<dyn RuntimeService>,
     max_size: u64,
     max_files: usize,

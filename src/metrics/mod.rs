@@ -102,7 +102,7 @@ static PROBES: CounterFamily = CounterFamily::new();
 static EVICTIONS: CounterFamily = CounterFamily::new();
 
 /// Sets the node's name for `kubelet_node_name`.
-pub fn set_node_name(name: &str) {
+pub(crate) fn set_node_name(name: &str) {
     let mut n = NODE_NAME.lock();
     n.clear();
     n.push_str(name);

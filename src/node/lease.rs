@@ -47,13 +47,13 @@ pub(crate) const LEASE_NAMESPACE: &str = "kube-node-lease";
 const MAX_TRIES: u32 = 5;
 
 /// Handle of the `node-lease` thread; dropping it stops and joins the thread.
-pub struct LeaseController {
+pub(crate) struct LeaseController {
     _stop: Sender<()>,
     _thread: JoinOnDrop<()>,
 }
 
 impl LeaseController {
-    pub fn start(
+    pub(crate) fn start(
         client: Client,
         node: String,
         duration_secs: u32,

@@ -12,11 +12,11 @@
 //! from its eviction manager; `machine`'s own pressure reading, against the default
 //! thresholds, is only used where no manager runs (`--runonce`).
 
-pub mod lease;
-pub mod machine;
+pub(crate) mod lease;
+pub(crate) mod machine;
 pub(crate) mod pressure;
-pub mod state;
-pub mod status;
+pub(crate) mod state;
+pub(crate) mod status;
 pub(crate) mod taint;
 
-pub use state::{initial_node_state, node_info, NodeStateReader, NodeStateWriter};
+pub(crate) use state::{initial_node_state, node_info, NodeStateReader, NodeStateWriter};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 /// A node pressure condition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Condition {
+pub(crate) enum Condition {
     Memory,
     Disk,
     Pid,
@@ -35,7 +35,7 @@ impl Condition {
 /// The pressure conditions as last decided, shared by the manager (which
 /// writes them) with the node status and admission (which read them).
 #[derive(Debug, Default)]
-pub struct State(AtomicU8);
+pub(crate) struct State(AtomicU8);
 
 impl State {
     pub(crate) fn set(&self, conditions: &[Condition]) {

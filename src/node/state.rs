@@ -20,25 +20,25 @@ use crate::admission::NodeInfo;
 use crate::quantity::{parse_bytes, parse_millis};
 
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct NodeState {
+pub(crate) struct NodeState {
     pub(crate) name: String,
     /// The Node's UID, once the API server has it.
     pub(crate) uid: Option<String>,
     pub(crate) labels: BTreeMap<String, String>,
     /// Resource name to quantity, as reported in `status.allocatable`.
-    pub allocatable: BTreeMap<String, String>,
+    pub(crate) allocatable: BTreeMap<String, String>,
     /// The Ready condition last reported.
     pub(crate) ready: bool,
     /// The Node's `node.alpha.kubernetes.io/ttl` annotation: how long a
     /// Secret or ConfigMap read by the Cache strategy may be kept.
-    pub object_ttl: Option<std::time::Duration>,
+    pub(crate) object_ttl: Option<std::time::Duration>,
 }
 
 /// The node as the machine describes it before the API server is heard
 /// from: the default labels, the `--node-labels`, and the allocatable
 /// resources computed locally (admission uses them in standalone mode too).
 #[allow(clippy::too_many_arguments)]
-pub fn initial_node_state(
+pub(crate) fn initial_node_state(
     name: &str,
     root_dir: &Path,
     max_pods: u32,
@@ -75,7 +75,7 @@ pub fn initial_node_state(
 
 /// Makes `state` the first snapshot: the writer for the state's owner and
 /// a reader to clone for everyone else.
-pub fn publish(state: NodeState) -> (NodeStateWriter, NodeStateReader) {
+pub(crate) fn publish(state: NodeState) -> (NodeStateWriter, NodeStateReader) {
     let current = Arc::new(state);
     let reader = NodeStateReader(Arc::new(Mutex::new(current.clone())));
     (
@@ -89,7 +89,7 @@ pub fn publish(state: NodeState) -> (NodeStateWriter, NodeStateReader) {
 
 /// The one writer of the node state (not `Clone`), held by the
 /// `node-status` thread.
-pub struct NodeStateWriter {
+pub(crate) struct NodeStateWriter {
     /// The snapshot last published.
     current: Arc<NodeState>,
     reader: NodeStateReader,
@@ -111,11 +111,11 @@ impl NodeStateWriter {
 /// A read-only handle on the node state: each [`read`](Self::read) takes
 /// the latest snapshot, and no lock is held while it is used.
 #[derive(Clone)]
-pub struct NodeStateReader(Arc<Mutex<Arc<NodeState>>>);
+pub(crate) struct NodeStateReader(Arc<Mutex<Arc<NodeState>>>);
 
 impl NodeStateReader {
     /// The state as last published.
-    pub fn read(&self) -> Arc<NodeState> {
+    pub(crate) fn read(&self) -> Arc<NodeState> {
         self.0.lock().clone()
     }
 }
@@ -141,7 +141,7 @@ pub(crate) fn default_labels(
 
 /// The node as admission sees it. A resource the node does not report is
 /// unlimited for admission (it cannot be checked).
-pub fn node_info(state: &NodeState) -> NodeInfo {
+pub(crate) fn node_info(state: &NodeState) -> NodeInfo {
     let get = |k: &str| state.allocatable.get(k);
     NodeInfo {
         name: state.name.clone(),

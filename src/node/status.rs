@@ -40,40 +40,40 @@ const MAX_NAMES_PER_IMAGE: usize = 5;
 
 /// What the node reports and how often.
 #[derive(Debug, Clone)]
-pub struct NodeConfig {
-    pub name: String,
-    pub register: bool,
-    pub labels: Vec<(String, String)>,
-    pub taints: Vec<Taint>,
-    pub update_frequency: Duration,
-    pub report_frequency: Duration,
-    pub max_pods: u32,
-    pub kube_reserved: Vec<(String, String)>,
-    pub system_reserved: Vec<(String, String)>,
-    pub node_ip: Option<IpAddr>,
+pub(crate) struct NodeConfig {
+    pub(crate) name: String,
+    pub(crate) register: bool,
+    pub(crate) labels: Vec<(String, String)>,
+    pub(crate) taints: Vec<Taint>,
+    pub(crate) update_frequency: Duration,
+    pub(crate) report_frequency: Duration,
+    pub(crate) max_pods: u32,
+    pub(crate) kube_reserved: Vec<(String, String)>,
+    pub(crate) system_reserved: Vec<(String, String)>,
+    pub(crate) node_ip: Option<IpAddr>,
     /// Its filesystem is the node's ephemeral storage.
-    pub root_dir: PathBuf,
+    pub(crate) root_dir: PathBuf,
     /// The port the node API listens on (`daemonEndpoints`); 0: none.
-    pub kubelet_port: u16,
+    pub(crate) kubelet_port: u16,
     /// The hard memory.available eviction threshold, kept out of
     /// allocatable ("0": none).
-    pub eviction_hard_memory: String,
+    pub(crate) eviction_hard_memory: String,
     /// The hard nodefs.available threshold, kept out of allocatable
     /// ephemeral-storage ("0": none).
-    pub eviction_hard_nodefs: String,
+    pub(crate) eviction_hard_nodefs: String,
     /// The eviction manager's pressure conditions; without one (run-once)
     /// the signals are read against the default thresholds.
-    pub pressure: Option<Arc<super::pressure::State>>,
+    pub(crate) pressure: Option<Arc<super::pressure::State>>,
 }
 
 /// Handle of the `node-status` thread; dropping it stops and joins it.
-pub struct NodeStatusController {
+pub(crate) struct NodeStatusController {
     _stop: Sender<()>,
     _thread: JoinOnDrop<()>,
 }
 
 impl NodeStatusController {
-    pub fn start(
+    pub(crate) fn start(
         client: Client,
         runtime: Arc<dyn RuntimeService>,
         images: Arc<dyn ImageService>,

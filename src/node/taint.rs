@@ -4,7 +4,7 @@
 
 /// A node taint: `key[=value]:Effect`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Taint {
+pub(crate) struct Taint {
     pub(crate) key: String,
     pub(crate) value: String,
     pub(crate) effect: String,

@@ -7,7 +7,7 @@
 /// `cmd/kubelet/app/options` (KubeletFlags and the KubeletConfiguration
 /// flags), the container runtime flags of v1.20, and the global flags the
 /// kubelet registers (klog, cAdvisor, logging). Listed in README.md.
-pub const IGNORED_BOOL_FLAGS: &[&str] = &[
+pub(crate) const IGNORED_BOOL_FLAGS: &[&str] = &[
     "add-dir-header",
     "alsologtostderr",
     "contention-profiling",
@@ -45,7 +45,7 @@ pub const IGNORED_BOOL_FLAGS: &[&str] = &[
 
 /// Upstream kubelet flags with a value (v1.20 to v1.34, from the same
 /// sources as `IGNORED_BOOL_FLAGS`) that tinylet accepts and ignores.
-pub const IGNORED_VALUE_FLAGS: &[&str] = &[
+pub(crate) const IGNORED_VALUE_FLAGS: &[&str] = &[
     "application-metrics-count-limit",
     "azure-container-registry-config",
     "boot-id-file",

@@ -28,88 +28,88 @@ pub use status_cmd::{parse_status_args, StatusOptions, StatusOutput, STATUS_USAG
 pub struct Options {
     pub container_runtime_endpoint: String,
     pub pod_manifest_path: Option<PathBuf>,
-    pub hostname_override: Option<String>,
-    pub root_dir: PathBuf,
-    pub pod_logs_dir: PathBuf,
-    pub file_check_frequency: Duration,
+    pub(crate) hostname_override: Option<String>,
+    pub(crate) root_dir: PathBuf,
+    pub(crate) pod_logs_dir: PathBuf,
+    pub(crate) file_check_frequency: Duration,
     /// Where pods are polled from (`--manifest-url`).
-    pub manifest_url: Option<String>,
+    pub(crate) manifest_url: Option<String>,
     /// Headers sent with every manifest URL request, in order.
-    pub manifest_url_headers: Vec<(String, String)>,
-    pub http_check_frequency: Duration,
+    pub(crate) manifest_url_headers: Vec<(String, String)>,
+    pub(crate) http_check_frequency: Duration,
     /// Checkpointed API pods restored at start (`--bootstrap-checkpoint-path`).
-    pub bootstrap_checkpoint_path: Option<PathBuf>,
+    pub(crate) bootstrap_checkpoint_path: Option<PathBuf>,
     /// The configuration file read (`--config`).
-    pub config_file: Option<PathBuf>,
+    pub(crate) config_file: Option<PathBuf>,
     /// Fields of the configuration file that tinylet does not use.
     pub ignored_config_fields: Vec<String>,
     /// Upstream kubelet flags given on the command line that tinylet accepts
     /// and does not use, each once, in the order first given.
-    pub ignored_flags: Vec<String>,
-    pub sync_frequency: Duration,
-    pub runtime_request_timeout: Duration,
+    pub(crate) ignored_flags: Vec<String>,
+    pub(crate) sync_frequency: Duration,
+    pub(crate) runtime_request_timeout: Duration,
     pub verbosity: u8,
     /// The kubeconfig of the API server (`--kubeconfig`); none: standalone.
-    pub kubeconfig: Option<PathBuf>,
-    pub kube_api_qps: f32,
-    pub kube_api_burst: u32,
+    pub(crate) kubeconfig: Option<PathBuf>,
+    pub(crate) kube_api_qps: f32,
+    pub(crate) kube_api_burst: u32,
     /// Register the node with the API server (`--register-node`).
-    pub register_node: bool,
-    pub node_status_update_frequency: Duration,
-    pub node_status_report_frequency: Duration,
-    pub node_lease_duration_seconds: u32,
-    pub max_pods: u32,
+    pub(crate) register_node: bool,
+    pub(crate) node_status_update_frequency: Duration,
+    pub(crate) node_status_report_frequency: Duration,
+    pub(crate) node_lease_duration_seconds: u32,
+    pub(crate) max_pods: u32,
     /// The soft `RLIMIT_NOFILE` set at start, capped at the hard limit
     /// (`--max-open-files`, `maxOpenFiles`).
-    pub max_open_files: u64,
+    pub(crate) max_open_files: u64,
     /// `--kube-reserved` / `--system-reserved`: resource name to quantity.
-    pub kube_reserved: Vec<(String, String)>,
-    pub system_reserved: Vec<(String, String)>,
+    pub(crate) kube_reserved: Vec<(String, String)>,
+    pub(crate) system_reserved: Vec<(String, String)>,
     /// The node's InternalIP (`--node-ip`); default: the default route's.
-    pub node_ip: Option<std::net::IpAddr>,
+    pub(crate) node_ip: Option<std::net::IpAddr>,
     /// Labels added at registration (`--node-labels`).
-    pub node_labels: Vec<(String, String)>,
+    pub(crate) node_labels: Vec<(String, String)>,
     /// Taints added at registration (`--register-with-taints`).
-    pub register_with_taints: Vec<Taint>,
+    pub(crate) register_with_taints: Vec<Taint>,
     /// Image garbage collection: `--image-gc-high-threshold`,
     /// `--image-gc-low-threshold`, `--minimum-image-ttl-duration`.
-    pub image_gc: crate::images::gc::Policy,
+    pub(crate) image_gc: crate::images::gc::Policy,
     /// Dead instances kept per container
     /// (`--maximum-dead-containers-per-container`).
-    pub max_dead_per_container: u32,
+    pub(crate) max_dead_per_container: u32,
     /// Nameservers of dnsPolicy ClusterFirst pods (`--cluster-dns`).
-    pub cluster_dns: Vec<std::net::IpAddr>,
+    pub(crate) cluster_dns: Vec<std::net::IpAddr>,
     /// The cluster's DNS domain (`--cluster-domain`).
-    pub cluster_domain: String,
+    pub(crate) cluster_domain: String,
     /// The resolver configuration of dnsPolicy Default pods (`--resolv-conf`);
     /// empty: none.
-    pub resolv_conf: PathBuf,
+    pub(crate) resolv_conf: PathBuf,
     /// Whether privileged containers and host namespaces are allowed
     /// (`--allow-privileged`).
-    pub allow_privileged: bool,
+    pub(crate) allow_privileged: bool,
     /// How Secrets and ConfigMaps that pods use are kept current (the
     /// configuration file's `configMapAndSecretChangeDetectionStrategy`,
     /// which has no flag).
-    pub change_detection: crate::volume::Strategy,
+    pub(crate) change_detection: crate::volume::Strategy,
     /// Unsafe sysctls (names, or prefixes ending in `*`) pods may set on
     /// top of the safe set (`--allowed-unsafe-sysctls`).
-    pub allowed_unsafe_sysctls: Vec<String>,
+    pub(crate) allowed_unsafe_sysctls: Vec<String>,
     /// Pods in cgroups by QoS class under `kubepods` (`--cgroups-per-qos`).
-    pub cgroups_per_qos: bool,
+    pub(crate) cgroups_per_qos: bool,
     /// `cgroupfs` or `systemd`, as the runtime uses (`--cgroup-driver`).
-    pub cgroup_driver: crate::runtime::qos::CgroupDriver,
+    pub(crate) cgroup_driver: crate::runtime::qos::CgroupDriver,
     /// Containers without a seccomp profile get the runtime's default
     /// (`--seccomp-default`, `seccompDefault`).
-    pub seccomp_default: bool,
+    pub(crate) seccomp_default: bool,
     /// The most processes a pod's cgroup may hold (`--pod-max-pids`,
     /// `podPidsLimit`); negative: no limit.
-    pub pod_pids_limit: i64,
+    pub(crate) pod_pids_limit: i64,
     /// One image pull at a time (`--serialize-image-pulls`).
-    pub serialize_image_pulls: bool,
+    pub(crate) serialize_image_pulls: bool,
     /// Image pulls per second, 0: unlimited (`--registry-qps`).
-    pub registry_qps: f32,
+    pub(crate) registry_qps: f32,
     /// Image pulls in a burst (`--registry-burst`).
-    pub registry_burst: u32,
+    pub(crate) registry_burst: u32,
     /// The node API's address and port (`--address`, `--port`).
     pub(crate) address: std::net::IpAddr,
     pub(crate) port: u16,
@@ -121,22 +121,22 @@ pub struct Options {
     pub(crate) healthz_port: u16,
     /// The node API's serving certificate and key (PEM); without them a
     /// self-signed pair under `cert_dir` (default `<root-dir>/pki`).
-    pub tls_cert_file: Option<PathBuf>,
-    pub tls_private_key_file: Option<PathBuf>,
+    pub(crate) tls_cert_file: Option<PathBuf>,
+    pub(crate) tls_private_key_file: Option<PathBuf>,
     pub(crate) cert_dir: Option<PathBuf>,
     /// `--bootstrap-kubeconfig`: credentials that may ask the cluster for
     /// the node's client certificate when `--kubeconfig` has none that is
     /// good (TLS bootstrap).
-    pub bootstrap_kubeconfig: Option<PathBuf>,
+    pub(crate) bootstrap_kubeconfig: Option<PathBuf>,
     /// `--rotate-certificates` (`rotateCertificates`): renew the client
     /// certificate TLS bootstrap got before it expires.
-    pub rotate_certificates: bool,
+    pub(crate) rotate_certificates: bool,
     /// `serverTLSBootstrap` (`--rotate-server-certificates`): the node API's
     /// serving certificate comes from the cluster's kubelet-serving signer.
-    pub server_tls_bootstrap: bool,
+    pub(crate) server_tls_bootstrap: bool,
     /// CA bundle that client certificates are verified against
     /// (`--client-ca-file`, `authentication.x509.clientCAFile`).
-    pub client_ca_file: Option<PathBuf>,
+    pub(crate) client_ca_file: Option<PathBuf>,
     /// `--enable-server` as given; `None`: not given.
     pub(crate) enable_server: Option<bool>,
     /// Whether `--port` (`--healthz-port`) was given, in the flags or the
@@ -148,34 +148,34 @@ pub struct Options {
     /// `--authorization-mode` and the cache TTLs (the configuration file's
     /// `authentication` and `authorization`). `node_name` is left empty:
     /// the caller sets it. `mode` is Webhook with a kubeconfig unless given.
-    pub auth: AuthConfig,
+    pub(crate) auth: AuthConfig,
     /// Run the file and URL sources' pods once and exit (`--runonce`).
-    pub runonce: bool,
+    pub(crate) runonce: bool,
     /// How long `--runonce` waits for its pods (`--runonce-timeout`).
-    pub runonce_timeout: Duration,
+    pub(crate) runonce_timeout: Duration,
     /// A container's live log is rotated from this size on, in bytes
     /// (`--container-log-max-size`).
-    pub container_log_max_size: u64,
+    pub(crate) container_log_max_size: u64,
     /// Log files kept per container, the live one included, at least 2
     /// (`--container-log-max-files`).
-    pub container_log_max_files: usize,
+    pub(crate) container_log_max_files: usize,
     /// The eviction thresholds and their settings (`--eviction-*`).
-    pub eviction: crate::eviction::Settings,
+    pub(crate) eviction: crate::eviction::Settings,
     /// A long session of the node API (a log follow, exec, attach,
     /// port-forward) with no traffic either way for this long is closed
     /// (`--streaming-connection-idle-timeout`,
     /// `streamingConnectionIdleTimeout`); zero: never.
-    pub streaming_idle_timeout: Duration,
+    pub(crate) streaming_idle_timeout: Duration,
     /// The oldest TLS version the main port speaks (`--tls-min-version`,
     /// `tlsMinVersion`).
-    pub tls_min_version: TlsMinVersion,
+    pub(crate) tls_min_version: TlsMinVersion,
 }
 
 /// The oldest TLS version the node API's main port accepts, by upstream's
 /// names. rustls speaks TLS 1.2 and 1.3 only, so `VersionTLS10` and
 /// `VersionTLS11` are refused at start rather than silently raised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TlsMinVersion {
+pub(crate) enum TlsMinVersion {
     /// `VersionTLS12`, and upstream's default (Go's servers' minimum).
     #[default]
     Tls12,
@@ -185,7 +185,7 @@ pub enum TlsMinVersion {
 
 impl TlsMinVersion {
     /// Parses upstream's names; empty is the default.
-    pub fn parse(v: &str) -> Result<TlsMinVersion, String> {
+    pub(crate) fn parse(v: &str) -> Result<TlsMinVersion, String> {
         match v {
             "" | "VersionTLS12" => Ok(TlsMinVersion::Tls12),
             "VersionTLS13" => Ok(TlsMinVersion::Tls13),
@@ -200,7 +200,7 @@ impl TlsMinVersion {
     }
 
     /// Upstream's name of the version.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             TlsMinVersion::Tls12 => "VersionTLS12",
             TlsMinVersion::Tls13 => "VersionTLS13",
@@ -210,10 +210,10 @@ impl TlsMinVersion {
 
 /// Where the node's API listens; `None`: that listener is off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Listeners {
-    pub main: Option<std::net::SocketAddr>,
-    pub read_only: Option<std::net::SocketAddr>,
-    pub healthz: Option<std::net::SocketAddr>,
+pub(crate) struct Listeners {
+    pub(crate) main: Option<std::net::SocketAddr>,
+    pub(crate) read_only: Option<std::net::SocketAddr>,
+    pub(crate) healthz: Option<std::net::SocketAddr>,
 }
 
 impl Options {
@@ -223,7 +223,7 @@ impl Options {
     /// (or `--enable-server`) is given, so nothing listens unasked.
     /// `--enable-server=false` closes the main and read-only ports, as
     /// upstream; a port of 0 closes its listener.
-    pub fn listeners(&self) -> Listeners {
+    pub(crate) fn listeners(&self) -> Listeners {
         use std::net::SocketAddr;
         let cluster = self.kubeconfig.is_some();
         let server = self.enable_server.unwrap_or(cluster || self.port_given);
@@ -241,7 +241,7 @@ impl Options {
     }
 
     /// The serving certificate's directory (`--cert-dir`).
-    pub fn cert_dir(&self) -> PathBuf {
+    pub(crate) fn cert_dir(&self) -> PathBuf {
         self.cert_dir
             .clone()
             .unwrap_or_else(|| self.root_dir.join("pki"))

@@ -34,11 +34,11 @@ mod watch;
 
 use crate::runtime::{ContainerState, PodStatus, RuntimeManager, RuntimePod};
 use crate::thread::{spawn_named, JoinOnDrop};
-pub use watch::EVENTED_RELIST_PERIOD;
+pub(crate) use watch::EVENTED_RELIST_PERIOD;
 use watch::{EventWatch, Schedule, Signals};
 
 /// How often the runtime is listed (upstream: 1 s).
-pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// Longest wait between relists while they fail (the period doubles from
 /// [`RELIST_PERIOD`] up to this): a restarted runtime is seen within it.
 pub(crate) const MAX_RELIST_BACKOFF: Duration = Duration::from_secs(5);
@@ -46,7 +46,7 @@ pub(crate) const MAX_RELIST_BACKOFF: Duration = Duration::from_secs(5);
 pub(crate) const RUNTIME_DOWN_REMINDER: Duration = Duration::from_secs(60);
 /// Capacity of the events channel (upstream: 1000). When it is full, a
 /// relist's events are dropped with a log line; the resync catches up.
-pub const EVENTS_CAPACITY: usize = 1000;
+pub(crate) const EVENTS_CAPACITY: usize = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PodLifecycleEventType {
@@ -57,7 +57,7 @@ pub enum PodLifecycleEventType {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodLifecycleEvent {
+pub(crate) struct PodLifecycleEvent {
     pub(crate) uid: String,
     pub(crate) kind: PodLifecycleEventType,
     /// The container (or sandbox) the event is about.
@@ -172,7 +172,7 @@ pub(crate) enum Wait {
 }
 
 impl PodCache {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(PodCache::default())
     }
 
@@ -309,7 +309,7 @@ impl PodCache {
     }
 
     /// The IDs of the containers the last relist found running.
-    pub fn running_container_ids(&self) -> Vec<String> {
+    pub(crate) fn running_container_ids(&self) -> Vec<String> {
         let pods = self.inner.lock().runtime_pods.clone();
         pods.iter()
             .flat_map(|p| &p.containers)
@@ -327,7 +327,7 @@ impl PodCache {
 
 /// Handle of the relist thread (and of the `runtime-events` thread that
 /// follows the runtime's events); dropping it stops both.
-pub struct Pleg {
+pub(crate) struct Pleg {
     stop: Option<Sender<()>>,
     _thread: JoinOnDrop<()>,
     _events: Option<EventWatch>,
@@ -338,7 +338,7 @@ impl Pleg {
     /// events (with which relists are 30 s apart while it is up); stamps
     /// `health` after each successful relist and publishes the runtime's
     /// pods to `running` when they change.
-    pub fn start_with(
+    pub(crate) fn start_with(
         runtime: Arc<RuntimeManager>,
         cache: Arc<PodCache>,
         period: Duration,
@@ -435,7 +435,7 @@ pub(crate) fn status_agrees(status: &PodStatus, listed: &RuntimePod) -> bool {
 /// The pods the runtime ran at the last relist, for the node API's
 /// `/runningpods/`: replaced as a whole when they change.
 #[derive(Default)]
-pub struct RunningPods(Mutex<Arc<Vec<RuntimePod>>>);
+pub(crate) struct RunningPods(Mutex<Arc<Vec<RuntimePod>>>);
 
 impl RunningPods {
     pub(crate) fn pods(&self) -> Arc<Vec<RuntimePod>> {

@@ -27,7 +27,7 @@ use crate::thread::{spawn_named, JoinOnDrop};
 
 /// How often the runtime is listed while its events flow: a safety net for
 /// an event lost or a change the runtime does not announce.
-pub const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(30);
+pub(crate) const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(30);
 /// How long after an event relists keep to the period.
 pub(crate) const SETTLE: Duration = Duration::from_secs(3);
 /// The shortest wait between an event and the relist it causes, so that

@@ -54,16 +54,16 @@ use crate::pod::{pod_full_name, pod_uid};
 use crate::runtime::{ContainerState, PodStatus, RuntimeManager};
 use crate::thread::{spawn_named, JoinOnDrop};
 
-pub use pool::Limits;
+pub(crate) use pool::Limits;
 use pool::Pool;
 pub(crate) use spec::ProbeKind;
-pub use worker::{has_probes, ProbeResult, ProbeResults};
+pub(crate) use worker::{has_probes, ProbeResult, ProbeResults};
 use worker::{Changed, Job, Now, Outcome, PodInput, ProbeId, Probes, SeenContainer};
 
 /// Capacity of the runners' outcome channel.
 const DONE_CAPACITY: usize = 64;
 /// Capacity of the channel of pod UIDs to the sync loop.
-pub const UPDATES_CAPACITY: usize = 256;
+pub(crate) const UPDATES_CAPACITY: usize = 256;
 /// How soon UIDs that found the sync loop's channel full are sent again.
 const RESEND: Duration = Duration::from_millis(100);
 /// The longest the prober thread sleeps with nothing due.
@@ -72,7 +72,7 @@ const IDLE: Duration = Duration::from_secs(60);
 /// Where a pod's changed readiness or startup result goes at once: the
 /// status manager, which takes `results` into the pod's status without a
 /// sync. Called on the prober thread; must not block.
-pub trait ProbeStatus: Send {
+pub(crate) trait ProbeStatus: Send {
     fn probe_changed(&self, uid: &str, results: &ProbeResults);
 }
 
@@ -95,7 +95,7 @@ impl Inbox {
 
 /// What pod workers hold to tell the prober about their pod; cheap to clone.
 #[derive(Clone, Default)]
-pub struct ProberHandle {
+pub(crate) struct ProberHandle {
     /// `None`: no prober (tests); probes never run.
     inbox: Option<Arc<Inbox>>,
     /// The standing results, for pod status (`None` without a prober).
@@ -165,7 +165,7 @@ fn pod_input(pod: &Arc<Pod>, status: &PodStatus, host_ip: Option<&str>) -> PodIn
 
 /// Handle of the prober thread; dropping it stops the thread (runners end
 /// after their current run).
-pub struct Prober {
+pub(crate) struct Prober {
     inbox: Arc<Inbox>,
     results: Arc<ProbeResults>,
     /// Runner threads there are, as the prober thread last counted them.
@@ -180,7 +180,7 @@ impl Prober {
     /// pod whose liveness or startup result changed to `updates`. Runs use
     /// `runtime` for exec probes, report failures to `recorder` and go to
     /// runner threads within `limits`.
-    pub fn start(
+    pub(crate) fn start(
         runtime: Arc<RuntimeManager>,
         results: Arc<ProbeResults>,
         recorder: EventRecorder,
@@ -226,7 +226,7 @@ impl Prober {
     }
 
     /// The handle pod workers use.
-    pub fn handle(&self) -> ProberHandle {
+    pub(crate) fn handle(&self) -> ProberHandle {
         ProberHandle {
             inbox: Some(self.inbox.clone()),
             results: Some(self.results.clone()),

@@ -42,7 +42,7 @@ const RETRY: Duration = Duration::from_secs(1);
 
 /// The pool's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Runners busy with fast runs at most before due runs wait.
     pub(crate) base: usize,
     /// Runs out per pod at most.
@@ -58,7 +58,7 @@ pub struct Limits {
 impl Limits {
     /// The limits for a node of at most `max_pods` pods: every pod can have
     /// its share out at once, beside [`BASE`] fast runs.
-    pub fn for_pods(max_pods: usize) -> Limits {
+    pub(crate) fn for_pods(max_pods: usize) -> Limits {
         Limits {
             base: BASE,
             per_pod: PER_POD,

@@ -39,7 +39,7 @@ pub(crate) type ProbeId = u64;
 
 /// A probe's standing result (upstream `results.Result`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProbeResult {
+pub(crate) enum ProbeResult {
     Unknown,
     Success,
     Failure,
@@ -187,7 +187,7 @@ struct PodProbes {
 }
 
 /// Every probe of every pod.
-pub struct Probes {
+pub(crate) struct Probes {
     results: Arc<ProbeResults>,
     probes: HashMap<ProbeId, Probe>,
     pods: HashMap<String, PodProbes>,
@@ -209,7 +209,7 @@ pub(crate) fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
 }
 
 /// Whether the pod has any probe (on a regular container or a sidecar).
-pub fn has_probes(pod: &Pod) -> bool {
+pub(crate) fn has_probes(pod: &Pod) -> bool {
     probed_containers(pod).any(|c| ProbeKind::ALL.iter().any(|k| k.of(c).is_some()))
 }
 

@@ -28,7 +28,7 @@ use crate::cri::api;
 /// A running container of a pod whose liveness or startup probe failed,
 /// to be killed (upstream `computePodActions`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeKill {
+pub(crate) struct ProbeKill {
     /// Index into `spec.containers`; `None` for a sidecar (an init
     /// container, started again by the next sync).
     pub(crate) index: Option<usize>,
@@ -44,7 +44,7 @@ pub struct ProbeKill {
 
 /// Where SyncPod learns which containers failed probes condemn: the
 /// prober's standing results.
-pub trait ProbeKills: Send + Sync {
+pub(crate) trait ProbeKills: Send + Sync {
     fn probe_kills(&self, pod: &Pod, status: &PodStatus) -> Vec<ProbeKill>;
 }
 
@@ -71,7 +71,7 @@ pub(crate) struct PodActions {
 
 /// A startup probe's verdict on one container, as far as SyncPod needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartupResult {
+pub(crate) enum StartupResult {
     /// Not probed yet, or not decided.
     Unknown,
     Success,
@@ -83,7 +83,7 @@ pub enum StartupResult {
 /// lets the next init container start only once this says `Success`, and
 /// is restarted on `Failure`. The prober implements it and asks for a
 /// resync of the pod when a result changes.
-pub trait StartupResults: Send + Sync {
+pub(crate) trait StartupResults: Send + Sync {
     fn startup(&self, container_id: &str) -> StartupResult;
 }
 

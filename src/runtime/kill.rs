@@ -29,7 +29,7 @@ const DEFAULT_GRACE_PERIOD_SECS: i64 = 30;
 /// to `i64::MAX` seconds) is cut to a year, so deadlines computed from it
 /// never overflow and the runtime gets a timeout it can hold. Upstream
 /// passes the number on as is.
-pub const MAX_GRACE_PERIOD_SECS: i64 = 365 * 24 * 3600;
+pub(crate) const MAX_GRACE_PERIOD_SECS: i64 = 365 * 24 * 3600;
 
 impl RuntimeManager {
     /// Stops one container the way upstream `killContainer` does: a

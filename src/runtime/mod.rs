@@ -34,7 +34,7 @@ mod kill;
 pub mod labels;
 pub(crate) mod qos;
 pub(crate) mod security;
-pub mod services;
+pub(crate) mod services;
 mod start;
 mod status;
 pub(crate) mod termination;
@@ -60,7 +60,7 @@ use kill::Kill;
 use qos::CgroupDriver;
 #[cfg(test)]
 pub(crate) use status::RuntimeContainer;
-pub use status::{ContainerState, ContainerStatus, PodStatus, RuntimePod};
+pub(crate) use status::{ContainerState, ContainerStatus, PodStatus, RuntimePod};
 
 /// How long a postStart httpGet may take (upstream sets none; the worker
 /// must not hang on a server that never answers).
@@ -239,7 +239,7 @@ fn ns_to_time(ns: i64) -> SystemTime {
 }
 
 impl RuntimeManager {
-    pub fn new(
+    pub(crate) fn new(
         runtime: Arc<dyn RuntimeService>,
         images: Arc<dyn ImageService>,
         root_dir: PathBuf,
@@ -264,7 +264,7 @@ impl RuntimeManager {
     }
 
     /// Keeps `n` exited instances of each container (at least the newest).
-    pub fn with_max_dead_per_container(mut self, n: u32) -> Self {
+    pub(crate) fn with_max_dead_per_container(mut self, n: u32) -> Self {
         self.max_dead_per_container = n;
         self
     }
@@ -278,13 +278,13 @@ impl RuntimeManager {
     /// Reads startup probe results from `startup` (the prober): a sidecar
     /// with a startup probe holds the next init container back until it
     /// succeeded. Without it, startup probes count as passed.
-    pub fn with_startup_results(mut self, startup: Arc<dyn StartupResults>) -> Self {
+    pub(crate) fn with_startup_results(mut self, startup: Arc<dyn StartupResults>) -> Self {
         self.startup = startup;
         self
     }
 
     /// Uses the node's settings and allocatable resources in CRI configs.
-    pub fn with_node(
+    pub(crate) fn with_node(
         mut self,
         node: NodeSettings,
         allocatable: Box<dyn Fn() -> crate::fieldpath::NodeAllocatable + Send + Sync>,
@@ -296,7 +296,7 @@ impl RuntimeManager {
 
     /// Kills and restarts containers whose liveness or startup probe
     /// failed, as `results` says.
-    pub fn with_probe_results(mut self, results: Arc<dyn actions::ProbeKills>) -> Self {
+    pub(crate) fn with_probe_results(mut self, results: Arc<dyn actions::ProbeKills>) -> Self {
         self.probe_results = Some(results);
         self
     }
@@ -313,13 +313,13 @@ impl RuntimeManager {
 
     /// Reports the pod lifecycle events (Pulling, Created, Killing, ...) to
     /// `recorder`.
-    pub fn with_recorder(mut self, recorder: EventRecorder) -> Self {
+    pub(crate) fn with_recorder(mut self, recorder: EventRecorder) -> Self {
         self.recorder = recorder;
         self
     }
 
     /// Pulls images with `opts` (serialized or not, the registry rate limit).
-    pub fn with_image_options(mut self, opts: ImageOptions) -> Self {
+    pub(crate) fn with_image_options(mut self, opts: ImageOptions) -> Self {
         self.image_manager = ImageManager::new(self.images.clone(), opts);
         self
     }
@@ -327,7 +327,10 @@ impl RuntimeManager {
     /// Reads pods' imagePullSecrets, and the ConfigMaps and Secrets their
     /// env names, from `source` (the apiserver); without one (a standalone
     /// node) they cannot be used.
-    pub fn with_pull_secrets(mut self, source: Arc<dyn crate::volume::ObjectSource>) -> Self {
+    pub(crate) fn with_pull_secrets(
+        mut self,
+        source: Arc<dyn crate::volume::ObjectSource>,
+    ) -> Self {
         self.image_manager.set_secrets(source.clone());
         self.objects = Some(source);
         self
@@ -335,7 +338,7 @@ impl RuntimeManager {
 
     /// Gives containers the service variables of `services`; API pods
     /// wait for its first list.
-    pub fn with_services(mut self, services: Arc<services::Services>) -> Self {
+    pub(crate) fn with_services(mut self, services: Arc<services::Services>) -> Self {
         self.services = Some(services);
         self
     }
@@ -687,7 +690,7 @@ impl RuntimeManager {
         &self.root_dir
     }
 
-    pub fn runtime(&self) -> &Arc<dyn RuntimeService> {
+    pub(crate) fn runtime(&self) -> &Arc<dyn RuntimeService> {
         &self.runtime
     }
 }

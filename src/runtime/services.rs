@@ -173,7 +173,7 @@ fn var_name(name: &str) -> String {
 /// The Services the node knows, shared by the reflector (writer) and the
 /// pod workers (readers); `None` until the first list was read.
 #[derive(Default)]
-pub struct Services {
+pub(crate) struct Services {
     known: Mutex<Option<Vec<Arc<ServiceLink>>>>,
     /// UIDs of API pods restored from checkpoints, which need not wait for
     /// the first list.
@@ -186,7 +186,7 @@ impl Services {
     /// Upstream holds every API pod until then; restored pods exist so that
     /// a node rebooted during an apiserver outage runs its pods anyway, and
     /// an outage is when the list cannot come.
-    pub fn restored(&self, uids: impl IntoIterator<Item = String>) {
+    pub(crate) fn restored(&self, uids: impl IntoIterator<Item = String>) {
         self.restored.lock().extend(uids);
     }
 
@@ -223,7 +223,7 @@ impl Services {
 }
 
 /// Starts the `reflector/services` thread feeding `services`.
-pub fn start(client: Client, services: Arc<Services>) -> std::io::Result<Reflector> {
+pub(crate) fn start(client: Client, services: Arc<Services>) -> std::io::Result<Reflector> {
     let lw = ListWatch {
         path: "/api/v1/services".into(),
         field_selector: None,

@@ -11,7 +11,7 @@ use super::{labels, termination, RuntimeManager};
 use crate::cri::{api, CriError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ContainerState {
+pub(crate) enum ContainerState {
     Created,
     Running,
     Exited,
@@ -32,7 +32,7 @@ impl ContainerState {
 
 /// One container as the runtime reports it (upstream `kubecontainer.Status`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ContainerStatus {
+pub(crate) struct ContainerStatus {
     pub(crate) id: String,
     pub(crate) name: String,
     pub(crate) state: ContainerState,
@@ -72,7 +72,7 @@ impl PodStatus {
 
 /// A sandbox or container in a relist: just enough to diff states.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuntimeContainer {
+pub(crate) struct RuntimeContainer {
     pub(crate) id: String,
     pub(crate) name: String,
     pub(crate) state: ContainerState,
@@ -80,7 +80,7 @@ pub struct RuntimeContainer {
 
 /// A pod as found by listing the runtime (upstream `kubecontainer.Pod`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuntimePod {
+pub(crate) struct RuntimePod {
     pub(crate) uid: String,
     pub(crate) name: String,
     pub(crate) namespace: String,

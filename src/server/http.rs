@@ -105,7 +105,7 @@ pub struct Client {
     pub(crate) peer: IpAddr,
     /// Bytes read and not yet served: a request head being read, or what
     /// came past the last one.
-    pub(crate) buf: Vec<u8>,
+    pub buf: Vec<u8>,
     /// How much of `buf` is known to hold no head's end.
     pub(crate) scanned: usize,
     /// When the poll thread closes it: the head deadline while a

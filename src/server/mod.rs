@@ -19,10 +19,10 @@ pub mod head;
 pub mod http;
 pub(crate) mod poll;
 pub(crate) mod route;
-pub mod routes;
-pub mod sessions;
+pub(crate) mod routes;
+pub(crate) mod sessions;
 pub mod stream;
-pub mod tls;
+pub(crate) mod tls;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 use crate::options::Options;
 
-pub use poll::Server;
+pub(crate) use poll::Server;
 
 /// Binds `addr`; a port in use (or any other error) names the flag.
 fn bind(addr: SocketAddr, flag: &str) -> Result<TcpListener, String> {
@@ -41,7 +41,7 @@ fn bind(addr: SocketAddr, flag: &str) -> Result<TcpListener, String> {
 /// Opens the listeners `opts` asks for and starts the server over them;
 /// `None` when none is asked for. `tls` is the main port's configuration
 /// (required when it listens).
-pub fn start(
+pub(crate) fn start(
     opts: &Options,
     tls: Option<Arc<rustls::ServerConfig>>,
     state: routes::State,
@@ -82,7 +82,7 @@ pub fn start(
 
 /// `/configz`: the effective settings under upstream's
 /// KubeletConfiguration field names, for the fields tinylet has.
-pub fn configz(opts: &Options) -> String {
+pub(crate) fn configz(opts: &Options) -> String {
     let path = |p: &Option<std::path::PathBuf>| {
         p.as_ref()
             .map_or(Value::Null, |p| Value::String(p.display().to_string()))

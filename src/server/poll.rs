@@ -48,7 +48,7 @@ const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// The running server; dropping it closes the listeners and every
 /// waiting connection (requests being served finish).
-pub struct Server {
+pub(crate) struct Server {
     stop: Arc<AtomicBool>,
     wakes: Vec<Arc<OwnedFd>>,
     _threads: Vec<JoinOnDrop<()>>,

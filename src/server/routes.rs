@@ -29,23 +29,23 @@ use crate::status::manager::StatusReporter;
 
 /// What the endpoints read: views other threads publish, never a lock
 /// held across I/O.
-pub struct State {
-    pub health: Arc<Health>,
-    pub pods: Arc<PodView>,
-    pub statuses: StatusReporter,
-    pub running: Arc<RunningPods>,
-    pub cache: Arc<PodCache>,
+pub(crate) struct State {
+    pub(crate) health: Arc<Health>,
+    pub(crate) pods: Arc<PodView>,
+    pub(crate) statuses: StatusReporter,
+    pub(crate) running: Arc<RunningPods>,
+    pub(crate) cache: Arc<PodCache>,
     /// `/configz`'s answer, made once at start.
-    pub configz: String,
-    pub auth: Auth,
-    pub runtime: Arc<dyn RuntimeService>,
-    pub images: Arc<dyn ImageService>,
+    pub(crate) configz: String,
+    pub(crate) auth: Auth,
+    pub(crate) runtime: Arc<dyn RuntimeService>,
+    pub(crate) images: Arc<dyn ImageService>,
     /// What `/stats/summary` measures besides the runtime's answers.
-    pub node_name: String,
-    pub root_dir: PathBuf,
-    pub logs_dir: PathBuf,
+    pub(crate) node_name: String,
+    pub(crate) root_dir: PathBuf,
+    pub(crate) logs_dir: PathBuf,
     /// Long sessions by caller, and their idle timeout.
-    pub sessions: Arc<Sessions>,
+    pub(crate) sessions: Arc<Sessions>,
 }
 
 impl Handler for State {

@@ -32,7 +32,7 @@ pub(crate) const PER_NAMESPACE: usize = 8;
 pub(crate) const PER_USER: usize = 48;
 
 /// The session counts by caller, and the idle timeout.
-pub struct Sessions {
+pub(crate) struct Sessions {
     idle: Option<Duration>,
     held: Mutex<Held>,
 }
@@ -52,7 +52,7 @@ pub(crate) struct SessionSlot {
 
 impl Sessions {
     /// Counts with `idle` as the idle timeout (zero: none).
-    pub fn new(idle: Duration) -> Arc<Sessions> {
+    pub(crate) fn new(idle: Duration) -> Arc<Sessions> {
         Arc::new(Sessions {
             idle: (!idle.is_zero()).then_some(idle),
             held: Mutex::new(Held::default()),

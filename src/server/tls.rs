@@ -21,14 +21,14 @@ pub(crate) const CERT_FILE: &str = "kubelet.crt";
 pub(crate) const KEY_FILE: &str = "kubelet.key";
 
 /// Where the serving pair comes from.
-pub struct Serving<'a> {
+pub(crate) struct Serving<'a> {
     /// `--tls-cert-file` and `--tls-private-key-file`, when given.
-    pub files: Option<(&'a Path, &'a Path)>,
+    pub(crate) files: Option<(&'a Path, &'a Path)>,
     /// `--cert-dir`, for the self-signed pair.
-    pub cert_dir: &'a Path,
+    pub(crate) cert_dir: &'a Path,
     /// The node's name and IPs, for a new self-signed pair.
-    pub host: &'a str,
-    pub ips: &'a [IpAddr],
+    pub(crate) host: &'a str,
+    pub(crate) ips: &'a [IpAddr],
 }
 
 fn load_pair(
@@ -89,7 +89,7 @@ pub(crate) fn ensure_self_signed(
 /// The serving certificate the main port presents, replaceable while it
 /// serves (`serverTLSBootstrap`): each handshake takes the current one.
 #[derive(Debug)]
-pub struct ServingCert(parking_lot::RwLock<Arc<rustls::sign::CertifiedKey>>);
+pub(crate) struct ServingCert(parking_lot::RwLock<Arc<rustls::sign::CertifiedKey>>);
 
 impl ServingCert {
     fn new(
@@ -103,7 +103,7 @@ impl ServingCert {
 
     /// Presents this pair (PEM: the chain, leaf first; the key) from the
     /// next handshake on. On an error the current one stays.
-    pub fn set_pem(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+    pub(crate) fn set_pem(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
         let certs = CertificateDer::pem_slice_iter(cert_pem)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("certificate: {e}"))?;
@@ -142,7 +142,7 @@ impl rustls::server::ResolvesServerCert for ServingCert {
 /// `TlsMinVersion` refuses those when the flags are read). Errors name
 /// the flag and the file. The certificate presented can be replaced
 /// through the returned handle.
-pub fn server_config(
+pub(crate) fn server_config(
     serving: &Serving,
     client_ca: Option<&Path>,
     min: TlsMinVersion,

@@ -40,7 +40,7 @@ pub(crate) const POD_INITIALIZING: &str = "PodInitializing";
 const KUBELET_CONDITIONS: [&str; 4] = ["PodScheduled", "Ready", "Initialized", "ContainersReady"];
 
 /// What the status needs besides the pod and its runtime state.
-pub struct StatusContext<'a> {
+pub(crate) struct StatusContext<'a> {
     pub(crate) host_ip: Option<&'a str>,
     /// "containerd" or "cri-o" etc. from CRI Version.runtime_name: containerID is "<runtime>://<id>".
     pub(crate) runtime_name: &'a str,
@@ -60,7 +60,7 @@ pub struct StatusContext<'a> {
 /// transition times that did not change, a terminal phase (which never goes
 /// back), the QoS class, conditions other components own, and the status
 /// of containers the runtime no longer has.
-pub fn generate_pod_status(
+pub(crate) fn generate_pod_status(
     pod: &Pod,
     rt: &runtime::PodStatus,
     old: Option<&ApiPodStatus>,
@@ -426,7 +426,7 @@ fn any_regular_started(pod: &Pod, statuses: &[ApiContainerStatus]) -> bool {
 }
 
 /// The pod phase from its container statuses (upstream `getPhase`).
-pub fn pod_phase(
+pub(crate) fn pod_phase(
     pod: &Pod,
     statuses: &[ApiContainerStatus],
     init_statuses: &[ApiContainerStatus],

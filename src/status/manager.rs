@@ -209,13 +209,13 @@ impl Shared {
 /// Where pod workers and the sync loop report to. Cheap to clone. Without
 /// an API server (standalone) it only keeps the latest status of each pod.
 #[derive(Clone)]
-pub struct StatusReporter {
+pub(crate) struct StatusReporter {
     shared: Arc<Shared>,
 }
 
 impl StatusReporter {
     /// A reporter with no thread behind it (standalone mode and tests).
-    pub fn standalone() -> StatusReporter {
+    pub(crate) fn standalone() -> StatusReporter {
         let (tx, _) = bounded(1);
         StatusReporter {
             shared: Arc::new(Shared {
@@ -515,13 +515,13 @@ impl ProbeStatus for StatusReporter {
 }
 
 /// Handle of the `status-manager` thread; dropping it stops and joins it.
-pub struct StatusManager {
+pub(crate) struct StatusManager {
     _stop: Sender<()>,
     _thread: JoinOnDrop<()>,
 }
 
 impl StatusManager {
-    pub fn start(
+    pub(crate) fn start(
         client: Client,
         node: NodeStateReader,
         node_name: String,

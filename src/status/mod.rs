@@ -7,5 +7,5 @@
 //! strategic-merge patch it computes.
 
 pub(crate) mod generate;
-pub mod manager;
+pub(crate) mod manager;
 pub(crate) mod patch;

@@ -32,13 +32,13 @@ const OWNED_FIELDS: [&str; 12] = [
 /// `$setElementOrder/conditions` is sent whenever conditions are, as in the
 /// recorded kubelet-shaped patch; for podIPs it is sent only when the old
 /// status had some.
-pub fn status_patch(uid: &str, old: Option<&ApiPodStatus>, new: &ApiPodStatus) -> Value {
+pub(crate) fn status_patch(uid: &str, old: Option<&ApiPodStatus>, new: &ApiPodStatus) -> Value {
     json!({"metadata": {"uid": uid}, "status": status_diff(old, new)})
 }
 
 /// Whether `new` would change nothing the kubelet owns in `old`: the
 /// reporter then skips the patch.
-pub fn status_equal(old: &ApiPodStatus, new: &ApiPodStatus) -> bool {
+pub(crate) fn status_equal(old: &ApiPodStatus, new: &ApiPodStatus) -> bool {
     status_diff(Some(old), new).is_empty()
 }
 

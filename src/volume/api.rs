@@ -12,12 +12,12 @@ use super::payload::{Fetched, Keys, Token};
 use super::ObjectSource;
 use crate::kube::Client;
 
-pub struct ApiObjects {
+pub(crate) struct ApiObjects {
     client: Client,
 }
 
 impl ApiObjects {
-    pub fn new(client: Client) -> Self {
+    pub(crate) fn new(client: Client) -> Self {
         ApiObjects { client }
     }
 

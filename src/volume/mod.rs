@@ -51,21 +51,21 @@ use crate::events::{EventRecorder, EventType, ObjectRef};
 use crate::fieldpath::NodeAllocatable;
 
 mod api;
-pub use api::ApiObjects;
+pub(crate) use api::ApiObjects;
 mod host_path;
 pub mod objects;
-pub use objects::{ApiWatcher, ObjectManager, Strategy};
+pub(crate) use objects::{ApiWatcher, ObjectManager, Strategy};
 mod ownership;
 pub mod payload;
 pub(crate) mod subpath;
-pub mod sweeper;
+pub(crate) mod sweeper;
 pub(crate) mod writer;
 
 pub use payload::{Fetched, Keys, Token};
 
 /// Where a volume manager reads Secrets and ConfigMaps and gets service
 /// account tokens: the apiserver, through `kube::Client`.
-pub trait ObjectSource: Send + Sync {
+pub(crate) trait ObjectSource: Send + Sync {
     /// A Secret's decoded `data`, or `None` when it does not exist.
     fn secret(&self, namespace: &str, name: &str) -> Result<Fetched, String>;
     /// A ConfigMap's `data` and `binaryData`, or `None` when it does not exist.
@@ -214,7 +214,7 @@ struct KeptToken {
     due: SystemTime,
 }
 
-pub struct VolumeManager {
+pub(crate) struct VolumeManager {
     root_dir: PathBuf,
     source: Option<Arc<dyn ObjectSource>>,
     allocatable: NodeAllocatable,
@@ -241,7 +241,7 @@ impl std::fmt::Display for VolumeError {
 impl VolumeManager {
     /// `source` is `None` for a standalone node: volumes that need API
     /// objects then fail with a clear message.
-    pub fn new(
+    pub(crate) fn new(
         root_dir: PathBuf,
         source: Option<Arc<dyn ObjectSource>>,
         allocatable: NodeAllocatable,

@@ -52,7 +52,7 @@ use crate::events::{EventRecorder, EventType};
 
 /// `configMapAndSecretChangeDetectionStrategy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Strategy {
+pub(crate) enum Strategy {
     #[default]
     Watch,
     Cache,
@@ -74,7 +74,7 @@ impl Strategy {
 
 /// The kind of a referenced object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ObjectKind {
+pub(crate) enum ObjectKind {
     Secret,
     ConfigMap,
 }
@@ -93,7 +93,7 @@ pub(crate) type ObjectRef = (ObjectKind, String, String);
 
 /// What a watch reports: the object's keys (None: it does not exist), and
 /// whether it is immutable.
-pub struct Observed {
+pub(crate) struct Observed {
     pub(crate) keys: Fetched,
     pub(crate) immutable: bool,
 }
@@ -101,7 +101,7 @@ pub struct Observed {
 /// How the manager starts a watch of one object. The returned handle stops
 /// the watch when dropped; `sink` gets every complete state after the first
 /// list and after every change.
-pub trait Watcher: Send + Sync {
+pub(crate) trait Watcher: Send + Sync {
     fn watch(
         &self,
         object: &ObjectRef,
@@ -112,7 +112,7 @@ pub trait Watcher: Send + Sync {
 /// How long a read waits for a new watch's first list (upstream: 1 s).
 const SYNC_WAIT: Duration = Duration::from_secs(1);
 /// The TTL of the Cache strategy when the node has no TTL annotation.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(60);
 /// Watches the node keeps at most (a connection and ~20 KiB each, on one
 /// thread): with the agent's own ~50 open files this keeps it under 300
 /// however many objects pods reference.
@@ -194,7 +194,7 @@ pub struct ObjectManager {
 impl ObjectManager {
     /// `watcher` is needed for `Strategy::Watch` (without one, reads are as
     /// under Cache).
-    pub fn new(
+    pub(crate) fn new(
         api: Arc<dyn ObjectSource>,
         strategy: Strategy,
         watcher: Option<Arc<dyn Watcher>>,
@@ -216,13 +216,13 @@ impl ObjectManager {
     }
 
     /// The GETs of objects past the bounds on watches go to `source`.
-    pub fn with_overflow_source(mut self, source: Arc<dyn ObjectSource>) -> ObjectManager {
+    pub(crate) fn with_overflow_source(mut self, source: Arc<dyn ObjectSource>) -> ObjectManager {
         self.overflow = source;
         self
     }
 
     /// Pods whose objects are not all watched get a Warning event here.
-    pub fn with_recorder(mut self, recorder: EventRecorder) -> ObjectManager {
+    pub(crate) fn with_recorder(mut self, recorder: EventRecorder) -> ObjectManager {
         self.recorder = recorder;
         self
     }
@@ -712,12 +712,12 @@ impl<K> KeyObject<K> {
 /// The `Watcher` of a node with an apiserver: every object on the one
 /// `watch-mux` thread, each on its own connection (the manager bounds how
 /// many).
-pub struct ApiWatcher {
+pub(crate) struct ApiWatcher {
     mux: Result<crate::kube::WatchMux, String>,
 }
 
 impl ApiWatcher {
-    pub fn new(client: crate::kube::Client) -> ApiWatcher {
+    pub(crate) fn new(client: crate::kube::Client) -> ApiWatcher {
         ApiWatcher {
             mux: crate::kube::WatchMux::new(client),
         }

@@ -52,7 +52,7 @@ struct Shared {
 
 /// Held by the sync loop; dropping it lets a sweep under way finish and
 /// joins its thread.
-pub struct OrphanSweeper {
+pub(crate) struct OrphanSweeper {
     root_dir: PathBuf,
     shared: Arc<Shared>,
     /// The sweeping thread, running or ended.
@@ -61,7 +61,7 @@ pub struct OrphanSweeper {
 
 impl OrphanSweeper {
     /// A sweeper for `<root_dir>/pods`; it starts a thread only to sweep.
-    pub fn new(root_dir: PathBuf) -> OrphanSweeper {
+    pub(crate) fn new(root_dir: PathBuf) -> OrphanSweeper {
         OrphanSweeper {
             root_dir,
             shared: Arc::default(),

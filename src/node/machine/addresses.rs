@@ -9,7 +9,7 @@ use super::MachineError;
 
 /// One address of a network interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IfAddr {
+pub(crate) struct IfAddr {
     pub(crate) name: String,
     pub(crate) addr: IpAddr,
     /// IFF_UP.
@@ -17,7 +17,7 @@ pub struct IfAddr {
 }
 
 /// Every address on this host's interfaces (getifaddrs(3)).
-pub fn host_interfaces() -> std::io::Result<Vec<IfAddr>> {
+pub(crate) fn host_interfaces() -> std::io::Result<Vec<IfAddr>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs allocates a list we walk read-only and free once.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
@@ -65,7 +65,7 @@ const RTF_REJECT: u32 = 0x0200;
 
 /// Interfaces of the IPv4 default routes (destination and mask 0, route
 /// up) in /proc/net/route text, in file order.
-pub fn parse_default_routes_v4(text: &str) -> Result<Vec<String>, MachineError> {
+pub(crate) fn parse_default_routes_v4(text: &str) -> Result<Vec<String>, MachineError> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().skip(1) {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -87,7 +87,7 @@ pub fn parse_default_routes_v4(text: &str) -> Result<Vec<String>, MachineError> 
 
 /// Interfaces of the IPv6 default routes (::/0, route up, not a reject
 /// route) in /proc/net/ipv6_route text, in file order.
-pub fn parse_default_routes_v6(text: &str) -> Result<Vec<String>, MachineError> {
+pub(crate) fn parse_default_routes_v6(text: &str) -> Result<Vec<String>, MachineError> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -130,7 +130,7 @@ fn is_global_unicast(ip: &IpAddr) -> bool {
 
 /// Checks a `--node-ip` as the kubelet does: a usable unicast address
 /// that one of this host's interfaces holds.
-pub fn validate_node_ip(ip: IpAddr, ifaces: &[IfAddr]) -> Result<(), MachineError> {
+pub(crate) fn validate_node_ip(ip: IpAddr, ifaces: &[IfAddr]) -> Result<(), MachineError> {
     let why = match ip {
         ip if ip.is_loopback() => Some("a loopback address"),
         ip if ip.is_multicast() => Some("a multicast address"),
@@ -157,7 +157,7 @@ pub fn validate_node_ip(ip: IpAddr, ifaces: &[IfAddr]) -> Result<(), MachineErro
 /// global unicast IPv4 address of the first IPv4 default route's interface
 /// (/proc/net/route), else the IPv6 one of the first IPv6 default route's
 /// (/proc/net/ipv6_route).
-pub fn node_addresses(
+pub(crate) fn node_addresses(
     node_ip: Option<IpAddr>,
     hostname: &str,
 ) -> Result<Vec<(String, String)>, MachineError> {
@@ -168,7 +168,7 @@ pub fn node_addresses(
 }
 
 /// [`node_addresses`] over given interfaces and route tables.
-pub fn choose_addresses(
+pub(crate) fn choose_addresses(
     node_ip: Option<IpAddr>,
     hostname: &str,
     ifaces: &[IfAddr],

@@ -22,7 +22,7 @@ fn format_resource(name: &str, milli: i128) -> String {
 }
 
 /// Resources `--kube-reserved` and `--system-reserved` may name.
-pub const RESERVABLE: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
+pub(crate) const RESERVABLE: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
 
 /// Parses a `--kube-reserved` / `--system-reserved` value,
 /// "cpu=100m,memory=256Mi,ephemeral-storage=1Gi,pid=1000". Entries are
@@ -30,7 +30,7 @@ pub const RESERVABLE: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
 /// same resource wins (as with the kubelet's map flags). Names must be in
 /// [`RESERVABLE`] and quantities valid and not negative; the error names
 /// the entry. The caller prefixes the flag's name.
-pub fn parse_reserved(flag_value: &str) -> Result<BTreeMap<String, String>, MachineError> {
+pub(crate) fn parse_reserved(flag_value: &str) -> Result<BTreeMap<String, String>, MachineError> {
     let mut out = BTreeMap::new();
     for entry in flag_value
         .split(',')
@@ -51,7 +51,7 @@ pub fn parse_reserved(flag_value: &str) -> Result<BTreeMap<String, String>, Mach
 /// Checks one reserved resource (a flag's entry, a config file's
 /// `kubeReserved`/`systemReserved` key): a name in [`RESERVABLE`] and a
 /// valid quantity that is not negative, as the kubelet refuses others.
-pub fn check_reserved(name: &str, value: &str) -> Result<(), String> {
+pub(crate) fn check_reserved(name: &str, value: &str) -> Result<(), String> {
     if !RESERVABLE.contains(&name) {
         return Err(format!(
             "unknown resource {name:?} (want one of {})",
@@ -68,7 +68,11 @@ pub fn check_reserved(name: &str, value: &str) -> Result<(), String> {
 /// The Node's `status.capacity`: cpu (cores), memory (MemTotal, in Ki as
 /// the kubelet prints it), ephemeral-storage (the root filesystem's size),
 /// pods (`max_pods`), and one `hugepages-<size>` per huge page pool.
-pub fn capacity(info: &MachineInfo, root_fs: &FsStats, max_pods: u32) -> BTreeMap<String, String> {
+pub(crate) fn capacity(
+    info: &MachineInfo,
+    root_fs: &FsStats,
+    max_pods: u32,
+) -> BTreeMap<String, String> {
     let mut c = BTreeMap::new();
     let mut put = |name: String, milli: i128| {
         let text = format_resource(&name, milli);
@@ -93,7 +97,7 @@ pub fn capacity(info: &MachineInfo, root_fs: &FsStats, max_pods: u32) -> BTreeMa
 
 /// The kubelet's default hard eviction threshold for nodefs.available
 /// (a float32 upstream; its rounding shows in the reported bytes).
-pub const NODEFS_AVAILABLE_FRACTION: f32 = 0.10;
+pub(crate) const NODEFS_AVAILABLE_FRACTION: f32 = 0.10;
 
 /// A fraction of a capacity, computed as the kubelet does (float64 of the
 /// float32 fraction, truncated).
@@ -108,7 +112,7 @@ fn fraction_of(capacity: i128, fraction: f32) -> i128 {
 /// floored at 0, then memory minus every huge page pool. Formatted like
 /// capacity. Reservations for resources capacity lacks (pid) are ignored,
 /// as upstream.
-pub fn allocatable(
+pub(crate) fn allocatable(
     capacity: &BTreeMap<String, String>,
     kube_reserved: &BTreeMap<String, String>,
     system_reserved: &BTreeMap<String, String>,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// Size of the filesystem holding a path, as cAdvisor reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FsStats {
+pub(crate) struct FsStats {
     /// Bytes: fragment size × blocks.
     pub(crate) capacity: u64,
     /// Bytes available to unprivileged users: fragment size × blocks

@@ -7,11 +7,11 @@ use std::path::Path;
 
 /// What the Node's `status.nodeInfo` and capacity say about this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachineInfo {
+pub(crate) struct MachineInfo {
     /// Logical CPUs (the "processor" entries of /proc/cpuinfo).
     pub(crate) num_cores: u32,
     /// Bytes: MemTotal of /proc/meminfo (given there in KiB).
-    pub memory_capacity: u64,
+    pub(crate) memory_capacity: u64,
     /// /etc/machine-id, else /var/lib/dbus/machine-id; empty if neither.
     pub(crate) machine_id: String,
     /// DMI product_uuid, else the device-tree system id, else the machine
@@ -36,7 +36,7 @@ pub struct MachineInfo {
 
 /// Reads the machine facts of this host. Files that cannot be read give
 /// empty strings (or zero), logged, as the kubelet tolerates them.
-pub fn read_machine_info() -> MachineInfo {
+pub(crate) fn read_machine_info() -> MachineInfo {
     let mut info = read_machine_info_at(Path::new("/"));
     if let Some(release) = uname_release() {
         info.kernel_version = release;
@@ -53,7 +53,7 @@ pub fn read_machine_info() -> MachineInfo {
 /// (proc/cpuinfo, proc/meminfo, etc/machine-id, ...). The kernel version
 /// comes from proc/sys/kernel/osrelease. `num_cores` is 0 when cpuinfo
 /// lists no processors.
-pub fn read_machine_info_at(root: &Path) -> MachineInfo {
+pub(crate) fn read_machine_info_at(root: &Path) -> MachineInfo {
     let read = |rel: &str| std::fs::read_to_string(root.join(rel)).ok();
     let trimmed = |rel: &str| {
         read(rel)
@@ -99,7 +99,7 @@ pub fn read_machine_info_at(root: &Path) -> MachineInfo {
 }
 
 /// The number of "processor : N" entries in /proc/cpuinfo text.
-pub fn count_processors(cpuinfo: &str) -> u32 {
+pub(crate) fn count_processors(cpuinfo: &str) -> u32 {
     cpuinfo
         .lines()
         .filter(|l| {
@@ -110,7 +110,7 @@ pub fn count_processors(cpuinfo: &str) -> u32 {
 }
 
 /// A /proc/meminfo field in bytes (the file gives KiB), if present.
-pub fn meminfo_bytes(meminfo: &str, field: &str) -> Option<u64> {
+pub(crate) fn meminfo_bytes(meminfo: &str, field: &str) -> Option<u64> {
     meminfo.lines().find_map(|l| {
         let (k, v) = l.split_once(':')?;
         if k.trim() != field {
@@ -128,7 +128,7 @@ pub fn meminfo_bytes(meminfo: &str, field: &str) -> Option<u64> {
 
 /// The OS image from /etc/os-release text: PRETTY_NAME, else NAME, else
 /// "Linux".
-pub fn os_image(os_release: &str) -> String {
+pub(crate) fn os_image(os_release: &str) -> String {
     let field = |key: &str| {
         os_release.lines().find_map(|l| {
             let v = l.trim().strip_prefix(key)?.strip_prefix('=')?;
@@ -207,7 +207,7 @@ fn uname_release() -> Option<String> {
 /// This build's architecture under Go's GOARCH name, which is what the
 /// kubelet writes to `nodeInfo.architecture` and the `kubernetes.io/arch`
 /// label.
-pub fn go_arch() -> &'static str {
+pub(crate) fn go_arch() -> &'static str {
     go_arch_of(std::env::consts::ARCH, cfg!(target_endian = "little"))
 }
 

@@ -33,20 +33,20 @@ mod filesystem;
 mod info;
 mod pressure;
 
-pub use addresses::node_addresses;
-pub use allocatable::{
+pub(crate) use addresses::node_addresses;
+pub(crate) use allocatable::{
     allocatable, capacity, check_reserved, parse_reserved, NODEFS_AVAILABLE_FRACTION,
 };
 pub(crate) use filesystem::{fs_stats, FsStats};
-pub use info::{go_arch, meminfo_bytes, read_machine_info, MachineInfo};
-pub use pressure::{
+pub(crate) use info::{go_arch, meminfo_bytes, read_machine_info, MachineInfo};
+pub(crate) use pressure::{
     condition_reason_message, loadavg_tasks, read_pressure, Pressure, PressureKind,
 };
 
 /// An error from this module: bad flag values, bad quantities, or a host
 /// whose addresses cannot be determined. The message names the input.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MachineError(String);
+pub(crate) struct MachineError(String);
 
 impl fmt::Display for MachineError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

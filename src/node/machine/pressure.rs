@@ -9,7 +9,7 @@ use super::{fs_stats, meminfo_bytes, FsStats, NODEFS_AVAILABLE_FRACTION};
 /// The node's resource pressure, the eviction signals behind the Node's
 /// MemoryPressure, DiskPressure and PIDPressure conditions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Pressure {
+pub(crate) struct Pressure {
     pub(crate) memory: bool,
     pub(crate) disk: bool,
     pub(crate) pid: bool,
@@ -17,7 +17,7 @@ pub struct Pressure {
 
 /// Hard eviction thresholds: a signal below its threshold means pressure.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct EvictionThresholds {
+pub(crate) struct EvictionThresholds {
     /// memory.available, bytes.
     pub(crate) memory_available: u64,
     /// nodefs.available, a fraction of the filesystem's capacity.
@@ -32,7 +32,7 @@ pub struct EvictionThresholds {
 /// memory.available<100Mi, nodefs.available<10%, nodefs.inodesFree<5%,
 /// pid.available<10%. (imagefs.available<15% has no counterpart here: the
 /// image filesystem is containerd's.)
-pub const DEFAULT_EVICTION_HARD: EvictionThresholds = EvictionThresholds {
+pub(crate) const DEFAULT_EVICTION_HARD: EvictionThresholds = EvictionThresholds {
     memory_available: 100 << 20,
     nodefs_available: NODEFS_AVAILABLE_FRACTION,
     nodefs_inodes_free: 0.05,
@@ -40,7 +40,12 @@ pub const DEFAULT_EVICTION_HARD: EvictionThresholds = EvictionThresholds {
 };
 
 /// [`pressure_with`] the default thresholds.
-pub fn pressure(meminfo_text: &str, root_fs: &FsStats, pid_max: u64, pids_in_use: u64) -> Pressure {
+pub(crate) fn pressure(
+    meminfo_text: &str,
+    root_fs: &FsStats,
+    pid_max: u64,
+    pids_in_use: u64,
+) -> Pressure {
     pressure_with(
         &DEFAULT_EVICTION_HARD,
         meminfo_text,
@@ -57,7 +62,7 @@ pub fn pressure(meminfo_text: &str, root_fs: &FsStats, pid_max: u64, pids_in_use
 /// - disk: available bytes or free inodes of the kubelet's filesystem (a
 ///   filesystem reporting 0 inodes has no inode signal);
 /// - pid: `pid_max - pids_in_use`.
-pub fn pressure_with(
+pub(crate) fn pressure_with(
     t: &EvictionThresholds,
     meminfo_text: &str,
     root_fs: &FsStats,
@@ -87,12 +92,12 @@ pub fn pressure_with(
 /// /proc/sys/kernel/pid_max and threads-max, as upstream) and the number of
 /// tasks (the total of /proc/loadavg's fourth field: threads, which take
 /// PIDs too). A signal that cannot be read counts as no pressure, logged.
-pub fn read_pressure(root_dir: &Path) -> Pressure {
+pub(crate) fn read_pressure(root_dir: &Path) -> Pressure {
     read_pressure_in(Path::new("/proc"), root_dir)
 }
 
 /// [`read_pressure`] with /proc at `proc_root`.
-pub fn read_pressure_in(proc_root: &Path, root_dir: &Path) -> Pressure {
+pub(crate) fn read_pressure_in(proc_root: &Path, root_dir: &Path) -> Pressure {
     let read = |rel: &str| {
         let p = proc_root.join(rel);
         std::fs::read_to_string(&p)
@@ -116,7 +121,7 @@ pub fn read_pressure_in(proc_root: &Path, root_dir: &Path) -> Pressure {
 }
 
 /// The total in /proc/loadavg's "running/total" field.
-pub fn loadavg_tasks(loadavg: &str) -> Option<u64> {
+pub(crate) fn loadavg_tasks(loadavg: &str) -> Option<u64> {
     loadavg
         .split_whitespace()
         .nth(3)?
@@ -128,7 +133,7 @@ pub fn loadavg_tasks(loadavg: &str) -> Option<u64> {
 
 /// The three pressure conditions of a Node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PressureKind {
+pub(crate) enum PressureKind {
     Memory,
     Disk,
     Pid,
@@ -146,7 +151,7 @@ impl PressureKind {
 }
 
 /// (status, reason, message) of a pressure condition, the kubelet's words.
-pub fn condition_reason_message(
+pub(crate) fn condition_reason_message(
     kind: PressureKind,
     pressure: bool,
 ) -> (&'static str, &'static str, &'static str) {
