@@ -86,10 +86,13 @@ args=(
     --hostname-override "$node"
     --root-dir "$root_dir"
     # The demo's image was imported (built here from busybox-static) and
-    # cannot be pulled again: image GC, which on a disk over its 85% high
-    # threshold removes unused images at start (as upstream, images found
-    # at start count as old), is off.
+    # cannot be pulled again, so nothing may remove it: image GC, which on
+    # a disk over its 85% high threshold removes unused images at start (as
+    # upstream, images found at start count as old), is off, and so is the
+    # eviction threshold that reclaims images (imagefs.available<15%); the
+    # others keep upstream's defaults.
     --image-gc-high-threshold 100
+    --eviction-hard "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%"
     --v 2
 )
 echo "+ $bin ${args[*]}"
