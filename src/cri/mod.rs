@@ -26,6 +26,12 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2 * 60);
 /// The CRI version tinylet announces in `Version` requests.
 pub(crate) const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
 
+/// A sandbox's status and the runtime's verbose `info` about it.
+pub(crate) type SandboxStatusInfo = (
+    api::PodSandboxStatus,
+    std::collections::HashMap<String, String>,
+);
+
 /// Pod sandboxes and containers (CRI `RuntimeService`).
 pub trait RuntimeService: Send + Sync {
     /// Runtime name and versions.
@@ -60,16 +66,7 @@ pub trait RuntimeService: Send + Sync {
     /// A sandbox's status with the runtime's free-form verbose `info`
     /// (containerd's `info` key holds JSON with the sandbox's `pid`).
     /// Runtimes that offer none answer an empty map.
-    fn pod_sandbox_status_info(
-        &self,
-        pod_sandbox_id: &str,
-    ) -> Result<
-        (
-            api::PodSandboxStatus,
-            std::collections::HashMap<String, String>,
-        ),
-        CriError,
-    > {
+    fn pod_sandbox_status_info(&self, pod_sandbox_id: &str) -> Result<SandboxStatusInfo, CriError> {
         Ok((
             self.pod_sandbox_status(pod_sandbox_id)?,
             std::collections::HashMap::new(),

@@ -17,7 +17,7 @@ use super::api;
 use super::endpoint::Endpoint;
 use super::error::{classify, CallContext, CriError, SocketState};
 use super::grpc::{ImageServiceClient, RuntimeServiceClient};
-use super::{ImageService, RuntimeService, KUBE_RUNTIME_API_VERSION};
+use super::{ImageService, RuntimeService, SandboxStatusInfo, KUBE_RUNTIME_API_VERSION};
 
 /// Largest message accepted either way, as the upstream kubelet allows
 /// (a ListContainers on a busy node exceeds gRPC's 4 MiB default).
@@ -133,13 +133,7 @@ impl RemoteRuntime {
         &self,
         pod_sandbox_id: &str,
         verbose: bool,
-    ) -> Result<
-        (
-            api::PodSandboxStatus,
-            std::collections::HashMap<String, String>,
-        ),
-        CriError,
-    > {
+    ) -> Result<SandboxStatusInfo, CriError> {
         const METHOD: &str = "PodSandboxStatus";
         let mut req = api::PodSandboxStatusRequest::new();
         req.pod_sandbox_id = pod_sandbox_id.to_string();
@@ -264,16 +258,7 @@ impl RuntimeService for RemoteRuntime {
         Ok(self.sandbox_status(pod_sandbox_id, false)?.0)
     }
 
-    fn pod_sandbox_status_info(
-        &self,
-        pod_sandbox_id: &str,
-    ) -> Result<
-        (
-            api::PodSandboxStatus,
-            std::collections::HashMap<String, String>,
-        ),
-        CriError,
-    > {
+    fn pod_sandbox_status_info(&self, pod_sandbox_id: &str) -> Result<SandboxStatusInfo, CriError> {
         self.sandbox_status(pod_sandbox_id, true)
     }
 

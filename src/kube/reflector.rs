@@ -79,6 +79,28 @@ pub struct Reflector {
     _stop: Sender<()>,
 }
 
+/// What a reflector can keep: an API object with metadata, decoded from
+/// JSON, shared with the sink's thread.
+pub(crate) trait Reflected:
+    k8s_openapi::Metadata<Ty = ObjectMeta>
+    + k8s_openapi::Resource
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> Reflected for T where
+    T: k8s_openapi::Metadata<Ty = ObjectMeta>
+        + k8s_openapi::Resource
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 impl Reflector {
     pub(crate) fn start<T>(
         name: &str,
@@ -87,12 +109,7 @@ impl Reflector {
         sink: Box<dyn FnMut(Vec<Arc<T>>) + Send>,
     ) -> std::io::Result<Reflector>
     where
-        T: k8s_openapi::Metadata<Ty = ObjectMeta>
-            + k8s_openapi::Resource
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        T: Reflected,
     {
         Self::start_with_backoff(name, client, lw, sink, BACKOFF_START)
     }
@@ -106,12 +123,7 @@ impl Reflector {
         backoff_start: Duration,
     ) -> std::io::Result<Reflector>
     where
-        T: k8s_openapi::Metadata<Ty = ObjectMeta>
-            + k8s_openapi::Resource
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        T: Reflected,
     {
         // Capacity 0 and nothing is ever sent: only the disconnection counts.
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
