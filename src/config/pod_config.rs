@@ -204,7 +204,7 @@ fn run(mut merger: Merger) {
 }
 
 /// Merges the pod sources into one ordered stream of [`PodUpdate`]s.
-pub struct PodConfig {
+pub(crate) struct PodConfig {
     /// Every source that asked for a channel, with the sending end handed out.
     sources: Mutex<BTreeMap<String, Sender<PodUpdate>>>,
     /// Published by the `pod-config` thread.
