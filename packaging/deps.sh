@@ -11,7 +11,8 @@
 #           openssl (certificates for the TLS tests of the API client and
 #           the fake apiserver); docker-registry skopeo apache2-utils (a
 #           private image registry with htpasswd auth for the image pull
-#           tests; see tests/support/registry.rs)
+#           tests; see tests/support/registry.rs); curl (an HTTP/2 client
+#           other than tinylet's, for the fake apiserver's HTTP/2 tests)
 # The Rust toolchain itself is expected from rustup.
 set -euo pipefail
 
@@ -21,7 +22,7 @@ packages=(
     ca-certificates
     cmake g++ make pkg-config
     containerd runc containernetworking-plugins busybox-static
-    iproute2 iptables util-linux procps tar coreutils openssl
+    iproute2 iptables util-linux procps tar coreutils openssl curl
     docker-registry skopeo apache2-utils
 )
 

@@ -2652,3 +2652,488 @@ fn ephemeral_containers_subresource_only_adds() {
         2
     );
 }
+
+// ---------------------------------------------------------------------------
+// HTTP/2 (ALPN "h2" on the TLS fake), with curl and by hand
+
+/// A TLS fake with the node and admin tokens, and its CA in a file.
+fn tls_fake(http2: bool) -> (FakeApiServer, tempfile::TempDir) {
+    let f = if http2 {
+        FakeApiServer::start_tls()
+    } else {
+        FakeApiServer::start_tls_http1_only()
+    };
+    f.add_token(NODE_TOKEN, "system:node:edge-1", &["system:nodes"]);
+    f.add_token(ADMIN_TOKEN, "admin", &["system:masters"]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ca.crt"), f.ca_pem().unwrap()).unwrap();
+    (f, dir)
+}
+
+/// What curl got: the HTTP version it spoke ("2", "1.1"), the status,
+/// the response header names in order, and the body.
+struct Curled {
+    version: String,
+    code: u16,
+    header_names: Vec<String>,
+    body: String,
+}
+
+/// Runs `curl <args> -H 'Authorization: Bearer <token>' <fake><target>`
+/// against a TLS fake whose CA is `dir/ca.crt`.
+fn curl(f: &FakeApiServer, dir: &Path, token: &str, args: &[&str], target: &str) -> Curled {
+    let ca = dir.join("ca.crt");
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "20", "--cacert"])
+        .arg(&ca)
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .args(["-D", "-", "-w", "\n%{http_version} %{http_code}"])
+        .args(args)
+        .arg(format!("{}{target}", f.url()))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("the HTTP/2 tests of the fake apiserver run curl (apt-get install curl): {e}")
+        });
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "curl {args:?} {target}: {}{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (rest, last) = text.rsplit_once('\n').unwrap();
+    let (version, code) = last.split_once(' ').unwrap();
+    let (head, body) = rest.split_once("\r\n\r\n").unwrap();
+    Curled {
+        version: version.to_string(),
+        code: code.parse().unwrap(),
+        header_names: header_list(head.split("\r\n").skip(1))
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect(),
+        body: body.to_string(),
+    }
+}
+
+#[test]
+fn http2_version_lease_patches_and_watches_over_curl() {
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1";
+    let (f, dir) = tls_fake(true);
+    let d = dir.path();
+
+    // (a) /version over h2, with the header names of fixture 14b in its order.
+    let v = curl(&f, d, NODE_TOKEN, &["--http2"], "/version");
+    assert_eq!((v.version.as_str(), v.code), ("2", 200), "{}", v.body);
+    assert_eq!(
+        v.header_names,
+        header_names(&Fixture::load("14b-http2-version").resp_headers, true)
+    );
+    let version: Value = serde_json::from_str(&v.body).unwrap();
+    assert_eq!(version["gitVersion"], "v1.20.2");
+    let last = f.requests().pop().unwrap();
+    assert_eq!(
+        (last.verb.as_str(), last.path.as_str()),
+        ("GET", "/version")
+    );
+    assert!(last.http2);
+    assert_eq!(last.user, "system:node:edge-1");
+
+    // (c) --http1.1 on the same fake stays HTTP/1.1.
+    let v = curl(&f, d, NODE_TOKEN, &["--http1.1"], "/version");
+    assert_eq!((v.version.as_str(), v.code), ("1.1", 200));
+    assert!(!f.requests().pop().unwrap().http2);
+
+    // (b) A node's lease merge patch: over h2 as over HTTP/1.1.
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "edge-1", "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": "edge-1", "leaseDurationSeconds": 40,
+                 "renewTime": "2026-11-22T00:45:16.000001Z"}});
+    let lease = lease.to_string();
+    let create = [
+        "--http2",
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "--data-binary",
+        &lease,
+    ];
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+    let c = curl(&f, d, NODE_TOKEN, &create, leases);
+    assert_eq!(c.code, 201, "{}", c.body);
+    let patch = |http: &str, renew: &str| {
+        let body = json!({"spec": {"renewTime": renew}}).to_string();
+        let args = [
+            http,
+            "-X",
+            "PATCH",
+            "-H",
+            "Content-Type: application/merge-patch+json",
+            "--data-binary",
+            &body,
+        ];
+        let p = curl(&f, d, NODE_TOKEN, &args, LEASE);
+        assert_eq!(p.code, 200, "{http}: {}", p.body);
+        let stored = f.lease("edge-1").unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&p.body).unwrap(),
+            stored,
+            "{http}"
+        );
+        let last = f.requests().pop().unwrap();
+        assert_eq!(last.verb, "PATCH");
+        assert_eq!(last.content_type, "application/merge-patch+json");
+        assert_eq!(last.body, body);
+        (last.http2, stored)
+    };
+    let (h2_1, over_1) = patch("--http1.1", "2026-11-22T00:45:26.000001Z");
+    let (h2_2, over_2) = patch("--http2", "2026-11-22T00:45:36.000001Z");
+    assert_eq!((h2_1, h2_2), (false, true));
+    assert_eq!(rv(&over_2), rv(&over_1) + 1);
+    let mut expected = over_1.clone();
+    expected["spec"]["renewTime"] = json!("2026-11-22T00:45:36.000001Z");
+    expected["metadata"]["resourceVersion"] = over_2["metadata"]["resourceVersion"].clone();
+    let no_times = |mut v: Value| {
+        for e in v["metadata"]["managedFields"].as_array_mut().unwrap() {
+            e["time"] = Value::Null;
+        }
+        v
+    };
+    assert_eq!(no_times(over_2), no_times(expected));
+
+    // A watch streams over h2 as DATA frames and ends at its timeout.
+    f.create_pod(pod("app-1", "edge-1"));
+    let w = curl(
+        &f,
+        d,
+        NODE_TOKEN,
+        &["--http2"],
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dedge-1&watch=true&timeoutSeconds=1",
+    );
+    assert_eq!((w.version.as_str(), w.code), ("2", 200));
+    assert_eq!(w.header_names, ["cache-control", "content-type", "date"]);
+    let events: Vec<Value> = w
+        .body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(types(&events), ["ADDED"]);
+    assert!(f.requests().pop().unwrap().http2);
+
+    // A request body above the 256 KiB stream window arrives whole.
+    let big = format!(r#"{{"x":"{}"}}"#, "a".repeat(600_000));
+    std::fs::write(d.join("big.json"), &big).unwrap();
+    let file = format!("@{}", d.join("big.json").display());
+    let args = [
+        "--http2",
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "--data-binary",
+        &file,
+    ];
+    let e = curl(
+        &f,
+        d,
+        ADMIN_TOKEN,
+        &args,
+        "/api/v1/namespaces/default/events",
+    );
+    assert_eq!(e.version, "2");
+    let last = f.requests().pop().unwrap();
+    assert!(last.http2);
+    assert_eq!(last.body.len(), big.len(), "{}", e.body);
+
+    // A body above Go's 4 KiB handler buffer goes without content-length.
+    for i in 0..6 {
+        f.create_pod(pod(&format!("app-{}", i + 2), "edge-1"));
+    }
+    let l = curl(&f, d, NODE_TOKEN, &["--http2"], "/api/v1/pods");
+    assert_eq!((l.version.as_str(), l.code), ("2", 200));
+    assert!(l.body.len() > 4096);
+    assert!(
+        !l.header_names.iter().any(|h| h == "content-length"),
+        "{:?}",
+        l.header_names
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&l.body).unwrap()["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        7
+    );
+}
+
+#[test]
+fn http1_only_tls_fake_makes_http2_clients_fall_back() {
+    let (f, dir) = tls_fake(false);
+    let v = curl(&f, dir.path(), NODE_TOKEN, &["--http2"], "/version");
+    assert_eq!((v.version.as_str(), v.code), ("1.1", 200));
+    let last = f.requests().pop().unwrap();
+    assert!(!last.http2);
+    assert_eq!(last.user, "system:node:edge-1");
+}
+
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS connection to the fake that negotiated "h2".
+fn h2_connect(f: &FakeApiServer) -> TlsStream {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(f.ca_pem().unwrap().as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let conn = rustls::ClientConnection::new(
+        Arc::new(config),
+        ServerName::try_from("127.0.0.1").unwrap().to_owned(),
+    )
+    .unwrap();
+    let tcp = TcpStream::connect(f.addr()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).unwrap();
+    }
+    assert_eq!(s.conn.alpn_protocol(), Some(&b"h2"[..]));
+    s
+}
+
+fn h2_frame(kind: u8, flags: u8, id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    out.extend_from_slice(&[kind, flags]);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+fn h2_read(s: &mut TlsStream) -> io::Result<(u8, u8, u32, Vec<u8>)> {
+    let mut h = [0u8; 9];
+    s.read_exact(&mut h)?;
+    let len = u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize;
+    let mut p = vec![0; len];
+    s.read_exact(&mut p)?;
+    Ok((h[3], h[4], u32::from_be_bytes([h[5], h[6], h[7], h[8]]), p))
+}
+
+/// Sends `bytes` after the TLS handshake; the error code of the GOAWAY
+/// that follows (the connection must then end), None if it closed without.
+fn h2_goaway_after(f: &FakeApiServer, bytes: &[u8]) -> Option<u32> {
+    let mut s = h2_connect(f);
+    s.write_all(bytes).unwrap();
+    s.flush().unwrap();
+    let mut code = None;
+    while let Ok((kind, _, _, p)) = h2_read(&mut s) {
+        if kind == 7 {
+            code = Some(u32::from_be_bytes([p[4], p[5], p[6], p[7]]));
+        }
+    }
+    code
+}
+
+#[test]
+fn http2_protocol_errors_end_the_connection_with_goaway() {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let (f, _dir) = tls_fake(true);
+    let settings = h2_frame(4, 0, 0, &[]);
+    let after_preface = |rest: &[&[u8]]| [&[PREFACE, &settings[..]][..], rest].concat().concat();
+
+    // HTTP/1.1 where the preface should be.
+    assert_eq!(
+        h2_goaway_after(&f, b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n"),
+        Some(1)
+    );
+    // Garbage after the preface: the first frame is not SETTINGS.
+    let garbage = [PREFACE, &b"\0\0\x04\x09garbage!garbage!"[..]].concat();
+    assert_eq!(h2_goaway_after(&f, &garbage), Some(1));
+    // A frame above the 256 KiB SETTINGS_MAX_FRAME_SIZE advertised.
+    assert_eq!(
+        h2_goaway_after(&f, &after_preface(&[b"\x10\0\0\0\0\0\0\0\x01"])),
+        Some(6)
+    );
+    // A header block HPACK cannot decode.
+    let bad_block = h2_frame(1, 0x5, 1, &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    assert_eq!(h2_goaway_after(&f, &after_preface(&[&bad_block])), Some(9));
+    // Padding longer than the frame, DATA on stream 0, a PING of 3 bytes.
+    let bad_pad = h2_frame(1, 0x8 | 0x5, 1, &[200, 0x82]);
+    assert_eq!(h2_goaway_after(&f, &after_preface(&[&bad_pad])), Some(1));
+    assert_eq!(
+        h2_goaway_after(&f, &after_preface(&[&h2_frame(0, 0, 0, b"x")])),
+        Some(1)
+    );
+    assert_eq!(
+        h2_goaway_after(&f, &after_preface(&[&h2_frame(6, 0, 0, b"abc")])),
+        Some(6)
+    );
+    // HEADERS interrupted by another stream's frame before its CONTINUATION.
+    let mut enc = loona_hpack::Encoder::new();
+    let block = enc.encode([(&b":method"[..], &b"GET"[..]), (b":path", b"/version")]);
+    let open = h2_frame(1, 0x1, 1, &block);
+    let other = h2_frame(2, 0, 3, &[0, 0, 0, 0, 16]);
+    assert_eq!(
+        h2_goaway_after(&f, &after_preface(&[&open, &other])),
+        Some(1)
+    );
+    assert!(f.requests().is_empty(), "{:?}", f.requests());
+
+    // After all that, a well-behaved connection is served: a PING, then
+    // GET /version in a padded HEADERS with priority and a CONTINUATION.
+    let mut s = h2_connect(&f);
+    let mut enc = loona_hpack::Encoder::new();
+    let auth = format!("Bearer {NODE_TOKEN}");
+    let block = enc.encode([
+        (&b":method"[..], &b"GET"[..]),
+        (b":scheme", b"https"),
+        (b":authority", b"127.0.0.1"),
+        (b":path", b"/version?pretty=1"),
+        (b"authorization", auth.as_bytes()),
+    ]);
+    let (first, rest) = block.split_at(10);
+    let mut headers = vec![3u8, 0, 0, 0, 0, 15];
+    headers.extend_from_slice(first);
+    headers.extend_from_slice(&[0; 3]);
+    let request = [
+        PREFACE,
+        &settings,
+        &h2_frame(6, 0, 0, b"pingpong"),
+        &h2_frame(1, 0x1 | 0x8 | 0x20, 1, &headers),
+        &h2_frame(9, 0x4, 1, rest),
+    ]
+    .concat();
+    s.write_all(&request).unwrap();
+    s.flush().unwrap();
+    let mut dec = loona_hpack::Decoder::new();
+    let (mut status, mut body, mut seen) = (None, Vec::new(), Vec::new());
+    loop {
+        let (kind, flags, id, p) = h2_read(&mut s).expect("the answer");
+        seen.push((kind, flags));
+        match kind {
+            1 => {
+                let fields = dec.decode(&p).unwrap();
+                assert_eq!(fields[0].0, b":status");
+                status = Some(String::from_utf8(fields[0].1.clone()).unwrap());
+            }
+            0 => body.extend_from_slice(&p),
+            _ => {}
+        }
+        if id == 1 && flags & 0x1 != 0 && kind <= 1 {
+            break;
+        }
+    }
+    assert!(
+        seen.contains(&(6, 0x1)),
+        "the PING is acknowledged: {seen:?}"
+    );
+    assert!(
+        seen.contains(&(4, 0x1)),
+        "our SETTINGS are acknowledged: {seen:?}"
+    );
+    assert_eq!(status.as_deref(), Some("200"));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["major"],
+        "1"
+    );
+    let last = f.requests().pop().unwrap();
+    assert_eq!(
+        (last.path.as_str(), last.query.as_str()),
+        ("/version", "pretty=1")
+    );
+    assert!(last.http2);
+    assert_eq!(last.user, "system:node:edge-1");
+
+    // Flow control: with a 1000-byte stream window the answer stops there
+    // until a WINDOW_UPDATE; a body above 4 KiB ends with an empty DATA.
+    for i in 0..4 {
+        f.create_pod(pod(&format!("app-{i}"), "edge-1"));
+    }
+    let block = enc.encode([
+        (&b":method"[..], &b"GET"[..]),
+        (b":scheme", b"https"),
+        (b":authority", b"127.0.0.1"),
+        (b":path", b"/api/v1/pods"),
+        (b"authorization", auth.as_bytes()),
+    ]);
+    let small_window = h2_frame(4, 0, 0, &[0, 4, 0, 0, 0x03, 0xe8]);
+    let request = [small_window, h2_frame(1, 0x5, 3, &block)].concat();
+    s.write_all(&request).unwrap();
+    s.flush().unwrap();
+    let (mut body, mut fields, mut data_frames) = (Vec::new(), Vec::new(), Vec::new());
+    let mut opened = false;
+    loop {
+        let (kind, flags, id, p) = h2_read(&mut s).expect("the answer");
+        match (kind, id) {
+            (1, 3) => fields = dec.decode(&p).unwrap(),
+            (0, 3) => {
+                body.extend_from_slice(&p);
+                data_frames.push((p.len(), flags));
+            }
+            _ => {}
+        }
+        if body.len() == 1000 && !opened {
+            opened = true;
+            s.write_all(&h2_frame(8, 0, 3, &1_000_000u32.to_be_bytes()))
+                .unwrap();
+            s.flush().unwrap();
+        }
+        assert!(opened || body.len() <= 1000, "past the window");
+        if id == 3 && flags & 0x1 != 0 {
+            break;
+        }
+    }
+    assert_eq!(data_frames[0], (1000, 0), "{data_frames:?}");
+    assert_eq!(data_frames.last(), Some(&(0, 0x1)), "{data_frames:?}");
+    assert!(body.len() > 4096);
+    let names: Vec<&[u8]> = fields.iter().map(|(k, _)| &k[..]).collect();
+    assert!(!names.contains(&&b"content-length"[..]), "{names:?}");
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn http2_requests_in_the_black_hole_are_recorded_and_never_answered() {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let (f, _dir) = tls_fake(true);
+    let mut s = h2_connect(&f);
+    s.write_all(&[PREFACE, &h2_frame(4, 0, 0, &[])].concat())
+        .unwrap();
+    s.flush().unwrap();
+    f.set_black_hole(true);
+    let auth = format!("Bearer {NODE_TOKEN}");
+    let block = loona_hpack::Encoder::new().encode([
+        (&b":method"[..], &b"GET"[..]),
+        (b":scheme", b"https"),
+        (b":path", b"/version"),
+        (b"authorization", auth.as_bytes()),
+    ]);
+    s.write_all(&h2_frame(1, 0x5, 1, &block)).unwrap();
+    s.flush().unwrap();
+    s.sock
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let err = loop {
+        match h2_read(&mut s) {
+            Ok((kind, _, id, _)) => assert!(id != 1, "an answer in the black hole: type {kind}"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(
+            err.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ),
+        "{err}"
+    );
+    let last = f.requests().pop().unwrap();
+    assert_eq!(
+        (last.path.as_str(), last.status, last.http2),
+        ("/version", 0, true)
+    );
+}

@@ -1,6 +1,7 @@
 //! HTTP/1.1 plumbing: reading requests with bounded lines and bodies,
 //! writing responses (chunked above the threshold), plain and TLS
-//! connections, and the identity in a client certificate.
+//! connections, and the identity in a client certificate. HTTP/2 framing
+//! is in `h2`; the request and answer types here serve both.
 
 use super::*;
 
@@ -12,9 +13,45 @@ pub(super) struct Request {
     headers: Vec<(String, String)>,
     pub(super) body: Vec<u8>,
     pub(super) close: bool,
+    /// It came over HTTP/2 (`super::h2`).
+    pub(super) http2: bool,
 }
 
 impl Request {
+    /// A request from its parts: `target` is split at `?` into the path and
+    /// the raw query, whose pairs are percent-decoded; header names must be
+    /// lowercase already.
+    pub(super) fn new(
+        method: String,
+        target: &str,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+        close: bool,
+        http2: bool,
+    ) -> Request {
+        let (path, raw_query) = match target.split_once('?') {
+            Some((p, q)) => (p.to_string(), q.to_string()),
+            None => (target.to_string(), String::new()),
+        };
+        let query = raw_query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| match p.split_once('=') {
+                Some((k, v)) => (percent_decode(k), percent_decode(v)),
+                None => (percent_decode(p), String::new()),
+            })
+            .collect();
+        Request {
+            method,
+            path,
+            raw_query,
+            query,
+            headers,
+            body,
+            close,
+            http2,
+        }
+    }
     pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -132,27 +169,9 @@ pub(super) fn read_request<R: BufRead>(r: &mut R) -> io::Result<Option<Request>>
     }
     let close = header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"))
         || version == "HTTP/1.0";
-    let (path, raw_query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_string(), q.to_string()),
-        None => (target.clone(), String::new()),
-    };
-    let query = raw_query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(p), String::new()),
-        })
-        .collect();
-    Ok(Some(Request {
-        method,
-        path,
-        raw_query,
-        query,
-        headers,
-        body,
-        close,
-    }))
+    Ok(Some(Request::new(
+        method, &target, headers, body, close, false,
+    )))
 }
 
 pub(super) struct Resp {
@@ -234,23 +253,37 @@ fn reason_phrase(code: u16) -> &'static str {
     }
 }
 
+impl Resp {
+    /// The header fields of the answer before the body's length and the
+    /// date, in the order both HTTP/1.1 and HTTP/2 write them (Go sorts the
+    /// handler's header map by name).
+    pub(super) fn fields(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            ("Cache-Control", "no-cache, private".to_string()),
+            ("Content-Type", self.content_type.to_string()),
+        ];
+        if let Some(s) = self.retry_after {
+            out.push(("Retry-After", s.to_string()));
+        }
+        if self.nosniff {
+            out.push(("X-Content-Type-Options", "nosniff".to_string()));
+        }
+        if let Some((fs, pl)) = self.flow {
+            out.push(("X-Kubernetes-Pf-Flowschema-Uid", fs.to_string()));
+            out.push(("X-Kubernetes-Pf-Prioritylevel-Uid", pl.to_string()));
+        }
+        out
+    }
+
+    pub(super) fn body(&self) -> &[u8] {
+        &self.body
+    }
+}
+
 pub(super) fn write_response<W: Write>(w: &mut W, r: &Resp) -> io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nCache-Control: no-cache, private\r\nContent-Type: {}\r\n",
-        r.code,
-        reason_phrase(r.code),
-        r.content_type
-    );
-    if let Some(s) = r.retry_after {
-        head += &format!("Retry-After: {s}\r\n");
-    }
-    if r.nosniff {
-        head += "X-Content-Type-Options: nosniff\r\n";
-    }
-    if let Some((fs, pl)) = r.flow {
-        head += &format!(
-            "X-Kubernetes-Pf-Flowschema-Uid: {fs}\r\nX-Kubernetes-Pf-Prioritylevel-Uid: {pl}\r\n"
-        );
+    let mut head = format!("HTTP/1.1 {} {}\r\n", r.code, reason_phrase(r.code));
+    for (k, v) in r.fields() {
+        head += &format!("{k}: {v}\r\n");
     }
     head += &format!("Date: {}\r\n", http_date());
     let mut out = head.into_bytes();

@@ -1,5 +1,6 @@
 //! A fake kube-apiserver for integration tests: a std-only HTTP/1.1 server
-//! (optionally HTTPS with client certificates) with an in-memory object
+//! (optionally HTTPS with client certificates, and then HTTP/2 too when the
+//! client's ALPN asks for "h2") with an in-memory object
 //! store that follows the wire behaviour recorded from a real v1.20 apiserver
 //! (`shared/fixtures/apiserver/README.md`, "What a test double must
 //! reproduce").
@@ -33,7 +34,8 @@
 //!
 //! What tests control: tokens and kubeconfigs, what SubjectAccessReviews
 //! allow (`allow_access`), objects through handles that act
-//! as the admin, every request recorded, and faults: the listener down, a
+//! as the admin, every request recorded, and faults: the listener down,
+//! open connections cut (the listener up), a
 //! black hole (connections accepted, nothing ever answered on them, even
 //! after it ends), watches cut mid-stream, history compaction, scripted error
 //! answers, TokenReviews that fail (a 500, or the authenticator's error in
@@ -53,7 +55,8 @@
 //! Where things are: this module holds the public vocabulary (users,
 //! credentials, recorded requests, kubeconfig choices) and small helpers
 //! over JSON values, time and randomness; `server` the handle tests hold and
-//! the connection threads; `http` the HTTP/1.1 and TLS plumbing; `dispatch`
+//! the connection threads; `http` the HTTP/1.1 and TLS plumbing; `h2` the
+//! HTTP/2 framing; `dispatch`
 //! routing, authentication and authorization; `handlers` the verbs;
 //! `admission` and `reviews` what controllers and admission add; `store` the
 //! objects and resourceVersions; `watch` the watch streams; `patch` the patch
@@ -79,6 +82,7 @@ use tinylet::thread::{spawn_with_stack, JoinOnDrop};
 mod admission;
 mod dispatch;
 mod errors;
+mod h2;
 mod handlers;
 mod http;
 mod patch;
@@ -208,6 +212,8 @@ pub struct RecordedRequest {
     /// When it was recorded: after the server acted on it (a write is in the
     /// store and its watch event queued), before the answer was sent.
     pub at: Instant,
+    /// It came over HTTP/2 (TLS with ALPN "h2"); false for HTTP/1.1.
+    pub http2: bool,
 }
 
 /// How TokenReviews fail while `FakeApiServer::fail_token_reviews` says so.

@@ -124,23 +124,49 @@ pub(super) fn injections(shared: &Shared, res: Res, after: u64) -> (Vec<Arc<Vec<
     (raw, last)
 }
 
+/// Where a watch streams: an HTTP/1.1 chunked body (`Conn`) or an HTTP/2
+/// stream (`super::h2`).
+pub(super) trait WatchOut {
+    /// The answer's head: 200, JSON, no length.
+    fn head(&mut self) -> io::Result<()>;
+    /// A piece of the body, sent now.
+    fn data(&mut self, bytes: &[u8]) -> io::Result<()>;
+    /// The end of the body (the terminating chunk, or END_STREAM).
+    fn end(&mut self) -> io::Result<()>;
+    /// The connection, to cut or to hold silent.
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl WatchOut for Conn {
+    fn head(&mut self) -> io::Result<()> {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: no-cache, private\r\nContent-Type: application/json\r\nDate: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+            http_date()
+        );
+        self.write_all(head.as_bytes())?;
+        self.flush()
+    }
+    fn data(&mut self, bytes: &[u8]) -> io::Result<()> {
+        write_chunk(self, bytes)
+    }
+    fn end(&mut self) -> io::Result<()> {
+        self.write_all(b"0\r\n\r\n")?;
+        self.flush()
+    }
+    fn tcp(&self) -> &TcpStream {
+        Conn::tcp(self)
+    }
+}
+
 /// Streams a watch; false when the connection must close.
-pub(super) fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -> bool {
+pub(super) fn run_watch<W: WatchOut>(shared: &Arc<Shared>, out: &mut W, plan: WatchPlan) -> bool {
     let _open = OpenWatch::new(shared, plan.res);
     // Only bytes injected from now on are for this watch.
     let mut injected_seen = {
         let _guard = shared.state.lock();
         shared.next_injection.load(Ordering::SeqCst) - 1
     };
-    let head = format!(
-        "HTTP/1.1 200 OK\r\nCache-Control: no-cache, private\r\nContent-Type: application/json\r\nDate: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
-        http_date()
-    );
-    if out
-        .write_all(head.as_bytes())
-        .and_then(|_| out.flush())
-        .is_err()
-    {
+    if out.head().is_err() {
         return false;
     }
     let gen = shared.watch_gen.load(Ordering::SeqCst);
@@ -150,9 +176,7 @@ pub(super) fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -
         WatchStart::From(n) if n < st.compacted => {
             let line = too_old_line(n, st.compacted);
             drop(st);
-            return write_chunk(out, line.as_bytes())
-                .and_then(|_| out.write_all(b"0\r\n\r\n"))
-                .is_ok();
+            return out.data(line.as_bytes()).and_then(|_| out.end()).is_ok();
         }
         WatchStart::From(n) => (n, n),
         WatchStart::Zero | WatchStart::Now => {
@@ -165,12 +189,12 @@ pub(super) fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -
         }
     };
     drop(st);
-    let cut = |out: &mut Conn| {
+    let cut = |out: &mut W| {
         let _ = out.tcp().shutdown(Shutdown::Both);
         false
     };
     for line in initial {
-        if write_chunk(out, line.as_bytes()).is_err() {
+        if out.data(line.as_bytes()).is_err() {
             return false;
         }
     }
@@ -191,10 +215,7 @@ pub(super) fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -
 
         let now = Instant::now();
         if now >= deadline {
-            return out
-                .write_all(b"0\r\n\r\n")
-                .and_then(|_| out.flush())
-                .is_ok();
+            return out.end().is_ok();
         }
         let mut st = shared.state.lock();
         let interval = st.bookmark_interval.max(Duration::from_millis(10));
@@ -216,9 +237,7 @@ pub(super) fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -
         if pos < st.compacted {
             let line = too_old_line(pos, st.compacted);
             drop(st);
-            return write_chunk(out, line.as_bytes())
-                .and_then(|_| out.write_all(b"0\r\n\r\n"))
-                .is_ok();
+            return out.data(line.as_bytes()).and_then(|_| out.end()).is_ok();
         }
         let (raw, seen) = injections(shared, plan.res, injected_seen);
         injected_seen = seen;
@@ -232,12 +251,12 @@ pub(super) fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -
         let cache_rv = st.type_rv(plan.res);
         drop(st);
         for bytes in raw {
-            if write_chunk(out, &bytes).is_err() {
+            if out.data(&bytes).is_err() {
                 return false;
             }
         }
         for line in lines {
-            if write_chunk(out, line.as_bytes()).is_err() {
+            if out.data(line.as_bytes()).is_err() {
                 return false;
             }
         }
@@ -254,7 +273,7 @@ pub(super) fn run_watch(shared: &Arc<Shared>, out: &mut Conn, plan: WatchPlan) -
             }
             if due && cache_rv > start_rv {
                 let line = event_line("BOOKMARK", &plan.res.bookmark(cache_rv));
-                if write_chunk(out, line.as_bytes()).is_err() {
+                if out.data(line.as_bytes()).is_err() {
                     return false;
                 }
             }
