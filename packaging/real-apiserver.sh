@@ -7,7 +7,8 @@
 # It wipes that control plane's objects and starts it, starts a private
 # containerd, and runs tinylet as node edge-1 with the node's client
 # certificate, then checks with kubectl what a cluster user sees:
-#   the Node is Ready with node info; an API pod runs and reports Running
+#   the Node is Ready with node info; its heartbeats go over HTTP/2 (bytes
+#   counted with ss); an API pod runs and reports Running
 #   with containerd's container ID; a pod with the default service account
 #   token volume reads its token; a static pod gets its mirror pod; a
 #   crashing pod shows CrashLoopBackOff; events are posted; a graceful
@@ -171,6 +172,25 @@ later=$(lease_field '{.spec.renewTime}')
 ! grep -E "node lease: .*(invalid|cannot decode)" "$work/tinylet.log" >/dev/null ||
     fail "lease renewal errors: $(grep -E 'node lease: ' "$work/tinylet.log" | tail -3)"
 ok "lease renewed by merge patch, its answer in protobuf: renewTime $first -> $later, held by edge-1, owned by its Node"
+
+# 1c. Heartbeats go over HTTP/2, as upstream's client's requests do: after
+# the first renewal each header is an HPACK index. ss counts the TCP
+# payload (TLS included) of each of the node's connections to the
+# apiserver; over 60 s the heartbeat connection carries about six renewals.
+grep -q "heartbeats over HTTP/2" "$work/tinylet.log" || fail "heartbeats did not go over HTTP/2"
+socket_bytes() { # "local-port sent+received" per connection of tinylet to the apiserver
+    ss -tinpH state established dst 127.0.0.1:6443 | awk -v pid="pid=$tinylet_pid," '
+        /users:/ { keep = index($0, pid) > 0; n = split($3, a, ":"); port = a[n]; next }
+        keep { t = 0; for (i = 1; i <= NF; i++) if ($i ~ /^bytes_(sent|received):/) { split($i, b, ":"); t += b[2] }
+               print port, t; keep = 0 }' | sort
+}
+before=$(socket_bytes)
+sleep 60
+heartbeat_bytes=$(join <(echo "$before") <(socket_bytes) | awk '{ d = $3 - $2; if (d > m) m = d } END { print m + 0 }')
+per_renewal=$((heartbeat_bytes / 6))
+[ "$per_renewal" -gt 100 ] && [ "$per_renewal" -lt 1000 ] ||
+    fail "the heartbeat connection carried $heartbeat_bytes bytes in 60 s (HTTP/1.1 renewals take about 1250 each)"
+ok "heartbeats over HTTP/2: $heartbeat_bytes bytes in 60 s on the heartbeat connection, about $per_renewal a renewal ($(awk -v b="$heartbeat_bytes" 'BEGIN { printf "%.1f", b * 1440 / 1e6 }') MB a day)"
 
 # 2. An API pod runs and reports Running with containerd's container ID.
 pod() { # NAME COMMAND GRACE

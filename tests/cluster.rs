@@ -890,6 +890,83 @@ fn kubeconfig_with_client_certificate_data_over_tls() {
     );
 }
 
+/// A TLS cluster whose node has renewed its lease at least `n` times.
+fn tls_cluster_renewed(api: FakeApiServer, n: usize) -> Cluster {
+    let mut c = Cluster::start_with(api, KubeconfigAuth::client_cert_files(), &[]);
+    c.wait_node_ready();
+    wait_renewals(&mut c, n);
+    c
+}
+
+/// The node's lease renewals (PATCHes) so far.
+fn renewals(api: &FakeApiServer) -> Vec<RecordedRequest> {
+    lease_requests(api)
+        .into_iter()
+        .filter(|r| r.verb == "PATCH")
+        .collect()
+}
+
+fn wait_renewals(c: &mut Cluster, n: usize) {
+    let api = &c.api;
+    c.agent
+        .wait(&format!("{n} lease renewals"), || renewals(api).len() >= n);
+}
+
+/// Heartbeats go over HTTP/2: every lease renewal and node status patch
+/// once the connection is open (a heartbeat that comes while the first
+/// connection is being made goes over HTTP/1.1 rather than wait).
+#[test]
+fn heartbeats_go_over_http2_and_lists_and_watches_over_http1() {
+    let mut c = tls_cluster_renewed(FakeApiServer::start_tls(), 3);
+    // A change of status: the node is no longer Ready.
+    c.cri.set_condition("NetworkReady", false);
+    let api = &c.api;
+    c.agent.wait("a node status patch", || {
+        api.count("PATCH", STATUS_PATH) > 0
+    });
+    let reqs = c.api.requests();
+    let on = |r: &RecordedRequest| format!("{} {}?{} h2={}", r.verb, r.path, r.query, r.http2);
+    let status: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.verb == "PATCH" && r.path == STATUS_PATH)
+        .collect();
+    for r in renewals(&c.api).iter().skip(1).chain(status) {
+        assert!(r.http2 && r.status < 300, "{}", on(r));
+    }
+    let watches: Vec<_> = reqs.iter().filter(|r| r.query.contains("watch=")).collect();
+    assert!(!watches.is_empty());
+    for r in watches {
+        assert!(!r.http2, "{}", on(r));
+    }
+    let log = c.agent.log();
+    assert_eq!(log.matches("heartbeats over HTTP/2").count(), 1, "{log}");
+}
+
+#[test]
+fn heartbeats_stay_on_http1_when_the_server_offers_no_http2() {
+    let c = tls_cluster_renewed(FakeApiServer::start_tls_http1_only(), 3);
+    for r in renewals(&c.api) {
+        assert!(!r.http2 && r.status == 200, "{r:?}");
+    }
+    let log = c.agent.log();
+    assert_eq!(log.matches("no HTTP/2 offered").count(), 1, "{log}");
+    assert!(!log.contains("heartbeats over HTTP/2"), "{log}");
+}
+
+#[test]
+fn a_heartbeat_connection_the_server_closed_is_replaced_without_a_failed_renewal() {
+    let mut c = tls_cluster_renewed(FakeApiServer::start_tls(), 2);
+    c.api.cut_connections();
+    let before = renewals(&c.api).len();
+    wait_renewals(&mut c, before + 3);
+    assert!(renewals(&c.api)[before..]
+        .iter()
+        .all(|r| r.http2 && r.status == 200));
+    let log = c.agent.log();
+    assert_eq!(log.matches("heartbeats over HTTP/2").count(), 2, "{log}");
+    assert!(!log.contains("node lease:"), "no renewal failed:\n{log}");
+}
+
 #[test]
 fn kubeconfig_naming_a_missing_key_file_is_fatal_and_named() {
     let api = FakeApiServer::start_tls();

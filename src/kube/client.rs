@@ -41,6 +41,9 @@ pub struct Client {
     /// The rate limiter this clone takes its tokens from: the one all
     /// clones share, or its own ([`Client::with_own_limiter`]).
     limiter: Arc<TokenBucket>,
+    /// True for a heartbeat clone: its requests go over HTTP/2 where the
+    /// server offers it (`super::h2`).
+    http2: bool,
 }
 
 struct Inner {
@@ -64,6 +67,11 @@ struct Inner {
     user_agent: String,
     /// Run by `close_all_connections` (the watch multiplexer closes its own).
     on_close_all: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+    /// The heartbeat clones' HTTP/2 connection.
+    h2: super::h2::Slot,
+    /// False when connections come from a test transport, or once the
+    /// server has not chosen HTTP/2: heartbeats then go over HTTP/1.1.
+    h2_possible: std::sync::atomic::AtomicBool,
 }
 
 /// What the connections are made with.
@@ -107,6 +115,7 @@ impl Client {
             agent_config,
             options,
             Box::new(new_agent),
+            true,
         ))
     }
 
@@ -128,6 +137,7 @@ impl Client {
             agent_config,
             options,
             Box::new(new_agent),
+            false,
         ))
     }
 
@@ -136,10 +146,12 @@ impl Client {
         agent_config: ureq::config::Config,
         options: ClientOptions,
         new_agent: Box<dyn Fn(&ureq::config::Config) -> ureq::Agent + Send + Sync>,
+        real_transport: bool,
     ) -> Client {
         Client {
             timeout: options.timeout,
             throttled: true,
+            http2: false,
             limiter: Arc::new(TokenBucket::new(options.qps, options.burst, Instant::now())),
             inner: Arc::new(Inner {
                 agent: Mutex::new(new_agent(&agent_config)),
@@ -157,6 +169,11 @@ impl Client {
                 token_file: config.token_file.clone(),
                 user_agent: options.user_agent.clone(),
                 on_close_all: Mutex::new(Vec::new()),
+                h2: super::h2::Slot::new(super::h2::Limits {
+                    max_body: MAX_BODY as u32,
+                    idle: POOL_IDLE,
+                }),
+                h2_possible: std::sync::atomic::AtomicBool::new(real_transport),
             }),
         }
     }
@@ -208,14 +225,18 @@ impl Client {
 
     /// A clone for heartbeats (node lease, node status), as upstream's
     /// heartbeat client: requests end after `timeout`, and take no token
-    /// from the rate limiter, so a busy node still reports it is alive. The
-    /// connection pool is shared.
+    /// from the rate limiter, so a busy node still reports it is alive.
+    /// Its requests that read a whole answer go over the clients' one
+    /// HTTP/2 connection when the server offers HTTP/2 (upstream speaks
+    /// HTTP/2 on all of them), which makes a repeated request's head a few
+    /// bytes; otherwise over the shared HTTP/1.1 pool.
     pub(crate) fn for_heartbeats(&self, timeout: Duration) -> Client {
         Client {
             inner: self.inner.clone(),
             timeout,
             throttled: false,
             limiter: self.limiter.clone(),
+            http2: true,
         }
     }
 
@@ -229,6 +250,7 @@ impl Client {
             inner: self.inner.clone(),
             timeout: self.timeout,
             throttled: self.throttled,
+            http2: self.http2,
             limiter: Arc::new(TokenBucket::new(
                 self.inner.qps,
                 self.inner.burst,
@@ -247,6 +269,7 @@ impl Client {
         let old = std::mem::replace(&mut *self.inner.agent.lock(), fresh);
         // Shuts down the old pool's sockets, idle and in use.
         old.shutdown();
+        self.inner.h2.close();
         for hook in self.inner.on_close_all.lock().iter() {
             hook();
         }
@@ -473,6 +496,11 @@ impl Client {
         payload: Option<Payload>,
         accept: Option<&'static str>,
     ) -> Result<Vec<u8>, ApiError> {
+        if self.http2 {
+            if let Some(answer) = self.call_h2(verb, path, payload.as_ref(), accept) {
+                return answer;
+            }
+        }
         let response = self.send(verb, path, payload.as_ref(), None, accept)?;
         if !response.status().is_success() {
             return Err(self.status_error(verb, path, response));
@@ -551,12 +579,109 @@ impl Client {
                 agent.run(self.configure(&agent, request, watch_idle))
             }
         };
+        let code = result.as_ref().ok().map(|r| r.status().as_u16());
+        crate::metrics::rest_client_request(code, verb, self.host());
+        result.map_err(|e| transport(format!("{}: {e}", self.inner.server)))
+    }
+
+    /// `host:port` of the apiserver, as the request metrics name it.
+    fn host(&self) -> &str {
         let server = self.inner.server.as_str();
         let host = server.split_once("://").map_or(server, |(_, h)| h);
-        let host = host.split('/').next().unwrap_or(host);
-        let code = result.as_ref().ok().map(|r| r.status().as_u16());
-        crate::metrics::rest_client_request(code, verb, host);
-        result.map_err(|e| transport(format!("{}: {e}", self.inner.server)))
+        host.split('/').next().unwrap_or(host)
+    }
+
+    /// One request over the HTTP/2 connection, with the same 401 handling
+    /// as [`Client::send`]. None when it must go over HTTP/1.1 instead:
+    /// the server does not offer HTTP/2 (then no later request tries), or
+    /// another heartbeat is on the connection (rather than wait behind it).
+    fn call_h2(
+        &self,
+        verb: &'static str,
+        path: &str,
+        payload: Option<&Payload>,
+        accept: Option<&'static str>,
+    ) -> Option<Result<Vec<u8>, ApiError>> {
+        use super::h2::H2Error;
+        use std::sync::atomic::Ordering;
+        if !self.inner.h2_possible.load(Ordering::Relaxed) {
+            return None;
+        }
+        let endpoint = self.endpoint().ok()?;
+        if endpoint.tls.is_none() {
+            self.inner.h2_possible.store(false, Ordering::Relaxed);
+            return None;
+        }
+        // A server URL with a path prefix keeps it, as over HTTP/1.1.
+        let server = self.inner.server.as_str();
+        let after_scheme = server.split_once("://").map_or(server, |(_, r)| r);
+        let prefix = after_scheme.find('/').map_or("", |i| &after_scheme[i..]);
+        let full_path = format!("{prefix}{path}");
+        let length = payload.map(|p| p.bytes.len().to_string());
+        let mut retried = false;
+        loop {
+            let token = self.inner.token.lock().clone();
+            let authorization = token.as_ref().map(|t| format!("Bearer {t}"));
+            let mut headers = vec![
+                ("accept", accept.unwrap_or("application/json")),
+                ("user-agent", self.inner.user_agent.as_str()),
+            ];
+            if let Some(a) = &authorization {
+                headers.push(("authorization", a.as_str()));
+            }
+            if let (Some(p), Some(n)) = (payload, &length) {
+                headers.push(("content-type", p.content_type));
+                headers.push(("content-length", n.as_str()));
+            }
+            let request = super::h2::Request {
+                method: verb,
+                path: &full_path,
+                headers: &headers,
+                body: payload.map_or(&[][..], |p| p.bytes.as_slice()),
+            };
+            let answer = match self.inner.h2.send(&endpoint, &request, self.timeout)? {
+                Ok(a) => a,
+                Err(H2Error::NotOffered) => {
+                    // Said once, by whichever heartbeat learned it first.
+                    if self.inner.h2_possible.swap(false, Ordering::Relaxed) {
+                        log::info!(
+                            "{}: no HTTP/2 offered; heartbeats go over HTTP/1.1",
+                            self.inner.server
+                        );
+                    }
+                    return None;
+                }
+                Err(H2Error::Retryable(message) | H2Error::Failed(message)) => {
+                    crate::metrics::rest_client_request(None, verb, self.host());
+                    return Some(Err(ApiError {
+                        verb,
+                        path: path.to_string(),
+                        kind: ErrorKind::Transport(message),
+                    }));
+                }
+            };
+            crate::metrics::rest_client_request(Some(answer.status), verb, self.host());
+            if answer.status == 401
+                && !retried
+                && self.token_after_401(verb, path, token.as_deref())
+            {
+                retried = true;
+                continue;
+            }
+            if (200..300).contains(&answer.status) {
+                return Some(Ok(answer.body));
+            }
+            let text = http::StatusCode::from_u16(answer.status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("unknown status");
+            let kind = status_kind(answer.status, text, answer.retry_after, &answer.body);
+            return Some(Err(ApiError {
+                verb,
+                path: path.to_string(),
+                kind,
+            }));
+        }
     }
 
     fn configure<S: ureq::AsSendBody>(
@@ -1173,7 +1298,7 @@ pub(crate) mod tests {
         }
 
         /// ca.crt/key, server.crt/key (SAN IP:127.0.0.1), client.crt/key.
-        fn make_pki(dir: &Path) {
+        pub(super) fn make_pki(dir: &Path) {
             let ec = [
                 "-newkey",
                 "ec",
@@ -1226,7 +1351,7 @@ pub(crate) mod tests {
             }
         }
 
-        fn server_config(dir: &Path) -> Arc<rustls::ServerConfig> {
+        pub(super) fn server_config(dir: &Path) -> Arc<rustls::ServerConfig> {
             let chain: Vec<_> = CertificateDer::pem_file_iter(dir.join("server.crt"))
                 .unwrap()
                 .collect::<Result<_, _>>()
@@ -1261,7 +1386,7 @@ pub(crate) mod tests {
         }
 
         impl Setup {
-            fn new() -> Setup {
+            pub(super) fn new() -> Setup {
                 Setup::with(|_| Reply::json(200, fixture_body("13a-version")))
             }
 
@@ -1334,6 +1459,349 @@ pub(crate) mod tests {
                 .unwrap_err();
             assert!(e.is_transport(), "{e}");
             assert!(s.server.requests().is_empty());
+        }
+    }
+
+    /// The heartbeat clone's HTTP/2, against a server scripted frame by
+    /// frame (HPACK by loona-hpack, not ours).
+    mod h2_heartbeats {
+        use super::*;
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::mpsc;
+
+        type Tls = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+
+        /// The server side of one connection.
+        struct Peer {
+            s: Tls,
+            decoder: loona_hpack::Decoder<'static>,
+            encoder: loona_hpack::Encoder<'static>,
+            /// What it read so far, for the test to look at.
+            seen: Seen,
+        }
+
+        /// Frame types and flags, in the order the peer read them.
+        type Seen = Vec<(u8, u8)>;
+
+        /// A request as the peer read it: its stream, headers, body and
+        /// the size of its header block.
+        struct Req {
+            stream: u32,
+            headers: Vec<(String, String)>,
+            body: Vec<u8>,
+            block: usize,
+        }
+
+        impl Req {
+            fn header(&self, name: &str) -> Option<&str> {
+                self.headers
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.as_str())
+            }
+        }
+
+        impl Peer {
+            fn read_frame(&mut self) -> Option<(u8, u8, u32, Vec<u8>)> {
+                let mut head = [0u8; 9];
+                self.s.read_exact(&mut head).ok()?;
+                let len = (head[0] as usize) << 16 | (head[1] as usize) << 8 | head[2] as usize;
+                let mut payload = vec![0; len];
+                self.s.read_exact(&mut payload).ok()?;
+                let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+                self.seen.push((head[3], head[4]));
+                Some((head[3], head[4], stream, payload))
+            }
+
+            fn send(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+                let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+                out.extend_from_slice(&[kind, flags]);
+                out.extend_from_slice(&stream.to_be_bytes());
+                out.extend_from_slice(payload);
+                let _ = self.s.write_all(&out);
+                let _ = self.s.flush();
+            }
+
+            /// The next whole request; None when the client went away.
+            fn request(&mut self) -> Option<Req> {
+                let (mut block, mut body, mut stream) = (Vec::new(), Vec::new(), 0);
+                loop {
+                    let (kind, flags, id, payload) = self.read_frame()?;
+                    match kind {
+                        0x1 | 0x9 => {
+                            stream = id;
+                            block.extend_from_slice(&payload);
+                        }
+                        0x0 => body.extend_from_slice(&payload),
+                        _ => continue,
+                    }
+                    if flags & 0x1 != 0 {
+                        let size = block.len();
+                        let headers = self
+                            .decoder
+                            .decode(&block)
+                            .expect("our header block decodes")
+                            .into_iter()
+                            .map(|(n, v)| {
+                                (String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap())
+                            })
+                            .collect();
+                        return Some(Req {
+                            stream,
+                            headers,
+                            body,
+                            block: size,
+                        });
+                    }
+                }
+            }
+
+            fn head(&mut self, status: &str) -> Vec<u8> {
+                let headers = [
+                    (&b":status"[..], status.as_bytes()),
+                    (b"content-type", b"application/json"),
+                ];
+                self.encoder.encode(headers.iter().copied())
+            }
+
+            fn answer(&mut self, stream: u32, status: &str, body: &[u8]) {
+                let block = self.head(status);
+                self.send(0x1, 0x4, stream, &block);
+                self.send(0x0, 0x1, stream, body);
+            }
+        }
+
+        /// A TLS server that offers only "h2" and runs `script` on each
+        /// connection (numbered from 0) once the client's preface is read
+        /// and the server's SETTINGS are sent.
+        struct H2Server {
+            dir: tempfile::TempDir,
+            addr: std::net::SocketAddr,
+        }
+
+        impl H2Server {
+            fn start(script: impl Fn(usize, &mut Peer) + Send + Sync + 'static) -> H2Server {
+                let dir = tempfile::tempdir().unwrap();
+                tls::make_pki(dir.path());
+                let mut config = (*tls::server_config(dir.path())).clone();
+                config.alpn_protocols = vec![b"h2".to_vec()];
+                let config = Arc::new(config);
+                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                let addr = listener.local_addr().unwrap();
+                let script = Arc::new(script);
+                // Detached: it serves until the test process ends.
+                let accept = crate::thread::spawn_named("test-h2", move || {
+                    for (n, tcp) in listener.incoming().enumerate() {
+                        let Ok(tcp) = tcp else { continue };
+                        let _ = tcp.set_read_timeout(Some(Duration::from_secs(20)));
+                        let (config, script) = (config.clone(), script.clone());
+                        let t = crate::thread::spawn_named("test-h2-conn", move || {
+                            let conn = rustls::ServerConnection::new(config).unwrap();
+                            let mut peer = Peer {
+                                s: rustls::StreamOwned::new(conn, tcp),
+                                decoder: loona_hpack::Decoder::new(),
+                                encoder: loona_hpack::Encoder::new(),
+                                seen: Vec::new(),
+                            };
+                            let mut preface = [0u8; 24];
+                            if peer.s.read_exact(&mut preface).is_err() {
+                                return;
+                            }
+                            assert_eq!(&preface, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+                            peer.send(0x4, 0, 0, &[]);
+                            script(n, &mut peer);
+                        });
+                        if let Ok(t) = t {
+                            t.detach();
+                        }
+                    }
+                })
+                .unwrap();
+                accept.detach();
+                H2Server { dir, addr }
+            }
+
+            /// A heartbeat clone with the node's client certificate.
+            fn heartbeats(&self, timeout: Duration) -> Client {
+                let ca = std::fs::read(self.dir.path().join("ca.crt")).unwrap();
+                let config = KubeConfig {
+                    server: format!("https://{}", self.addr),
+                    ca_pem: Some(ca),
+                    client_cert_pem: Some(
+                        std::fs::read(self.dir.path().join("client.crt")).unwrap(),
+                    ),
+                    client_key_pem: Some(
+                        std::fs::read(self.dir.path().join("client.key")).unwrap(),
+                    ),
+                    ..KubeConfig::default()
+                };
+                Client::new(&config, options())
+                    .unwrap()
+                    .for_heartbeats(timeout)
+            }
+        }
+
+        const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/edge-1";
+
+        #[test]
+        fn heartbeats_share_one_connection_and_repeat_their_heads_in_a_few_bytes() {
+            let (tx, rx) = mpsc::channel();
+            let server = H2Server::start(move |conn, peer| {
+                while let Some(req) = peer.request() {
+                    peer.answer(req.stream, "200", br#"{"kind":"Lease"}"#);
+                    let _ = tx.send((conn, req, peer.seen.clone()));
+                }
+            });
+            let client = server.heartbeats(Duration::from_secs(5));
+            let patch = json!({"spec": {"renewTime": "2026-12-03T06:00:00.000000Z"}});
+            for _ in 0..3 {
+                let v = client.patch(LEASE, PatchKind::Merge, &patch).unwrap();
+                assert_eq!(v["kind"], "Lease");
+            }
+            let reqs: Vec<(usize, Req, Seen)> = (0..3).map(|_| rx.recv().unwrap()).collect();
+            assert!(reqs.iter().all(|(conn, _, _)| *conn == 0), "one connection");
+            let (_, first, _) = &reqs[0];
+            assert_eq!(first.header(":method"), Some("PATCH"));
+            assert_eq!(first.header(":path"), Some(LEASE));
+            assert_eq!(first.header(":scheme"), Some("https"));
+            assert_eq!(
+                first.header("content-type"),
+                Some("application/merge-patch+json")
+            );
+            assert_eq!(first.header("accept"), Some("application/json"));
+            assert_eq!(
+                first.header("user-agent"),
+                Some("tinylet/v0.1.0 (linux/amd64)")
+            );
+            assert_eq!(first.body, serde_json::to_vec(&patch).unwrap());
+            let ids: Vec<u32> = reqs.iter().map(|(_, r, _)| r.stream).collect();
+            assert_eq!(ids, [1, 3, 5]);
+            // Every header indexed: one byte each.
+            let (_, third, seen) = &reqs[2];
+            assert_eq!(third.block, third.headers.len(), "{:?}", third.headers);
+            assert!(first.block > 100);
+            // Push turned off in the client's SETTINGS, the server's
+            // SETTINGS acknowledged, the connection window opened.
+            assert_eq!(seen[0], (0x4, 0));
+            assert!(seen.contains(&(0x4, 0x1)), "{seen:?}");
+            assert!(seen.contains(&(0x8, 0)), "{seen:?}");
+        }
+
+        #[test]
+        fn a_goaway_or_refused_stream_is_sent_again_on_a_new_connection() {
+            for goaway in [true, false] {
+                let server = H2Server::start(move |conn, peer| {
+                    if conn == 0 {
+                        let Some(req) = peer.request() else { return };
+                        peer.answer(req.stream, "200", br#"{"conn":0}"#);
+                        let Some(req) = peer.request() else { return };
+                        if goaway {
+                            // Last stream 1: the second request was not taken.
+                            peer.send(0x7, 0, 0, &[0, 0, 0, 1, 0, 0, 0, 0]);
+                        } else {
+                            peer.send(0x3, 0, req.stream, &7u32.to_be_bytes());
+                        }
+                        let _ = peer.request();
+                        return;
+                    }
+                    while let Some(req) = peer.request() {
+                        let body = json!({ "conn": conn }).to_string();
+                        peer.answer(req.stream, "200", body.as_bytes());
+                    }
+                });
+                let client = server.heartbeats(Duration::from_secs(5));
+                assert_eq!(client.get("/version").unwrap(), json!({"conn": 0}));
+                // Refused on connection 0, sent again on a new one.
+                assert_eq!(
+                    client.get("/version").unwrap(),
+                    json!({"conn": 1}),
+                    "goaway {goaway}"
+                );
+                assert_eq!(
+                    client.get("/version").unwrap(),
+                    json!({"conn": 1}),
+                    "goaway {goaway}"
+                );
+            }
+        }
+
+        #[test]
+        fn interim_heads_pings_continuations_and_padding_are_read() {
+            let (tx, rx) = mpsc::channel();
+            let server = H2Server::start(move |_, peer| {
+                let Some(req) = peer.request() else { return };
+                let s = req.stream;
+                // A 103, a PING, then the head split in two frames, then the
+                // body in two padded DATA frames.
+                let early = peer.head("103");
+                peer.send(0x1, 0x4, s, &early);
+                peer.send(0x6, 0, 0, b"12345678");
+                let head = peer.head("200");
+                let (a, b) = head.split_at(head.len() / 2);
+                peer.send(0x1, 0, s, a);
+                peer.send(0x9, 0x4, s, b);
+                peer.send(0x0, 0x8, s, &[2, b'{', b'"', 0, 0]);
+                peer.send(0x0, 0x9, s, &[1, b'a', b'"', b':', b'1', b'}', 0]);
+                // The PING's acknowledgement comes back.
+                while let Some((kind, flags, _, payload)) = peer.read_frame() {
+                    if kind == 0x6 {
+                        let _ = tx.send((flags, payload));
+                        break;
+                    }
+                }
+            });
+            let client = server.heartbeats(Duration::from_secs(5));
+            assert_eq!(client.get("/x").unwrap(), json!({"a": 1}));
+            let (flags, payload) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            assert_eq!((flags, payload.as_slice()), (1, &b"12345678"[..]));
+        }
+
+        #[test]
+        fn error_answers_carry_their_status_and_a_silent_server_times_out() {
+            let server = H2Server::start(move |conn, peer| {
+                let Some(req) = peer.request() else { return };
+                if conn == 0 {
+                    let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "leases \"edge-1\" is forbidden: refused", "reason": "Forbidden", "code": 403});
+                    peer.answer(req.stream, "403", body.to_string().as_bytes());
+                    // Then the next request gets no answer at all.
+                    let _ = peer.request();
+                    std::thread::sleep(Duration::from_secs(3));
+                    return;
+                }
+                peer.answer(req.stream, "200", b"{}");
+            });
+            let client = server.heartbeats(Duration::from_secs(1));
+            let e = client.get(LEASE).unwrap_err();
+            assert!(matches!(e.kind, ErrorKind::Status { code: 403, .. }), "{e}");
+            assert!(e.to_string().contains("is forbidden: refused"), "{e}");
+            let started = Instant::now();
+            let e = client.get(LEASE).unwrap_err();
+            assert!(e.is_transport(), "{e}");
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{:?}",
+                started.elapsed()
+            );
+            // The next request opens a new connection, which answers.
+            assert_eq!(client.get(LEASE).unwrap(), json!({}));
+        }
+
+        #[test]
+        fn a_server_without_http2_gets_http1_from_then_on() {
+            let s = tls::Setup::new();
+            let client = s
+                .client(&s.ca_data(), tls::CLIENT_FILES)
+                .for_heartbeats(Duration::from_secs(5));
+            for _ in 0..2 {
+                assert_eq!(client.get("/version").unwrap()["gitVersion"], "v1.20.2");
+            }
+            let reqs = s.server.requests();
+            assert_eq!(reqs.len(), 2);
+            // Connection 0 tried HTTP/2 and closed; both requests went on
+            // the next one.
+            assert!(reqs.iter().all(|r| r.conn == 1), "{reqs:?}");
         }
     }
 }

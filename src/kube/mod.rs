@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 mod client;
+mod h2;
 mod kubeconfig;
 mod list;
 mod mux;
