@@ -9,7 +9,7 @@ use crossbeam_channel::{bounded, Receiver};
 use log::{error, info, warn};
 
 use tinylet::agent::Agent;
-use tinylet::options::{parse_args, Command, USAGE};
+use tinylet::options::{parse_args, usage, Command};
 use tinylet::thread::spawn_named;
 
 /// Whether this process was started through a file named `kubelet` (the
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         Ok(Command::StatusHelp) => {
             return tinylet::version::print_stdout(tinylet::options::STATUS_USAGE)
         }
-        Ok(Command::Help) => return tinylet::version::print_stdout(USAGE),
+        Ok(Command::Help) => return tinylet::version::print_stdout(&usage()),
         Ok(Command::Version) => {
             // Run as `kubelet` (the package's link, which kubeadm runs), the
             // one line kubeadm parses; as `tinylet`, the build, then that.

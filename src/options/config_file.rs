@@ -1,19 +1,17 @@
 //! The subset of the kubelet's configuration file (`--config`, a
 //! KubeletConfiguration v1beta1 in YAML or JSON) that tinylet understands:
-//! `apply_config_file` sets the fields it knows and records the others.
-//! `tests/tidy.rs` reads its match arms to check that the packaged
-//! configuration file names every field read here.
+//! `apply_config_file` sets the fields the settings table has a setter
+//! for and records the others. `tests/tidy.rs` checks, through
+//! `config_fields`, that the packaged configuration file names every field
+//! read here.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::{
-    log_max_files, log_max_size, parse_duration, AuthorizationMode, Options, TlsMinVersion,
-};
+use super::lookup;
+use super::{parse_duration, Options};
 use crate::config::decode::parse_object;
-use crate::node::taint::parse_taints;
 
 /// The `apiVersion` and `kind` of a kubelet configuration file.
 pub const CONFIG_API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -23,55 +21,14 @@ pub const CONFIG_KIND: &str = "KubeletConfiguration";
 /// Largest configuration file read.
 const CONFIG_FILE_MAX: u64 = 1024 * 1024;
 
-/// The fields (dotted paths) that upstream's v1beta1 defaulting gives
-/// their default when they hold their type's zero value (`0s`, `0`, `""`):
-/// the ones that are not pointers in `KubeletConfiguration`. kubeadm writes
-/// its config.yaml with these zeros spelled out (`fileCheckFrequency: 0s`),
-/// so a zero here leaves the setting as it was (its default, or a flag).
-/// Pointer fields (`healthzPort`, `kubeAPIQPS`, `podPidsLimit`, the image
-/// GC thresholds ...) keep an explicit zero, as upstream.
-const DEFAULTED_WHEN_ZERO: &[&str] = &[
-    "syncFrequency",
-    "fileCheckFrequency",
-    "httpCheckFrequency",
-    "address",
-    "port",
-    "authentication.webhook.cacheTTL",
-    "authorization.mode",
-    "authorization.webhook.cacheAuthorizedTTL",
-    "authorization.webhook.cacheUnauthorizedTTL",
-    "registryBurst",
-    "eventBurst",
-    "healthzBindAddress",
-    "streamingConnectionIdleTimeout",
-    "nodeStatusReportFrequency",
-    "nodeStatusUpdateFrequency",
-    "nodeLeaseDurationSeconds",
-    "imageMinimumGCAge",
-    "volumeStatsAggPeriod",
-    "cgroupDriver",
-    "cpuManagerPolicy",
-    "cpuManagerReconcilePeriod",
-    "topologyManagerPolicy",
-    "topologyManagerScope",
-    "runtimeRequestTimeout",
-    "hairpinMode",
-    "maxPods",
-    "resolvConf",
-    "maxOpenFiles",
-    "contentType",
-    "kubeAPIBurst",
-    "evictionPressureTransitionPeriod",
-    "containerLogMaxSize",
-    "configMapAndSecretChangeDetectionStrategy",
-    "volumePluginDir",
-];
-
-/// `v` at `path` is a zero that v1beta1 defaulting replaces.
-fn defaulted_zero(path: &str, v: &Value) -> bool {
-    if !DEFAULTED_WHEN_ZERO.contains(&path) {
-        return false;
-    }
+/// `v` is the zero (`0s`, `0`, `""`) that upstream's v1beta1 defaulting
+/// replaces in the fields that are not pointers in `KubeletConfiguration`
+/// (the entries marked `zero`). kubeadm writes its config.yaml with these
+/// zeros spelled out (`fileCheckFrequency: 0s`), so a zero there leaves the
+/// setting as it was (its default, or a flag). Pointer fields
+/// (`healthzPort`, `kubeAPIQPS`, `podPidsLimit`, the image GC thresholds
+/// ...) keep an explicit zero, as upstream.
+fn is_zero(v: &Value) -> bool {
     match v {
         Value::String(s) => s.is_empty() || parse_duration(s).is_ok_and(|d| d.is_zero()),
         Value::Number(n) => n.as_f64() == Some(0.0),
@@ -104,376 +61,42 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
             None => return Err(err(field, format!("Required value ({want:?})"))),
         }
     }
-    let string = |field: &str, v: &Value| -> Result<String, String> {
-        v.as_str()
-            .map(str::to_string)
-            .ok_or_else(|| err(field, format!("expected a string, found {v}")))
-    };
-    let unsigned = |field: &str, v: &Value| -> Result<u32, String> {
-        v.as_u64()
-            .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| err(field, format!("expected a non-negative integer, found {v}")))
-    };
-    let percent = |field: &str, v: &Value| -> Result<u8, String> {
-        v.as_u64()
-            .filter(|n| *n <= 100)
-            .map(|n| n as u8)
-            .ok_or_else(|| {
-                err(
-                    field,
-                    format!("expected a percentage from 0 to 100, found {v}"),
-                )
-            })
-    };
-    let duration = |field: &str, v: &Value| -> Result<Duration, String> {
-        let s = string(field, v)?;
-        parse_duration(&s).map_err(|e| err(field, e))
-    };
-    for (field, v) in &fields {
-        if defaulted_zero(field, v) {
+    apply_object(o, "", &fields).map_err(|(field, msg)| err(&field, msg))
+}
+
+/// Applies the fields of the object at `prefix` (`""`: the file's top,
+/// `authentication`, ...); an error is the field's path and what is wrong.
+fn apply_object(
+    o: &mut Options,
+    prefix: &str,
+    fields: &Map<String, Value>,
+) -> Result<(), (String, String)> {
+    for (key, v) in fields {
+        if prefix.is_empty() && (key == "apiVersion" || key == "kind") {
             continue;
         }
-        match field.as_str() {
-            "apiVersion" | "kind" => {}
-            "staticPodPath" => {
-                let s = string(field, v)?;
-                o.pod_manifest_path = (!s.is_empty()).then(|| PathBuf::from(s));
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        if let Some(s) = lookup::by_field(&path) {
+            if (s.zero_is_default && is_zero(v)) || (s.null_is_absent && v.is_null()) {
+                continue;
             }
-            "staticPodURL" => {
-                let s = string(field, v)?;
-                o.manifest_url = (!s.is_empty()).then_some(s);
+            if !s.applied() {
+                o.ignored_config_fields.push(path);
+                continue;
             }
-            "staticPodURLHeader" => {
-                let Value::Object(map) = v else {
-                    return Err(err(field, format!("expected a map of lists, found {v}")));
-                };
-                o.manifest_url_headers.clear();
-                for (name, values) in map {
-                    let at = format!("{field}.{name}");
-                    let Value::Array(values) = values else {
-                        return Err(err(
-                            &at,
-                            format!("expected a list of strings, found {values}"),
-                        ));
-                    };
-                    for (i, value) in values.iter().enumerate() {
-                        let at = format!("{at}[{i}]");
-                        let value = string(&at, value)?;
-                        crate::config::http::check_header(name, &value).map_err(|e| err(&at, e))?;
-                        o.manifest_url_headers.push((name.clone(), value));
-                    }
-                }
-            }
-            "fileCheckFrequency" => o.file_check_frequency = duration(field, v)?,
-            "httpCheckFrequency" => o.http_check_frequency = duration(field, v)?,
-            "syncFrequency" => o.sync_frequency = duration(field, v)?,
-            "runtimeRequestTimeout" => o.runtime_request_timeout = duration(field, v)?,
-            "containerRuntimeEndpoint" => o.container_runtime_endpoint = string(field, v)?,
-            "podLogsDir" => o.pod_logs_dir = PathBuf::from(string(field, v)?),
-            "containerLogMaxSize" => {
-                o.container_log_max_size =
-                    log_max_size(&string(field, v)?).map_err(|e| err(field, e))?
-            }
-            "containerLogMaxFiles" => {
-                let n = v.as_u64().ok_or_else(|| {
-                    err(field, format!("expected a non-negative integer, found {v}"))
-                })?;
-                o.container_log_max_files = log_max_files(n).map_err(|e| err(field, e))?;
-            }
-            "kubeAPIQPS" => {
-                o.kube_api_qps = v
-                    .as_f64()
-                    .filter(|q| *q >= 0.0)
-                    .ok_or_else(|| err(field, format!("expected a number >= 0, found {v}")))?
-                    as f32;
-            }
-            "kubeAPIBurst" => o.kube_api_burst = unsigned(field, v)?,
-            "serializeImagePulls" => {
-                o.serialize_image_pulls = v
-                    .as_bool()
-                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
-            }
-            "registryPullQPS" => {
-                o.registry_qps = v
-                    .as_f64()
-                    .filter(|q| *q >= 0.0)
-                    .ok_or_else(|| err(field, format!("expected a number >= 0, found {v}")))?
-                    as f32;
-            }
-            "registryBurst" => o.registry_burst = unsigned(field, v)?,
-            "maxPods" => o.max_pods = unsigned(field, v)?,
-            "maxOpenFiles" => {
-                o.max_open_files = v
-                    .as_u64()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| err(field, format!("expected an integer above 0, found {v}")))?
-            }
-            "evictionHard"
-            | "evictionSoft"
-            | "evictionSoftGracePeriod"
-            | "evictionMinimumReclaim" => {
-                let Value::Object(map) = v else {
-                    return Err(err(field, format!("expected a map of strings, found {v}")));
-                };
-                let mut out = std::collections::BTreeMap::new();
-                for (k, val) in map {
-                    out.insert(k.clone(), string(&format!("{field}.{k}"), val)?);
-                }
-                let e = &mut o.eviction;
-                let map = match field.as_str() {
-                    "evictionHard" => &mut e.hard,
-                    "evictionSoft" => &mut e.soft,
-                    "evictionSoftGracePeriod" => &mut e.soft_grace_period,
-                    "evictionMinimumReclaim" => &mut e.minimum_reclaim,
-                    _ => continue,
-                };
-                *map = out;
-            }
-            "evictionPressureTransitionPeriod" => {
-                o.eviction.pressure_transition_period = duration(field, v)?
-            }
-            "evictionMaxPodGracePeriod" => {
-                o.eviction.max_pod_grace_period = v
-                    .as_i64()
-                    .ok_or_else(|| err(field, format!("expected an integer, found {v}")))?
-            }
-            "imageGCHighThresholdPercent" => o.image_gc.high_threshold = percent(field, v)?,
-            "imageGCLowThresholdPercent" => o.image_gc.low_threshold = percent(field, v)?,
-            "imageMinimumGCAge" => o.image_gc.min_age = duration(field, v)?,
-            "nodeLeaseDurationSeconds" => o.node_lease_duration_seconds = unsigned(field, v)?,
-            "nodeStatusUpdateFrequency" => o.node_status_update_frequency = duration(field, v)?,
-            "nodeStatusReportFrequency" => o.node_status_report_frequency = duration(field, v)?,
-            "clusterDNS" => {
-                let Value::Array(items) = v else {
-                    return Err(err(
-                        field,
-                        format!("expected a list of IP addresses, found {v}"),
-                    ));
-                };
-                o.cluster_dns.clear();
-                for (i, item) in items.iter().enumerate() {
-                    let at = format!("{field}[{i}]");
-                    let s = string(&at, item)?;
-                    o.cluster_dns.push(
-                        s.parse()
-                            .map_err(|_| err(&at, format!("{s:?} is not an IP address")))?,
-                    );
-                }
-            }
-            "clusterDomain" => {
-                o.cluster_domain = string(field, v)?.trim_end_matches('.').to_string()
-            }
-            "resolvConf" => o.resolv_conf = PathBuf::from(string(field, v)?),
-            "cgroupsPerQOS" => {
-                o.cgroups_per_qos = v
-                    .as_bool()
-                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
-            }
-            "configMapAndSecretChangeDetectionStrategy" => {
-                o.change_detection = crate::volume::Strategy::parse(&string(field, v)?)
-                    .map_err(|e| err(field, e))?;
-            }
-            "seccompDefault" => {
-                o.seccomp_default = v
-                    .as_bool()
-                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
-            }
-            "podPidsLimit" => {
-                o.pod_pids_limit = v
-                    .as_i64()
-                    .ok_or_else(|| err(field, format!("expected a whole number, found {v}")))?;
-            }
-            "cgroupDriver" => {
-                o.cgroup_driver = crate::runtime::qos::CgroupDriver::parse(&string(field, v)?)
-                    .map_err(|e| err(field, e))?;
-            }
-            // Not a KubeletConfiguration field: tinylet's own, like its flag.
-            "allowPrivileged" => {
-                o.allow_privileged = v
-                    .as_bool()
-                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
-            }
-            "allowedUnsafeSysctls" => {
-                let Value::Array(items) = v else {
-                    return Err(err(
-                        field,
-                        format!("expected a list of sysctl names or patterns, found {v}"),
-                    ));
-                };
-                o.allowed_unsafe_sysctls.clear();
-                for (i, item) in items.iter().enumerate() {
-                    o.allowed_unsafe_sysctls
-                        .push(string(&format!("{field}[{i}]"), item)?);
-                }
-            }
-            "registerNode" => {
-                o.register_node = v
-                    .as_bool()
-                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
-            }
-            "rotateCertificates" => {
-                o.rotate_certificates = v
-                    .as_bool()
-                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
-            }
-            "serverTLSBootstrap" => {
-                o.server_tls_bootstrap = v
-                    .as_bool()
-                    .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?;
-            }
-            "kubeReserved" | "systemReserved" => {
-                let Value::Object(map) = v else {
-                    return Err(err(
-                        field,
-                        format!("expected a map of quantities, found {v}"),
-                    ));
-                };
-                let mut pairs = Vec::new();
-                for (name, q) in map {
-                    let key = format!("{field}.{name}");
-                    let q = string(&key, q)?;
-                    crate::node::machine::check_reserved(name, &q).map_err(|e| err(&key, e))?;
-                    pairs.push((name.clone(), q));
-                }
-                if field == "kubeReserved" {
-                    o.kube_reserved = pairs;
-                } else {
-                    o.system_reserved = pairs;
-                }
-            }
-            "registerWithTaints" => {
-                let Value::Array(items) = v else {
-                    return Err(err(field, format!("expected a list of taints, found {v}")));
-                };
-                o.register_with_taints.clear();
-                for (i, t) in items.iter().enumerate() {
-                    let at = format!("{field}[{i}]");
-                    let get = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
-                    let text = if get("value").is_empty() {
-                        format!("{}:{}", get("key"), get("effect"))
-                    } else {
-                        format!("{}={}:{}", get("key"), get("value"), get("effect"))
-                    };
-                    let mut parsed = parse_taints(&text).map_err(|e| err(&at, e))?;
-                    if parsed.len() != 1 {
-                        return Err(err(&at, "expected one taint with key and effect".into()));
-                    }
-                    o.register_with_taints.append(&mut parsed);
-                }
-            }
-            "address" | "healthzBindAddress" => {
-                let text = string(field, v)?;
-                let ip = text
-                    .parse()
-                    .map_err(|_| err(field, format!("{text:?} is not an IP address")))?;
-                if field == "address" {
-                    o.address = ip;
-                } else {
-                    o.healthz_bind_address = ip;
-                }
-            }
-            "port" | "readOnlyPort" | "healthzPort" => {
-                let port = v
-                    .as_u64()
-                    .and_then(|n| u16::try_from(n).ok())
-                    .ok_or_else(|| {
-                        err(field, format!("expected a port from 0 to 65535, found {v}"))
-                    })?;
-                match field.as_str() {
-                    "port" => {
-                        o.port = port;
-                        o.port_given = true;
-                    }
-                    "readOnlyPort" => o.read_only_port = port,
-                    _ => {
-                        o.healthz_port = port;
-                        o.healthz_given = true;
-                    }
-                }
-            }
-            "tlsCertFile" | "tlsPrivateKeyFile" => {
-                let s = string(field, v)?;
-                let path = (!s.is_empty()).then(|| PathBuf::from(s));
-                if field == "tlsCertFile" {
-                    o.tls_cert_file = path;
-                } else {
-                    o.tls_private_key_file = path;
-                }
-            }
-            "tlsMinVersion" => {
-                o.tls_min_version =
-                    TlsMinVersion::parse(&string(field, v)?).map_err(|e| err(field, e))?
-            }
-            "streamingConnectionIdleTimeout" => o.streaming_idle_timeout = duration(field, v)?,
-            "enableServer" => {
-                o.enable_server = Some(
-                    v.as_bool()
-                        .ok_or_else(|| err(field, format!("expected true or false, found {v}")))?,
-                );
-            }
-            "authentication" | "authorization" => {
-                let Value::Object(section) = v else {
-                    return Err(err(field, format!("expected an object, found {v}")));
-                };
-                for (key, sub) in section {
-                    let at = format!("{field}.{key}");
-                    if defaulted_zero(&at, sub) {
-                        continue;
-                    }
-                    match (field.as_str(), key.as_str()) {
-                        ("authorization", "mode") => {
-                            o.auth.mode = Some(
-                                AuthorizationMode::parse(&string(&at, sub)?)
-                                    .map_err(|e| err(&at, e))?,
-                            );
-                        }
-                        ("authentication", "x509") => {
-                            let ca = sub.get("clientCAFile").unwrap_or(&Value::Null);
-                            if !ca.is_null() {
-                                let s = string(&format!("{at}.clientCAFile"), ca)?;
-                                o.client_ca_file = (!s.is_empty()).then(|| PathBuf::from(s));
-                            }
-                        }
-                        ("authentication", "anonymous" | "webhook")
-                        | ("authorization", "webhook") => {
-                            let Value::Object(inner) = sub else {
-                                return Err(err(&at, format!("expected an object, found {sub}")));
-                            };
-                            for (name, x) in inner {
-                                let at = format!("{at}.{name}");
-                                if defaulted_zero(&at, x) {
-                                    continue;
-                                }
-                                let flag = |x: &Value| {
-                                    x.as_bool().ok_or_else(|| {
-                                        err(&at, format!("expected true or false, found {x}"))
-                                    })
-                                };
-                                match (field.as_str(), key.as_str(), name.as_str()) {
-                                    ("authentication", "anonymous", "enabled") => {
-                                        o.auth.anonymous = flag(x)?
-                                    }
-                                    ("authentication", "webhook", "enabled") => {
-                                        o.auth.token_webhook = flag(x)?
-                                    }
-                                    ("authentication", "webhook", "cacheTTL") => {
-                                        o.auth.token_cache_ttl = duration(&at, x)?
-                                    }
-                                    ("authorization", "webhook", "cacheAuthorizedTTL") => {
-                                        o.auth.authorized_ttl = duration(&at, x)?
-                                    }
-                                    ("authorization", "webhook", "cacheUnauthorizedTTL") => {
-                                        o.auth.unauthorized_ttl = duration(&at, x)?
-                                    }
-                                    _ => o.ignored_config_fields.push(at),
-                                }
-                            }
-                        }
-                        _ => o.ignored_config_fields.push(at),
-                    }
-                }
-            }
-            _ => o.ignored_config_fields.push(field.clone()),
+            let val = s.kind.parse_json(&path, v)?;
+            s.apply(o, val).map_err(|e| (path, e))?;
+        } else if lookup::is_section(&path) {
+            let Value::Object(inner) = v else {
+                return Err((path, format!("expected an object, found {v}")));
+            };
+            apply_object(o, &path, inner)?;
+        } else {
+            o.ignored_config_fields.push(path);
         }
     }
     Ok(())
@@ -481,8 +104,12 @@ pub fn apply_config_file(o: &mut Options, path: &Path) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
     use super::*;
     use crate::options::tests::{config_file, headers, parse, run};
+    use crate::options::AuthorizationMode;
     use crate::options::Command;
 
     const CONFIG: &str = "apiVersion: kubelet.config.k8s.io/v1beta1
@@ -773,7 +400,7 @@ configMapAndSecretChangeDetectionStrategy: Cache
         // A zero read as the default is not an ignored field either.
         for f in &o.ignored_config_fields {
             assert!(
-                !DEFAULTED_WHEN_ZERO.contains(&f.as_str()),
+                !lookup::by_field(f).is_some_and(|s| s.zero_is_default),
                 "{f} ignored: {:?}",
                 o.ignored_config_fields
             );

@@ -1,174 +1,197 @@
-//! The upstream kubelet's flags that tinylet accepts and ignores, with one
-//! warning each at start: boolean ones (alone they mean true) and ones
-//! with a value. README.md lists them; a test keeps the two the same.
+//! The upstream kubelet's flags (v1.20 to v1.34) and configuration file
+//! fields that tinylet accepts and ignores, with one warning each at start:
+//! entries of the settings table without a setter. The flags are those of
+//! `cmd/kubelet/app/options` (KubeletFlags and the KubeletConfiguration
+//! flags), the container runtime flags of v1.20, and the global flags the
+//! kubelet registers (klog, cAdvisor, logging). A flag that stands for a
+//! KubeletConfiguration field names it too, so that the file's field is
+//! ignored the same way (a zero there being its default, as upstream).
+//! README.md lists the flags; a test keeps the two the same.
 
-/// Boolean flags of the upstream kubelet, v1.20 to v1.34, that tinylet
-/// accepts and ignores (with a warning at start): the flags of
-/// `cmd/kubelet/app/options` (KubeletFlags and the KubeletConfiguration
-/// flags), the container runtime flags of v1.20, and the global flags the
-/// kubelet registers (klog, cAdvisor, logging). Listed in README.md.
-pub(crate) const IGNORED_BOOL_FLAGS: &[&str] = &[
-    "add-dir-header",
-    "alsologtostderr",
-    "contention-profiling",
-    "cpu-cfs-quota",
-    "docker-only",
-    "docker-tls",
-    "enable-cadvisor-json-endpoints",
-    "enable-controller-attach-detach",
-    "enable-debugging-handlers",
-    "enable-load-reader",
-    "exit-on-lock-contention",
-    "experimental-allocatable-ignore-eviction",
-    "experimental-check-node-capabilities-before-mount",
-    "experimental-kernel-memcg-notification",
-    "experimental-logging-sanitization",
-    "fail-cgroupv1",
-    "fail-swap-on",
-    "keep-terminated-pod-volumes",
-    "kernel-memcg-notification",
-    "local-storage-capacity-isolation",
-    "log-cadvisor-usage",
-    "log-json-split-stream",
-    "log-text-split-stream",
-    "logtostderr",
-    "make-iptables-util-chains",
-    "one-output",
-    "protect-kernel-defaults",
-    "really-crash-for-testing",
-    "redirect-container-streaming",
-    "register-schedulable",
-    "skip-headers",
-    "skip-log-headers",
-    "storage-driver-secure",
-];
+use super::settings::{flag, Kind, Section, Setting};
 
-/// Upstream kubelet flags with a value (v1.20 to v1.34, from the same
-/// sources as `IGNORED_BOOL_FLAGS`) that tinylet accepts and ignores.
-pub(crate) const IGNORED_VALUE_FLAGS: &[&str] = &[
-    "application-metrics-count-limit",
-    "azure-container-registry-config",
-    "boot-id-file",
-    "cgroup-root",
-    "chaos-chance",
-    "cloud-config",
-    "cloud-provider",
-    "cni-bin-dir",
-    "cni-cache-dir",
-    "cni-conf-dir",
-    "config-dir",
-    "container-hints",
-    "container-runtime",
-    "containerd",
-    "cpu-cfs-quota-period",
-    "cpu-manager-policy",
-    "cpu-manager-policy-options",
-    "cpu-manager-reconcile-period",
-    "docker",
-    "docker-endpoint",
-    "docker-env-metadata-whitelist",
-    "docker-root",
-    "docker-tls-ca",
-    "docker-tls-cert",
-    "docker-tls-key",
-    "dynamic-config-dir",
-    "enforce-node-allocatable",
-    "event-burst",
-    "event-qps",
-    "event-storage-age-limit",
-    "event-storage-event-limit",
-    "experimental-dockershim-root-directory",
-    "experimental-mounter-path",
-    "feature-gates",
-    "global-housekeeping-interval",
-    "hairpin-mode",
-    "housekeeping-interval",
-    "image-credential-provider-bin-dir",
-    "image-credential-provider-config",
-    "image-pull-progress-deadline",
-    "image-service-endpoint",
-    "iptables-drop-bit",
-    "iptables-masquerade-bit",
-    "kube-api-content-type",
-    "kube-reserved-cgroup",
-    "kubelet-cgroups",
-    "lock-file",
-    "log-backtrace-at",
-    "log-dir",
-    "log-file",
-    "log-file-max-size",
-    "log-flush-frequency",
-    "log-json-info-buffer-size",
-    "log-text-info-buffer-size",
-    "logging-format",
-    "machine-id-file",
-    "master-service-namespace",
-    "maximum-dead-containers",
-    "memory-manager-policy",
-    "minimum-container-ttl-duration",
-    "network-plugin",
-    "network-plugin-mtu",
-    "node-status-max-images",
-    "non-masquerade-cidr",
-    "oom-score-adj",
-    "pod-cidr",
-    "pod-infra-container-image",
-    "pods-per-core",
-    "provider-id",
-    "qos-reserved",
-    "reserved-cpus",
-    "reserved-memory",
-    "runtime-cgroups",
-    "seccomp-profile-root",
-    "stderrthreshold",
-    "storage-driver-buffer-duration",
-    "storage-driver-db",
-    "storage-driver-host",
-    "storage-driver-password",
-    "storage-driver-table",
-    "storage-driver-user",
-    "system-cgroups",
-    "system-reserved-cgroup",
-    "tls-cipher-suites",
-    "topology-manager-policy",
-    "topology-manager-policy-options",
-    "topology-manager-scope",
-    "vmodule",
-    "volume-plugin-dir",
-    "volume-stats-agg-period",
+/// A boolean flag: alone it means true.
+const fn boolean(name: &'static str) -> Setting {
+    flag(name, Kind::Bool, Section::Hidden, "")
+}
+
+/// A flag with a value.
+const fn valued(name: &'static str) -> Setting {
+    flag(name, Kind::Str, Section::Hidden, "")
+}
+
+/// The boolean ones first, then the ones with a value, each sorted.
+pub(super) static IGNORED: &[Setting] = &[
+    boolean("add-dir-header"),
+    boolean("alsologtostderr"),
+    boolean("contention-profiling").field("enableContentionProfiling"),
+    boolean("cpu-cfs-quota").field("cpuCFSQuota"),
+    boolean("docker-only"),
+    boolean("docker-tls"),
+    boolean("enable-cadvisor-json-endpoints"),
+    boolean("enable-controller-attach-detach").field("enableControllerAttachDetach"),
+    boolean("enable-debugging-handlers").field("enableDebuggingHandlers"),
+    boolean("enable-load-reader"),
+    boolean("exit-on-lock-contention"),
+    boolean("experimental-allocatable-ignore-eviction"),
+    boolean("experimental-check-node-capabilities-before-mount"),
+    boolean("experimental-kernel-memcg-notification"),
+    boolean("experimental-logging-sanitization"),
+    boolean("fail-cgroupv1").field("failCgroupV1"),
+    boolean("fail-swap-on").field("failSwapOn"),
+    boolean("keep-terminated-pod-volumes"),
+    boolean("kernel-memcg-notification").field("kernelMemcgNotification"),
+    boolean("local-storage-capacity-isolation").field("localStorageCapacityIsolation"),
+    boolean("log-cadvisor-usage"),
+    boolean("log-json-split-stream"),
+    boolean("log-text-split-stream"),
+    boolean("logtostderr"),
+    boolean("make-iptables-util-chains").field("makeIPTablesUtilChains"),
+    boolean("one-output"),
+    boolean("protect-kernel-defaults").field("protectKernelDefaults"),
+    boolean("really-crash-for-testing"),
+    boolean("redirect-container-streaming"),
+    boolean("register-schedulable"),
+    boolean("skip-headers"),
+    boolean("skip-log-headers"),
+    boolean("storage-driver-secure"),
+    valued("application-metrics-count-limit"),
+    valued("azure-container-registry-config"),
+    valued("boot-id-file"),
+    valued("cgroup-root").field("cgroupRoot"),
+    valued("chaos-chance"),
+    valued("cloud-config"),
+    valued("cloud-provider"),
+    valued("cni-bin-dir"),
+    valued("cni-cache-dir"),
+    valued("cni-conf-dir"),
+    valued("config-dir"),
+    valued("container-hints"),
+    valued("container-runtime"),
+    valued("containerd"),
+    valued("cpu-cfs-quota-period").field("cpuCFSQuotaPeriod"),
+    valued("cpu-manager-policy")
+        .field("cpuManagerPolicy")
+        .zero(),
+    valued("cpu-manager-policy-options").field("cpuManagerPolicyOptions"),
+    valued("cpu-manager-reconcile-period")
+        .field("cpuManagerReconcilePeriod")
+        .zero(),
+    valued("docker"),
+    valued("docker-endpoint"),
+    valued("docker-env-metadata-whitelist"),
+    valued("docker-root"),
+    valued("docker-tls-ca"),
+    valued("docker-tls-cert"),
+    valued("docker-tls-key"),
+    valued("dynamic-config-dir"),
+    valued("enforce-node-allocatable").field("enforceNodeAllocatable"),
+    valued("event-burst").field("eventBurst").zero(),
+    valued("event-qps").field("eventRecordQPS"),
+    valued("event-storage-age-limit"),
+    valued("event-storage-event-limit"),
+    valued("experimental-dockershim-root-directory"),
+    valued("experimental-mounter-path"),
+    valued("feature-gates").field("featureGates"),
+    valued("global-housekeeping-interval"),
+    valued("hairpin-mode").field("hairpinMode").zero(),
+    valued("housekeeping-interval"),
+    valued("image-credential-provider-bin-dir"),
+    valued("image-credential-provider-config"),
+    valued("image-pull-progress-deadline"),
+    valued("image-service-endpoint").field("imageServiceEndpoint"),
+    valued("iptables-drop-bit").field("iptablesDropBit"),
+    valued("iptables-masquerade-bit").field("iptablesMasqueradeBit"),
+    valued("kube-api-content-type").field("contentType").zero(),
+    valued("kube-reserved-cgroup").field("kubeReservedCgroup"),
+    valued("kubelet-cgroups").field("kubeletCgroups"),
+    valued("lock-file"),
+    valued("log-backtrace-at"),
+    valued("log-dir"),
+    valued("log-file"),
+    valued("log-file-max-size"),
+    valued("log-flush-frequency"),
+    valued("log-json-info-buffer-size"),
+    valued("log-text-info-buffer-size"),
+    valued("logging-format"),
+    valued("machine-id-file"),
+    valued("master-service-namespace"),
+    valued("maximum-dead-containers"),
+    valued("memory-manager-policy").field("memoryManagerPolicy"),
+    valued("minimum-container-ttl-duration"),
+    valued("network-plugin"),
+    valued("network-plugin-mtu"),
+    valued("node-status-max-images").field("nodeStatusMaxImages"),
+    valued("non-masquerade-cidr"),
+    valued("oom-score-adj").field("oomScoreAdj"),
+    valued("pod-cidr").field("podCIDR"),
+    valued("pod-infra-container-image"),
+    valued("pods-per-core").field("podsPerCore"),
+    valued("provider-id").field("providerID"),
+    valued("qos-reserved").field("qosReserved"),
+    valued("reserved-cpus").field("reservedSystemCPUs"),
+    valued("reserved-memory").field("reservedMemory"),
+    valued("runtime-cgroups"),
+    valued("seccomp-profile-root"),
+    valued("stderrthreshold"),
+    valued("storage-driver-buffer-duration"),
+    valued("storage-driver-db"),
+    valued("storage-driver-host"),
+    valued("storage-driver-password"),
+    valued("storage-driver-table"),
+    valued("storage-driver-user"),
+    valued("system-cgroups").field("systemCgroups"),
+    valued("system-reserved-cgroup").field("systemReservedCgroup"),
+    valued("tls-cipher-suites").field("tlsCipherSuites"),
+    valued("topology-manager-policy")
+        .field("topologyManagerPolicy")
+        .zero(),
+    valued("topology-manager-policy-options").field("topologyManagerPolicyOptions"),
+    valued("topology-manager-scope")
+        .field("topologyManagerScope")
+        .zero(),
+    valued("vmodule"),
+    valued("volume-plugin-dir").field("volumePluginDir").zero(),
+    valued("volume-stats-agg-period")
+        .field("volumeStatsAggPeriod")
+        .zero(),
 ];
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::options::flags::{BOOL_FLAGS, FLAGS};
+    use crate::options::lookup::all;
 
-    /// The ignored flags are sorted, distinct, none is one tinylet
-    /// implements, and README.md's table lists exactly them.
+    /// The ignored flags are sorted (the boolean ones, then the others),
+    /// distinct, none is one tinylet implements, and README.md's table
+    /// lists exactly them.
     #[test]
     fn ignored_flags_are_documented_and_apart_from_the_implemented_ones() {
-        for list in [IGNORED_BOOL_FLAGS, IGNORED_VALUE_FLAGS] {
+        let names = |bool: bool| -> Vec<&str> {
+            IGNORED
+                .iter()
+                .filter(|s| (s.kind == Kind::Bool) == bool)
+                .filter_map(|s| s.flag)
+                .collect()
+        };
+        for list in [names(true), names(false)] {
             assert!(list.windows(2).all(|w| w[0] < w[1]), "{list:?}");
         }
-        let ignored: Vec<&str> = IGNORED_BOOL_FLAGS
-            .iter()
-            .chain(IGNORED_VALUE_FLAGS)
-            .copied()
+        for s in IGNORED {
+            assert!(!s.applied() && s.aliases.is_empty());
+            assert!(matches!(s.kind, Kind::Bool | Kind::Str), "{:?}", s.flag);
+        }
+        let ignored: Vec<&str> = all()
+            .filter(|s| !s.applied())
+            .filter_map(|s| s.flag)
             .collect();
+        assert_eq!(ignored.len(), IGNORED.len());
         for name in &ignored {
             assert!(
-                !FLAGS.contains(name) && !["help", "h", "version", "v"].contains(name),
+                !all().any(|s| s.applied() && s.named(name))
+                    && !["help", "h", "version", "v"].contains(name),
                 "--{name} is both implemented and ignored"
             );
-        }
-        assert!(
-            !IGNORED_BOOL_FLAGS
-                .iter()
-                .any(|b| IGNORED_VALUE_FLAGS.contains(b)),
-            "a flag is both boolean and valued"
-        );
-        for b in BOOL_FLAGS {
-            assert!(FLAGS.contains(b), "{b}");
         }
 
         let readme =

@@ -2,17 +2,32 @@
 //! read, with upstream's defaults; the node API's authentication and
 //! authorization settings; and the `Command` the command line asks for.
 //!
-//! `flags` parses the command line (`parse_args`), named like the upstream
-//! kubelet's flags, on top of the subset of the kubelet's configuration
-//! file (`--config`) that `config_file` reads: flags given on the command
-//! line override the file, as upstream. `ignored` lists the upstream flags
-//! tinylet accepts and ignores; `status_cmd` parses the flags of
-//! `tinylet status`. Durations use Go's syntax (`20s`, `1m30s`, `500ms`).
+//! Every setting is one entry of a table: `table` has the ones tinylet
+//! uses, `ignored` the upstream ones it accepts and ignores (entries
+//! without a setter). An entry names its flag, its KubeletConfiguration
+//! v1beta1 field (a dotted path), its kind, its `--help` text, and how it
+//! is set and read back; `settings` says what an entry and a kind are
+//! (a kind reads a flag's text and a file's value alike), `lookup` finds
+//! entries by flag and by field and reads `/configz` back through them.
+//! From the table come: `flags` (`parse_args`: the command line, on top of
+//! the configuration file wherever `--config` stands, then the checks that
+//! span several settings), `config_file` (`apply_config_file`, the subset of
+//! the file tinylet reads, zeros read as upstream's defaults), `help`
+//! (`usage()`, `--help`) and the ignored flags' warnings. `status_cmd`
+//! parses the flags of `tinylet status`. Durations use Go's syntax (`20s`,
+//! `1m30s`, `500ms`). Adding a setting is one entry in `table` (and its
+//! `Options` field with its default).
 
 mod config_file;
 mod flags;
+mod help;
 mod ignored;
+mod lookup;
+mod settings;
 mod status_cmd;
+mod table;
+#[cfg(test)]
+mod upstream_names;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,7 +36,10 @@ use crate::node::taint::Taint;
 
 pub(crate) use crate::apitime::parse_duration;
 pub use config_file::{apply_config_file, CONFIG_API_VERSION, CONFIG_KIND};
-pub use flags::{parse_args, parse_header_pairs, parse_ips, parse_node_labels, parse_pairs, USAGE};
+pub use flags::{parse_args, parse_header_pairs, parse_ips, parse_node_labels, parse_pairs};
+pub use help::usage;
+pub use lookup::config_fields;
+pub(crate) use lookup::configz;
 pub use status_cmd::{parse_status_args, StatusOptions, StatusOutput, STATUS_USAGE};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -410,11 +428,7 @@ impl Default for AuthConfig {
 
 /// A boolean flag's value, as Go's `strconv.ParseBool` reads it.
 pub(super) fn boolean(flag: &str, v: &str) -> Result<bool, String> {
-    match v {
-        "true" | "1" | "t" | "T" | "TRUE" | "True" => Ok(true),
-        "false" | "0" | "f" | "F" | "FALSE" | "False" => Ok(false),
-        _ => Err(format!("flag --{flag}: invalid boolean {v:?}")),
-    }
+    settings::parse_bool(v).ok_or_else(|| format!("flag --{flag}: invalid boolean {v:?}"))
 }
 
 #[cfg(test)]

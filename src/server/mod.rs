@@ -27,8 +27,6 @@ pub(crate) mod tls;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 
-use serde_json::{json, Value};
-
 use crate::options::Options;
 
 pub(crate) use poll::Server;
@@ -81,73 +79,8 @@ pub(crate) fn start(
 }
 
 /// `/configz`: the effective settings under upstream's
-/// KubeletConfiguration field names, for the fields tinylet has.
+/// KubeletConfiguration field names, as the options' settings table
+/// reads them back.
 pub(crate) fn configz(opts: &Options) -> String {
-    let path = |p: &Option<std::path::PathBuf>| {
-        p.as_ref()
-            .map_or(Value::Null, |p| Value::String(p.display().to_string()))
-    };
-    let listeners = opts.listeners();
-    let cfg = json!({
-        "kubeletconfig": {
-            "enableServer": listeners.main.is_some(),
-            "staticPodPath": path(&opts.pod_manifest_path),
-            "staticPodURL": opts.manifest_url,
-            "syncFrequency": crate::apitime::go_duration(opts.sync_frequency),
-            "fileCheckFrequency": crate::apitime::go_duration(opts.file_check_frequency),
-            "httpCheckFrequency": crate::apitime::go_duration(opts.http_check_frequency),
-            "address": opts.address.to_string(),
-            "port": opts.port,
-            "readOnlyPort": opts.read_only_port,
-            "healthzPort": opts.healthz_port,
-            "healthzBindAddress": opts.healthz_bind_address.to_string(),
-            "tlsCertFile": path(&opts.tls_cert_file),
-            "tlsPrivateKeyFile": path(&opts.tls_private_key_file),
-            "tlsMinVersion": opts.tls_min_version.name(),
-            "streamingConnectionIdleTimeout": crate::apitime::go_duration(opts.streaming_idle_timeout),
-            "authentication": {
-                "x509": {"clientCAFile": path(&opts.client_ca_file)},
-                "webhook": {
-                    "enabled": opts.auth.token_webhook,
-                    "cacheTTL": crate::apitime::go_duration(opts.auth.token_cache_ttl),
-                },
-                "anonymous": {"enabled": opts.auth.anonymous},
-            },
-            "authorization": {
-                "mode": match opts.auth.mode {
-                    Some(crate::options::AuthorizationMode::AlwaysAllow) => "AlwaysAllow",
-                    Some(crate::options::AuthorizationMode::Webhook) => "Webhook",
-                    None => "",
-                },
-                "webhook": {
-                    "cacheAuthorizedTTL": crate::apitime::go_duration(opts.auth.authorized_ttl),
-                    "cacheUnauthorizedTTL": crate::apitime::go_duration(opts.auth.unauthorized_ttl),
-                },
-            },
-            "containerLogMaxSize": crate::quantity::format_binary_si(i128::from(opts.container_log_max_size) * 1000),
-            "containerLogMaxFiles": opts.container_log_max_files,
-            "registryPullQPS": opts.registry_qps,
-            "registryBurst": opts.registry_burst,
-            "clusterDomain": opts.cluster_domain,
-            "clusterDNS": opts.cluster_dns.iter().map(|ip| ip.to_string()).collect::<Vec<_>>(),
-            "nodeStatusUpdateFrequency": crate::apitime::go_duration(opts.node_status_update_frequency),
-            "nodeStatusReportFrequency": crate::apitime::go_duration(opts.node_status_report_frequency),
-            "nodeLeaseDurationSeconds": opts.node_lease_duration_seconds,
-            "imageMinimumGCAge": crate::apitime::go_duration(opts.image_gc.min_age),
-            "imageGCHighThresholdPercent": opts.image_gc.high_threshold,
-            "imageGCLowThresholdPercent": opts.image_gc.low_threshold,
-            "cgroupsPerQOS": opts.cgroups_per_qos,
-            "cgroupDriver": format!("{:?}", opts.cgroup_driver).to_lowercase(),
-            "runtimeRequestTimeout": crate::apitime::go_duration(opts.runtime_request_timeout),
-            "maxPods": opts.max_pods,
-            "resolvConf": opts.resolv_conf.display().to_string(),
-            "serializeImagePulls": opts.serialize_image_pulls,
-            "kubeAPIQPS": opts.kube_api_qps,
-            "kubeAPIBurst": opts.kube_api_burst,
-            "registerNode": opts.register_node,
-            "containerRuntimeEndpoint": opts.container_runtime_endpoint,
-            "podLogsDir": opts.pod_logs_dir.display().to_string(),
-        }
-    });
-    cfg.to_string()
+    crate::options::configz(opts)
 }
